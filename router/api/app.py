@@ -1,0 +1,98 @@
+"""The FastAPI application: routes, the error table, start-up and shutdown."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..errors import RequestError, SchemaOutdated, Unavailable
+from ..notify import CompletionListener, Notifier
+from ..runtime import Runtime
+from . import routes_calls, routes_misc
+
+log = logging.getLogger(__name__)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"ok": False, "error": message}, status_code=status)
+
+
+async def _request_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestError)
+    return _error(exc.status_code, str(exc))
+
+
+async def _unavailable(_: Request, exc: Exception) -> JSONResponse:
+    message = str(exc)
+    return _error(503, message if message.startswith("unavailable") else f"unavailable: {message}")
+
+
+async def _validation(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+    where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+    return _error(422, f"{where}: {first['msg']}" if where else str(first["msg"]))
+
+
+async def _http(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return _error(exc.status_code, str(exc.detail))
+
+
+async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+    # Last resort: log the traceback here, never send it.
+    log.exception("unhandled error", exc_info=exc)
+    return _error(500, "internal error")
+
+
+# One table maps errors to HTTP answers (the starlette ``exception_handlers`` idiom).
+EXCEPTION_HANDLERS = {
+    RequestError: _request_error,
+    Unavailable: _unavailable,
+    SchemaOutdated: _unavailable,
+    RequestValidationError: _validation,
+    StarletteHTTPException: _http,
+    Exception: _unexpected,
+}
+
+
+def create_app(runtime: Runtime) -> FastAPI:
+    """The API around ``runtime``; start-up checks the config and the schema first."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runtime.prepare()
+        app.state.listener.start()
+        try:
+            yield
+        finally:
+            await app.state.listener.stop()
+            runtime.close()
+
+    app = FastAPI(
+        title="toolrouter",
+        version="1",
+        lifespan=lifespan,
+        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.runtime = runtime
+    app.state.listener = CompletionListener(runtime.redis_url)
+    app.state.notifier = Notifier(runtime.redis_url)
+    app.include_router(routes_calls.router)
+    app.include_router(routes_misc.router)
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """Uvicorn factory: ``uvicorn --factory router.api.app:app_from_env``."""
+    from ..settings import get_settings
+
+    return create_app(Runtime(get_settings()))

@@ -1,0 +1,82 @@
+"""Strict parsing of request bodies and parameters: every bad input becomes ``BadRequest``.
+
+FastAPI's own body parsing lets a 10,000-deep nesting or an invalid UTF-8 byte escape as
+a 500, and accepts ``NaN``; so bodies are parsed here, by hand, with clear messages.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from ..dispatcher import echo_name
+from ..errors import BadRequest, NotFound, PayloadTooLarge
+
+CALL_ID_RE = re.compile(r"^call_[0-9a-f]{32}$")
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(raw: bytes, *, limit: int) -> Any:
+    """Decode a JSON body, refusing what JSON does not allow and what would hurt."""
+    if len(raw) > limit:
+        raise PayloadTooLarge(f"body is {len(raw)} bytes, over the limit of {limit}")
+    if not raw.strip():
+        raise BadRequest("malformed body: empty; expected a JSON object")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"malformed body: not valid UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(text, parse_constant=_no_constants)
+    except RecursionError:
+        raise BadRequest("malformed body: nested too deeply") from None
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"malformed body: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:  # NaN/Infinity, or an integer with too many digits
+        raise BadRequest(f"malformed body: {exc}") from None
+
+
+def object_body(raw: bytes, *, limit: int, allowed: frozenset[str]) -> dict[str, Any]:
+    body = parse_json(raw, limit=limit)
+    if not isinstance(body, dict):
+        raise BadRequest("malformed body: expected a JSON object")
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise BadRequest(f"unknown field: {unknown[0][:64]}")
+    return body
+
+
+def wait_seconds(value: Any, *, maximum: float) -> float:
+    """``wait_s`` from a body or query: a finite number in [0, maximum]."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool):
+        raise BadRequest("wait_s must be a number of seconds")
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise BadRequest("wait_s must be a number of seconds") from None
+    if not math.isfinite(seconds) or seconds < 0 or seconds > maximum:
+        raise BadRequest(f"wait_s must be between 0 and {maximum:g}")
+    return seconds
+
+
+def optional_string(body: dict[str, Any], field: str, *, max_len: int) -> str | None:
+    value = body.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > max_len or not value.isprintable():
+        raise BadRequest(f"{field} must be a string of 1-{max_len} printable characters")
+    return value
+
+
+def check_call_id(call_id: str) -> str:
+    """Anything that is not shaped like a call id names no call."""
+    if not CALL_ID_RE.match(call_id):
+        raise NotFound(f"unknown call: {echo_name(call_id)}")
+    return call_id

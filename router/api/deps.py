@@ -1,0 +1,43 @@
+"""Request-scoped helpers: the runtime, the caller's key, running blocking work off the loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from anyio import to_thread
+from fastapi import Request
+
+from ..errors import Forbidden
+from ..keys import Principal
+from ..runtime import Runtime
+
+T = TypeVar("T")
+
+
+def runtime_of(request: Request) -> Runtime:
+    return request.app.state.runtime  # type: ignore[no-any-return]
+
+
+async def blocking(fn: Callable[..., T], *args: Any) -> T:
+    """Database work runs in the thread pool so one slow query does not stall the loop."""
+    return await to_thread.run_sync(fn, *args)
+
+
+def bearer_token(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+async def principal(request: Request) -> Principal:
+    """The authenticated caller (a FastAPI dependency); 401 when there is none."""
+    runtime = runtime_of(request)
+    return await blocking(runtime.keys.authenticate, bearer_token(request))
+
+
+def require_operator(who: Principal) -> None:
+    if not who.is_operator:
+        raise Forbidden("operator role required")

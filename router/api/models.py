@@ -1,0 +1,43 @@
+"""Schemas for the OpenAPI document. Bodies are parsed by ``bodies``; these describe them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CallRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str = Field(description="Name of a registered tool")
+    args: dict[str, Any] = Field(default_factory=dict, description="Arguments, one JSON object")
+    idempotency_key: str | None = Field(default=None, max_length=256)
+    wait_s: float | None = Field(default=None, ge=0, description="Wait this long for the outcome")
+
+
+class CallResultModel(BaseModel):
+    ok: bool
+    call_id: str | None = None
+    tool: str | None = None
+    status: str | None = None
+    value: Any = None
+    error: str | None = None
+    error_type: str | None = None
+    pending: bool | None = None
+    denied: bool | None = None
+    expired: bool | None = None
+    request_id: str | None = None
+
+
+class ErrorModel(BaseModel):
+    ok: bool = False
+    error: str
+
+
+CALL_REQUEST_SCHEMA = CallRequest.model_json_schema()
+_ERROR = {"model": ErrorModel}
+CALL_RESULT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": CallResultModel},
+    401: _ERROR, 404: _ERROR, 409: _ERROR, 413: _ERROR, 422: _ERROR, 503: _ERROR,
+}

@@ -1,0 +1,84 @@
+"""``/v1/calls``: submit, read (optionally waiting), cancel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from ..keys import Principal
+from ..results import CallResult
+from ..status import TERMINAL_STATES
+from .bodies import check_call_id, object_body, optional_string, wait_seconds
+from .deps import blocking, principal, runtime_of
+from .models import CALL_REQUEST_SCHEMA, CALL_RESULT_RESPONSES
+from .waiting import wait_for_call
+
+router = APIRouter(prefix="/v1/calls", tags=["calls"])
+
+CALL_FIELDS = frozenset({"tool", "args", "idempotency_key", "wait_s"})
+
+
+def answer(result: CallResult) -> JSONResponse:
+    return JSONResponse(result.to_dict(), status_code=result.http_status)
+
+
+@router.post(
+    "",
+    openapi_extra={"requestBody": {"required": True,
+                                   "content": {"application/json": {"schema": CALL_REQUEST_SCHEMA}}}},
+    responses=CALL_RESULT_RESPONSES,
+)
+async def submit_call(request: Request, who: Principal = Depends(principal)) -> JSONResponse:
+    """Submit a tool call. Any well-formed request gets 200 and a call result."""
+    runtime = runtime_of(request)
+    settings = runtime.settings
+    # The body may carry JSON punctuation around the arguments; allow a little slack.
+    body = object_body(await request.body(), limit=settings.max_args_bytes + 16 * 1024,
+                       allowed=CALL_FIELDS)
+    if "tool" not in body:
+        return answer(CallResult(status="bad_request", tool=None, http_status=422,
+                                 error="missing field: tool"))
+    if not isinstance(body["tool"], str):
+        return answer(CallResult(status="bad_request", tool=None, http_status=422,
+                                 error="tool must be a string"))
+    wait_s = wait_seconds(body.get("wait_s"), maximum=settings.max_wait_s)
+    key = optional_string(body, "idempotency_key", max_len=256)
+    header_key = request.headers.get("idempotency-key")
+    if key is None and header_key is not None:
+        key = optional_string({"Idempotency-Key": header_key}, "Idempotency-Key", max_len=256)
+    args: Any = body.get("args", {})
+    result = await blocking(runtime.dispatcher.submit, who.name, body["tool"], args, key)
+    if wait_s > 0 and result.call_id and result.status not in TERMINAL_STATES:
+        if result.http_status == 200:
+            row = await wait_for_call(runtime, request.app.state.listener, who, result.call_id,
+                                      wait_s)
+            result = row.result()
+    return answer(result)
+
+
+@router.get("/{call_id}", responses=CALL_RESULT_RESPONSES)
+async def get_call(request: Request, call_id: str, wait_s: str | None = None,
+                   who: Principal = Depends(principal)) -> JSONResponse:
+    """A call's result; with ``wait_s``, wait up to that long for it to finish."""
+    runtime = runtime_of(request)
+    check_call_id(call_id)
+    seconds = wait_seconds(wait_s, maximum=runtime.settings.max_wait_s)
+    if seconds > 0:
+        row = await wait_for_call(runtime, request.app.state.listener, who, call_id, seconds)
+    else:
+        row = await blocking(runtime.calls.get, who, call_id)
+    return answer(row.result())
+
+
+@router.delete("/{call_id}", responses=CALL_RESULT_RESPONSES)
+async def cancel_call(request: Request, call_id: str,
+                      who: Principal = Depends(principal)) -> JSONResponse:
+    """Cancel one of your own calls while it is still queued or pending."""
+    runtime = runtime_of(request)
+    check_call_id(call_id)
+    result = await blocking(runtime.calls.cancel, who, call_id)
+    runtime_notifier = request.app.state.notifier
+    await blocking(runtime_notifier.call_done, call_id)
+    return answer(result)

@@ -1,0 +1,107 @@
+"""``/v1/tools``, ``/v1/audit``, and the unauthenticated health endpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from .. import audit
+from ..dispatcher import echo_name
+from ..errors import BadRequest, NotFound
+from ..keys import Principal
+from ..status import AuditEvent
+from .deps import blocking, principal, require_operator, runtime_of
+
+router = APIRouter()
+
+AUDIT_PAGE_MAX = 1000
+
+
+@router.get("/v1/tools", tags=["tools"])
+async def list_tools(request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
+    """Every registered tool's definition and schemas."""
+    return {"ok": True, "tools": [tool.describe() for tool in runtime_of(request).registry]}
+
+
+@router.get("/v1/tools/{name}", tags=["tools"])
+async def get_tool(request: Request, name: str,
+                   who: Principal = Depends(principal)) -> dict[str, Any]:
+    tool = runtime_of(request).registry.get(name)
+    if tool is None:
+        raise NotFound(f"unknown tool: {echo_name(name)}")
+    return {"ok": True, "tool": tool.describe()}
+
+
+def _int_param(value: str | None, name: str, *, default: int, low: int, high: int) -> int:
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer") from None
+    if not low <= number <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}")
+    return number
+
+
+@router.get("/v1/audit", tags=["audit"])
+async def read_audit(
+    request: Request,
+    tool: str | None = None,
+    event: str | None = None,
+    call_id: str | None = None,
+    after_seq: str | None = None,
+    limit: str | None = None,
+    who: Principal = Depends(principal),
+) -> dict[str, Any]:
+    """Audit rows in order (operators only). Page with ``after_seq`` = the last ``seq`` seen."""
+    require_operator(who)
+    if event is not None and event not in AuditEvent.__members__.values():
+        raise BadRequest(f"unknown event: {echo_name(event)}")
+    after = _int_param(after_seq, "after_seq", default=0, low=0, high=2**62)
+    count = _int_param(limit, "limit", default=100, low=1, high=AUDIT_PAGE_MAX)
+    store = runtime_of(request).store
+
+    def read() -> list[dict[str, Any]]:
+        with store.reading() as conn:
+            return audit.query(conn, tool=tool, event=event, call_id=call_id, after_seq=after,
+                               limit=count)
+
+    rows = await blocking(read)
+    return {"ok": True, "rows": rows, "next_after_seq": rows[-1]["seq"] if rows else after}
+
+
+@router.get("/healthz", tags=["health"])
+async def healthz() -> dict[str, Any]:
+    """Liveness: the process answers."""
+    return {"ok": True}
+
+
+@router.get("/readyz", tags=["health"])
+async def readyz(request: Request) -> JSONResponse:
+    """Readiness: the database and Redis both answer."""
+    runtime = runtime_of(request)
+
+    def check() -> dict[str, str]:
+        problems = {}
+        try:
+            with runtime.store.reading() as conn:
+                conn.execute(text("SELECT 1"))
+        except Exception as exc:
+            problems["database"] = str(exc)
+        try:
+            redis.Redis.from_url(runtime.redis_url, socket_timeout=2,
+                                 socket_connect_timeout=2).ping()
+        except Exception as exc:
+            problems["redis"] = str(exc)
+        return problems
+
+    problems = await blocking(check)
+    if problems:
+        detail = "; ".join(f"{name}: {reason}" for name, reason in problems.items())
+        return JSONResponse({"ok": False, "error": f"unavailable: {detail}"}, status_code=503)
+    return JSONResponse({"ok": True})

@@ -1,0 +1,127 @@
+"""The append-only audit log with its SHA-256 hash chain (SPEC §7).
+
+Rows are only ever inserted. Each row's ``hash`` covers its own fields and the previous
+row's hash, so rewriting or removing any row breaks the chain at that row. The
+database enforces append-only with triggers (see the migrations); this module is the
+one writer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select, text
+from sqlalchemy.engine import Connection
+
+from .canonical import canonical_json, sha256_hex
+from .schema import audit_log
+
+GENESIS_HASH = "0" * 64
+# Serializes chain appends on PostgreSQL; SQLite's write lock already does.
+_CHAIN_LOCK_KEY = 0x746F6F6C  # "tool"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One row to append; ``seq``, ``prev_hash`` and ``hash`` are assigned by ``append``."""
+
+    event: str
+    actor: str
+    tool: str | None = None
+    call_id: str | None = None
+    request_id: str | None = None
+    detail: Any = None
+
+
+def row_hash(row: dict[str, Any]) -> str:
+    """The chain hash of a row: SHA-256 over the canonical JSON of every other field."""
+    fields = {key: row[key] for key in _HASHED_FIELDS}
+    return sha256_hex(canonical_json(fields))
+
+
+_HASHED_FIELDS = ("seq", "at", "tool", "event", "call_id", "request_id", "actor", "detail",
+                  "prev_hash")
+
+
+def append(conn: Connection, entries: list[AuditEntry], *, at: int) -> list[int]:
+    """Append ``entries`` inside the caller's transaction; returns their ``seq`` numbers."""
+    if not entries:
+        return []
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CHAIN_LOCK_KEY})
+    last = conn.execute(
+        select(audit_log.c.seq, audit_log.c.hash).order_by(audit_log.c.seq.desc()).limit(1)
+    ).first()
+    seq, prev_hash = (last.seq, last.hash) if last else (0, GENESIS_HASH)
+    rows = []
+    for entry in entries:
+        seq += 1
+        row = {
+            "seq": seq,
+            "at": at,
+            "tool": entry.tool,
+            "event": str(entry.event),
+            "call_id": entry.call_id,
+            "request_id": entry.request_id,
+            "actor": entry.actor,
+            "detail": None if entry.detail is None else canonical_json(entry.detail),
+            "prev_hash": prev_hash,
+        }
+        row["hash"] = prev_hash = row_hash(row)
+        rows.append(row)
+    conn.execute(audit_log.insert(), rows)
+    return [row["seq"] for row in rows]
+
+
+def to_public(row: Any) -> dict[str, Any]:
+    """A reader's copy of a row, with ``detail`` decoded."""
+    data = dict(row._mapping)
+    if data.get("detail") is not None:
+        data["detail"] = json.loads(data["detail"])
+    return data
+
+
+def query(
+    conn: Connection,
+    *,
+    tool: str | None = None,
+    event: str | None = None,
+    call_id: str | None = None,
+    after_seq: int = 0,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """Rows in ``seq`` order, filtered; always fresh copies."""
+    stmt = select(audit_log).where(audit_log.c.seq > after_seq)
+    if tool is not None:
+        stmt = stmt.where(audit_log.c.tool == tool)
+    if event is not None:
+        stmt = stmt.where(audit_log.c.event == event)
+    if call_id is not None:
+        stmt = stmt.where(audit_log.c.call_id == call_id)
+    rows = conn.execute(stmt.order_by(audit_log.c.seq).limit(limit))
+    return [to_public(row) for row in rows]
+
+
+def verify(conn: Connection, batch: int = 5000) -> tuple[int, int | None, str | None]:
+    """Walk the chain; returns (rows checked, first bad seq or None, reason or None)."""
+    prev_hash, expected_seq, checked = GENESIS_HASH, None, 0
+    after = 0
+    while True:
+        rows = conn.execute(
+            select(audit_log).where(audit_log.c.seq > after).order_by(audit_log.c.seq).limit(batch)
+        ).all()
+        if not rows:
+            return checked, None, None
+        for row in rows:
+            data = dict(row._mapping)
+            if expected_seq is not None and data["seq"] != expected_seq:
+                return checked, data["seq"], f"gap: expected seq {expected_seq}"
+            if data["prev_hash"] != prev_hash:
+                return checked, data["seq"], "prev_hash does not match the previous row"
+            if row_hash(data) != data["hash"]:
+                return checked, data["seq"], "hash does not match the row's contents"
+            prev_hash, expected_seq = data["hash"], data["seq"] + 1
+            checked += 1
+        after = rows[-1].seq

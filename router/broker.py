@@ -1,0 +1,113 @@
+"""Redis as transport: where it is, how Celery talks to it, and publishing by task name.
+
+The core never imports a task. It publishes ``toolrouter.run_call`` with the call id and
+lets whichever worker serves the queue pick it up. The message is a wake-up call; the
+database row it points at is the truth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+from kombu import Exchange, Queue
+
+from .constants import ALL_QUEUES, RUN_CALL_TASK
+from .errors import BrokerUnavailable
+from .settings import Settings
+
+LOCAL_REDIS_URL = "redis://127.0.0.1:6379/0"
+PRIVATE_REDIS_FILE = "redis.url"
+
+
+def private_redis_url_file(settings: Settings) -> Path:
+    """Where `toolrouter up` writes the URL of the private Redis it started."""
+    return settings.state_dir / PRIVATE_REDIS_FILE
+
+
+def resolve_redis_url(settings: Settings) -> str:
+    """The configured URL; else the private Redis of a running `toolrouter up`; else localhost."""
+    if settings.redis_url:
+        return settings.redis_url
+    marker = private_redis_url_file(settings)
+    if marker.exists():
+        return marker.read_text(encoding="utf-8").strip()
+    return LOCAL_REDIS_URL
+
+
+def celery_settings(redis_url: str) -> dict[str, Any]:
+    """Settings shared by every process that publishes or consumes (one reason per line)."""
+    return {
+        "broker_url": redis_url,
+        # Results live in the database; Celery's result backend would be a second truth.
+        "result_backend": None,
+        "task_ignore_result": True,
+        # JSON only: no pickle on the wire.
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "event_serializer": "json",
+        # Every queue is declared; publishing to an undeclared one is an error, not a new queue.
+        "task_queues": [Queue(name, Exchange(name), routing_key=name) for name in ALL_QUEUES],
+        "task_create_missing_queues": False,
+        "task_default_queue": "tools.low",
+        # A publish to a dead Redis fails fast so the API can answer 503 instead of hanging.
+        "broker_connection_timeout": 2.0,
+        "broker_connection_retry_on_startup": True,
+        "task_publish_retry": True,
+        "task_publish_retry_policy": {
+            "max_retries": 2, "interval_start": 0.1, "interval_step": 0.2, "interval_max": 0.5,
+        },
+        "broker_transport_options": {
+            # Unacked messages come back after this long; must exceed any task's hard limit.
+            "visibility_timeout": 3600 * 2,
+            "socket_timeout": 5.0,
+            "socket_connect_timeout": 2.0,
+        },
+    }
+
+
+def make_celery(redis_url: str, name: str = "toolrouter") -> Celery:
+    app = Celery(name)
+    app.conf.update(celery_settings(redis_url))
+    return app
+
+
+@dataclass(frozen=True, slots=True)
+class RunMessage:
+    """What a worker needs to know to run a call: only its id (and the tool, for display)."""
+
+    call_id: str
+    tool: str
+    queue: str
+    timeout_s: float
+
+
+class Publisher:
+    """Publishes run messages by task name. Raises ``BrokerUnavailable`` when Redis is down."""
+
+    def __init__(self, app: Celery, *, hard_limit_grace_s: float = 10.0) -> None:
+        self.app = app
+        self.hard_limit_grace_s = hard_limit_grace_s
+
+    def publish(self, messages: Sequence[RunMessage]) -> None:
+        if not messages:
+            return
+        try:
+            with self.app.producer_or_acquire() as producer:
+                for message in messages:
+                    self.app.send_task(
+                        RUN_CALL_TASK,
+                        args=[message.call_id],
+                        # The tool name rides along for Flower and logs; arguments never do.
+                        kwargs={"tool": message.tool},
+                        queue=message.queue,
+                        routing_key=message.queue,
+                        soft_time_limit=message.timeout_s,
+                        time_limit=message.timeout_s + self.hard_limit_grace_s,
+                        producer=producer,
+                    )
+        except Exception as exc:  # kombu and redis-py raise many types for "Redis is down"
+            raise BrokerUnavailable(f"broker: {exc}") from None

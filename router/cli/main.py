@@ -1,0 +1,224 @@
+"""The ``toolrouter`` command: one entry point for every process and for people."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import NoReturn
+
+import click
+
+from ..errors import ConfigError, RequestError, SchemaOutdated, ToolrouterError, Unavailable
+from ..runtime import Runtime
+from ..settings import get_settings
+from . import calls as calls_cli
+from . import processes
+
+
+def runtime(prepare: bool = True) -> Runtime:
+    """A runtime on the shared settings; schema checked (or upgraded, on SQLite) first."""
+    rt = Runtime(get_settings())
+    if prepare:
+        try:
+            rt.prepare()
+        except (ConfigError, SchemaOutdated, Unavailable) as exc:
+            fail(str(exc))
+    return rt
+
+
+def fail(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(2)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """toolrouter: the router between agents and their tools."""
+
+
+# -- processes ---------------------------------------------------------------------------
+
+
+@main.command()
+def up() -> None:
+    """Run everything on this machine (api, workers, approval worker, beat, Flower)."""
+    from .up import run_up
+
+    sys.exit(run_up(get_settings()))
+
+
+@main.command()
+@click.option("--host", default=None, help="Default: TOOLROUTER_API_HOST")
+@click.option("--port", type=int, default=None, help="Default: TOOLROUTER_API_PORT")
+def api(host: str | None, port: int | None) -> None:
+    """Run the HTTP API under uvicorn."""
+    settings = get_settings()
+    runtime()  # fail fast on config or schema before binding the port
+    processes.exec_argv(processes.api_argv(settings, host=host, port=port))
+
+
+@main.command()
+@click.option("--risk", type=click.Choice(["low", "medium", "high"]), required=True)
+@click.option("--concurrency", type=int, default=None)
+def worker(risk: str, concurrency: int | None) -> None:
+    """Run a Celery worker for one risk queue."""
+    settings = get_settings()
+    runtime()
+    processes.exec_argv(processes.worker_argv(settings, risk, concurrency))
+
+
+@main.command()
+def approvals() -> None:
+    """Run the approval worker (queues: approvals, maintenance)."""
+    settings = get_settings()
+    runtime()
+    processes.exec_argv(processes.approvals_argv(settings))
+
+
+@main.command()
+def beat() -> None:
+    """Run Celery beat: reaper, reconciler, expiry."""
+    settings = get_settings()
+    runtime()
+    processes.exec_argv(processes.beat_argv(settings))
+
+
+@main.command()
+def flower() -> None:
+    """Run Flower on TOOLROUTER_FLOWER_PORT with basic auth."""
+    settings = get_settings()
+    processes.exec_argv(processes.flower_argv(settings))
+
+
+@main.command()
+def mcp() -> None:
+    """(Not yet available) serve toolrouter over MCP stdio."""
+    fail("the MCP server is not built yet")
+
+
+# -- database and keys -------------------------------------------------------------------
+
+
+@main.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Bring the schema up to date (Alembic)."""
+    from ..migrate import head_revision, upgrade
+
+    rt = runtime(prepare=False)
+    try:
+        upgrade(rt.engine)
+    except Unavailable as exc:
+        fail(str(exc))
+    click.echo(f"schema at {head_revision()}")
+
+
+@main.group()
+def keys() -> None:
+    """API keys."""
+
+
+@keys.command("create")
+@click.option("--name", required=True)
+@click.option("--role", "roles", multiple=True, required=True,
+              help="agent, approver, operator, admin, or a custom approver role; repeatable")
+def keys_create(name: str, roles: tuple[str, ...]) -> None:
+    """Create a key; its token is printed once, alone on the last line."""
+    rt = runtime()
+    try:
+        token = rt.keys.create(name, list(roles))
+    except (ValueError, ToolrouterError) as exc:
+        fail(str(exc))
+    click.echo(f"created key {name!r} with roles {', '.join(sorted(set(roles)))}")
+    click.echo("the token below is shown only once:")
+    click.echo(token)
+
+
+@keys.command("revoke")
+@click.argument("name")
+def keys_revoke(name: str) -> None:
+    """Revoke a key by name."""
+    rt = runtime()
+    try:
+        rt.keys.revoke(name)
+    except ToolrouterError as exc:
+        fail(str(exc))
+    click.echo(f"revoked key {name!r}")
+
+
+@keys.command("list")
+def keys_list() -> None:
+    """List keys (never their tokens)."""
+    for key in runtime().keys.list():
+        state = "revoked" if key["revoked"] else "active"
+        click.echo(f"{key['name']}\t{','.join(key['roles'])}\t{state}")  # type: ignore[arg-type]
+
+
+# -- tools and audit ---------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Full definitions as JSON")
+def tools(as_json: bool) -> None:
+    """List the registered tools."""
+    rt = runtime(prepare=False)
+    try:
+        registry = rt.registry
+    except ConfigError as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(json.dumps([tool.describe() for tool in registry], indent=2))
+        return
+    for tool in registry:
+        gate = "gated" if tool.spec.gated else "ungated"
+        click.echo(f"{tool.name}\t{tool.spec.risk}\t{gate}\t{tool.spec.description}")
+
+
+@main.group()
+def audit() -> None:
+    """The audit log."""
+
+
+@audit.command("list")
+@click.option("--tool", default=None)
+@click.option("--event", default=None)
+@click.option("--call-id", default=None)
+@click.option("--after-seq", type=int, default=0)
+@click.option("--limit", type=int, default=100)
+def audit_list(tool: str | None, event: str | None, call_id: str | None, after_seq: int,
+               limit: int) -> None:
+    """Print audit rows as JSON lines."""
+    from .. import audit as audit_log
+
+    rt = runtime()
+    with rt.store.reading() as conn:
+        rows = audit_log.query(conn, tool=tool, event=event, call_id=call_id,
+                               after_seq=after_seq, limit=limit)
+    for row in rows:
+        click.echo(json.dumps(row, sort_keys=True))
+
+
+@audit.command("verify")
+def audit_verify() -> None:
+    """Check the hash chain; names the first bad row."""
+    from .. import audit as audit_log
+
+    rt = runtime()
+    with rt.store.reading() as conn:
+        checked, bad_seq, reason = audit_log.verify(conn)
+    if bad_seq is not None:
+        fail(f"audit chain broken at seq {bad_seq}: {reason} ({checked} rows verified before it)")
+    click.echo(f"audit chain ok: {checked} rows verified")
+
+
+# -- calls through the HTTP API -------------------------------------------------------------
+
+main.add_command(calls_cli.call)
+
+
+if __name__ == "__main__":
+    main()

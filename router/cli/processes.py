@@ -1,0 +1,57 @@
+"""The command line of every process, defined once.
+
+``toolrouter up``, the single-process commands, the ``Procfile`` and
+``docker-compose.yml`` all describe these same processes; a test keeps them in step.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import NoReturn
+
+from ..constants import APPROVALS_QUEUE, MAINTENANCE_QUEUE, queue_for
+from ..settings import Settings
+
+CELERY_APP = "workers.app"
+
+
+def celery(*args: str) -> list[str]:
+    return [sys.executable, "-m", "celery", "-A", CELERY_APP, *args]
+
+
+def api_argv(settings: Settings, *, host: str | None = None, port: int | None = None) -> list[str]:
+    return [sys.executable, "-m", "uvicorn", "--factory", "router.api.app:app_from_env",
+            "--host", host or settings.api_host, "--port", str(port or settings.api_port),
+            "--no-access-log", "--timeout-graceful-shutdown", "5"]
+
+
+def worker_argv(settings: Settings, risk: str, concurrency: int | None = None) -> list[str]:
+    return celery("worker", "-Q", queue_for(risk), "-n", f"{risk}@%h", "-P", "prefork",
+                  "-c", str(concurrency or settings.worker_concurrency), "-l", "INFO",
+                  "--without-mingle", "--without-gossip")
+
+
+def approvals_argv(settings: Settings) -> list[str]:
+    return celery("worker", "-Q", f"{APPROVALS_QUEUE},{MAINTENANCE_QUEUE}", "-n", "approvals@%h",
+                  "-P", "prefork", "-c", "1", "-l", "INFO", "--without-mingle", "--without-gossip")
+
+
+def beat_argv(settings: Settings) -> list[str]:
+    schedule = (settings.state_dir / "celerybeat-schedule").resolve()
+    return celery("beat", "-s", str(schedule), "-l", "INFO")
+
+
+def flower_argv(settings: Settings, password: str | None = None) -> list[str]:
+    argv = celery("flower", f"--port={settings.flower_port}", "--address=127.0.0.1")
+    secret = password or settings.flower_password
+    if secret:
+        argv.append(f"--basic-auth={settings.flower_user}:{secret}")
+    return argv
+
+
+def exec_argv(argv: list[str]) -> NoReturn:
+    """Replace this process with ``argv``, so signals reach the real server directly."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(argv[0], argv)

@@ -1,0 +1,172 @@
+"""Loading the YAML tool config: ``${VAR}`` interpolation and the typed tool spec.
+
+Every mistake is a ``ConfigError`` naming the file, the tool and the reason, raised at
+start-up rather than at the first call.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import ConfigError
+
+TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+EXAMPLE_CONFIG = "example_tools.yaml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RetryPolicy(_Strict):
+    max_attempts: int = Field(default=1, ge=1, le=100)
+    backoff_s: float = Field(default=1.0, ge=0)
+    max_backoff_s: float = Field(default=60.0, ge=0)
+
+
+class HttpHandler(_Strict):
+    url: str
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class McpHandler(_Strict):
+    server: str
+    tool: str
+
+
+class HandlerSpec(_Strict):
+    """Exactly one handler kind; a plain string in YAML means ``python``."""
+
+    python: str | None = None
+    http: HttpHandler | None = None
+    mcp: McpHandler | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> HandlerSpec:
+        if sum(kind is not None for kind in (self.python, self.http, self.mcp)) != 1:
+            raise ValueError("handler needs exactly one of: python, http, mcp")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "python" if self.python else "http" if self.http else "mcp"
+
+
+class ToolSpec(_Strict):
+    """One tool as written in the config (SPEC §3)."""
+
+    name: str
+    description: str = ""
+    category: str = "general"
+    handler: HandlerSpec
+    risk: Literal["low", "medium", "high"] = "low"
+    requires_approval: bool | None = None
+    approvers: tuple[str, ...] = ("approver",)
+    approvals_required: int = Field(default=1, ge=1)
+    approval_timeout_s: float = Field(default=3600.0, gt=0)
+    idempotent: bool = False
+    timeout_s: float = Field(default=30.0, gt=0, le=86_400)
+    retry: RetryPolicy = RetryPolicy()
+    rate_limit: str | None = None
+    cost_per_call: float = Field(default=0.0, ge=0)
+    cache_ttl_s: float = Field(default=0.0, ge=0)
+    fallbacks: tuple[str, ...] = ()
+    capabilities: tuple[str, ...] = ()
+    limitations: tuple[str, ...] = ()
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    output_schema: dict[str, Any] | None = None
+    version: str = "1"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _string_handler_is_python(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and isinstance(data.get("handler"), str):
+            data = {**data, "handler": {"python": data["handler"]}}
+        return data
+
+    @property
+    def gated(self) -> bool:
+        """Whether a call waits for approval: explicit, else true for high risk."""
+        if self.requires_approval is None:
+            return self.risk == "high"
+        return self.requires_approval
+
+
+class ToolConfig(_Strict):
+    tools: tuple[ToolSpec, ...] = ()
+    mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+def interpolate(value: Any, env: Mapping[str, str], *, file: str, tool: str | None) -> Any:
+    """Replace ``${VAR}`` in every string; a missing variable is a config error."""
+    if isinstance(value, str):
+        def sub(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in env:
+                raise ConfigError(f"environment variable {name} is not set", file=file, tool=tool)
+            return env[name]
+
+        return _VAR_RE.sub(sub, value)
+    if isinstance(value, list):
+        return [interpolate(item, env, file=file, tool=tool) for item in value]
+    if isinstance(value, dict):
+        return {key: interpolate(item, env, file=file, tool=tool) for key, item in value.items()}
+    return value
+
+
+def _describe(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown key"
+    return f"{where}: {message}" if where else message
+
+
+def parse_config(text: str, *, file: str, env: Mapping[str, str] | None = None) -> ToolConfig:
+    """Parse config text; raises ``ConfigError`` on the first problem found."""
+    env = os.environ if env is None else env
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}", file=file) from None
+    if not isinstance(raw, dict):
+        raise ConfigError("top level must be a mapping with a 'tools' list", file=file)
+    unknown = set(raw) - {"tools", "mcp_servers", "mcpServers"}
+    if unknown:
+        raise ConfigError(f"unknown key: {sorted(unknown)[0]}", file=file)
+    raw_tools = raw.get("tools") or []
+    if not isinstance(raw_tools, list):
+        raise ConfigError("'tools' must be a list", file=file)
+    tools = []
+    for index, item in enumerate(raw_tools):
+        name = item.get("name") if isinstance(item, dict) else None
+        label = name if isinstance(name, str) else f"#{index}"
+        if not isinstance(item, dict):
+            raise ConfigError("each tool must be a mapping", file=file, tool=label)
+        item = interpolate(item, env, file=file, tool=label)
+        try:
+            tools.append(ToolSpec.model_validate(item))
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc), file=file, tool=label) from None
+    servers = raw.get("mcp_servers") or raw.get("mcpServers") or {}
+    servers = interpolate(servers, env, file=file, tool=None)
+    return ToolConfig(tools=tuple(tools), mcp_servers=servers)
+
+
+def load_config(path: Path, env: Mapping[str, str] | None = None) -> ToolConfig:
+    """Load ``path``; when it does not exist, the built-in example config."""
+    if path.exists():
+        return parse_config(path.read_text(encoding="utf-8"), file=str(path), env=env)
+    text = resources.files("router").joinpath(EXAMPLE_CONFIG).read_text(encoding="utf-8")
+    return parse_config(text, file=f"<built-in {EXAMPLE_CONFIG}>", env=env)

@@ -1,0 +1,179 @@
+"""The dispatcher: checks a call, stores it, audits it, and publishes it to its risk queue.
+
+Dispatch never throws. Every path out of ``submit`` is a ``CallResult``: unknown tool,
+invalid arguments, an idempotent replay, a gated call's pending request, a queued call,
+or ``unavailable`` when the database or the broker is down. The approval gate and the
+audit write are the product's rules, so they are spelled out here rather than in hooks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from . import audit
+from .audit import AuditEntry
+from .broker import Publisher, RunMessage
+from .canonical import canonical_json, sha256_hex
+from .clock import Clock, wall_clock_ms
+from .errors import BrokerUnavailable, Unavailable
+from .ids import new_call_id, new_request_id
+from .registry import Tool, ToolRegistry
+from .results import CallResult, error_message, rejected, unavailable
+from .status import AuditEvent, CallStatus
+from .store import Store
+
+log = logging.getLogger(__name__)
+
+# Unknown names are echoed back and audited, but not at any length.
+MAX_ECHOED_NAME = 128
+IDEMPOTENCY_KEY_MAX = 256
+
+
+def echo_name(name: object) -> str:
+    """A caller-supplied name made safe to echo and to store: printable, and not too long."""
+    text = name if isinstance(name, str) else json.dumps(name, default=repr)
+    if not text.isprintable():
+        text = json.dumps(text)[1:-1]  # escapes control characters and lone surrogates
+    return text if len(text) <= MAX_ECHOED_NAME else text[:MAX_ECHOED_NAME] + "…"
+
+
+class Dispatcher:
+    """Takes calls from agents (HTTP, MCP, the Python client all come through here)."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: ToolRegistry,
+        publisher: Publisher,
+        *,
+        clock: Clock = wall_clock_ms,
+        max_args_bytes: int = 256 * 1024,
+    ) -> None:
+        self.store, self.registry, self.publisher = store, registry, publisher
+        self.clock = clock
+        self.max_args_bytes = max_args_bytes
+
+    def submit(
+        self, requested_by: str, tool: object, args: object, idempotency_key: str | None = None
+    ) -> CallResult:
+        """Accept one call. Never raises."""
+        try:
+            return self._submit(requested_by, tool, args, idempotency_key)
+        except Unavailable as exc:
+            return unavailable(str(exc), tool=echo_name(tool))
+        except Exception as exc:
+            log.exception("dispatch failed unexpectedly")
+            return unavailable(f"internal error: {error_message(exc)}", tool=echo_name(tool))
+
+    def _submit(
+        self, requested_by: str, name: object, args: object, idempotency_key: str | None
+    ) -> CallResult:
+        tool = self.registry.get(name)
+        if tool is None:
+            label = echo_name(name)
+            return self._reject(requested_by, label, AuditEvent.UNKNOWN, f"unknown tool: {label}")
+        problem, canonical = self._check_arguments(tool, args)
+        if problem is not None:
+            return self._reject(requested_by, tool.name, AuditEvent.INVALID,
+                                f"invalid arguments: {problem}")
+        assert canonical is not None
+        digest = sha256_hex(canonical)
+        if idempotency_key is not None:
+            if not idempotency_key or len(idempotency_key) > IDEMPOTENCY_KEY_MAX:
+                return CallResult(status="bad_request", tool=tool.name, http_status=422,
+                                  error=f"idempotency key must be 1-{IDEMPOTENCY_KEY_MAX} characters")
+            replay = self._replay(requested_by, idempotency_key, tool.name, digest)
+            if replay is not None:
+                return replay
+        try:
+            return self._accept(requested_by, tool, canonical, digest, idempotency_key)
+        except IntegrityError:
+            # Two submissions with one idempotency key raced; the other one won.
+            if idempotency_key is None:
+                raise
+            replay = self._replay(requested_by, idempotency_key, tool.name, digest)
+            if replay is None:
+                raise
+            return replay
+
+    def _check_arguments(self, tool: Tool, args: object) -> tuple[str | None, str | None]:
+        if not isinstance(args, dict):
+            return "arguments must be a JSON object", None
+        try:
+            canonical = canonical_json(args)
+        except (TypeError, ValueError) as exc:
+            return f"arguments are not JSON: {error_message(exc)}", None
+        size = len(canonical.encode("utf-8", "surrogatepass"))
+        if size > self.max_args_bytes:
+            return f"arguments are {size} bytes, over the limit of {self.max_args_bytes}", None
+        return tool.argument_errors(args), canonical
+
+    def _reject(self, actor: str, tool: str, event: AuditEvent, error: str) -> CallResult:
+        # Rejected calls are not stored as calls, but the attempt is audited.
+        with self.store.transaction() as conn:
+            audit.append(conn, [AuditEntry(event=event, actor=actor, tool=tool,
+                                           detail={"error": error})], at=self.clock())
+        return rejected(tool, error)
+
+    def _replay(self, requested_by: str, key: str, tool: str, digest: str) -> CallResult | None:
+        with self.store.reading() as conn:
+            existing = self.store.find_by_idempotency_key(conn, requested_by, key)
+        if existing is None:
+            return None
+        if existing.tool != tool or existing.args_sha256 != digest:
+            return CallResult(status="conflict", tool=tool, http_status=409,
+                              error="idempotency key reused with different arguments")
+        return existing.result()
+
+    def _accept(
+        self, requested_by: str, tool: Tool, canonical: str, digest: str,
+        idempotency_key: str | None,
+    ) -> CallResult:
+        now = self.clock()
+        call_id = new_call_id()
+        gated = tool.spec.gated
+        status = CallStatus.PENDING if gated else CallStatus.QUEUED
+        request_id = new_request_id() if gated else None
+        row: dict[str, Any] = {
+            "id": call_id, "tool": tool.name, "risk": tool.spec.risk, "args": canonical,
+            "args_sha256": digest, "status": status, "requested_by": requested_by,
+            "idempotency_key": idempotency_key, "attempt": 0, "created_at": now,
+            "updated_at": now, "request_id": request_id,
+            # Set before the publish: if this process dies in between, the reconciler
+            # sees an old publish time and sends it again.
+            "published_at": None if gated else now,
+        }
+        event = AuditEvent.PENDING if gated else AuditEvent.QUEUED
+        with self.store.transaction() as conn:
+            self.store.insert(conn, [row])
+            audit.append(conn, [AuditEntry(event=event, actor=requested_by, tool=tool.name,
+                                           call_id=call_id, request_id=request_id)], at=now)
+        if gated:
+            return CallResult(status=status, tool=tool.name, call_id=call_id,
+                              request_id=request_id)
+        # Enqueue after commit: the row exists before any worker can look for it.
+        try:
+            self.publisher.publish([message_for(tool, call_id)])
+        except BrokerUnavailable as exc:
+            return self._fail_unpublished(requested_by, tool, call_id, str(exc))
+        return CallResult(status=status, tool=tool.name, call_id=call_id)
+
+    def _fail_unpublished(self, actor: str, tool: Tool, call_id: str, error: str) -> CallResult:
+        """The broker refused the message: fail the call now rather than run it behind the
+        caller's back after telling them 503."""
+        now = self.clock()
+        with self.store.transaction() as conn:
+            if self.store.fail_unclaimed(conn, call_id, now=now, error=error):
+                audit.append(conn, [AuditEntry(event=AuditEvent.ERROR, actor=actor,
+                                               tool=tool.name, call_id=call_id,
+                                               detail={"error": error})], at=now)
+        return unavailable(error, tool=tool.name)
+
+
+def message_for(tool: Tool, call_id: str) -> RunMessage:
+    return RunMessage(call_id=call_id, tool=tool.name, queue=tool.queue,
+                      timeout_s=tool.spec.timeout_s)

@@ -1,0 +1,71 @@
+"""Creating SQLAlchemy engines for SQLite (WAL) and PostgreSQL, and naming their failures."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, exc
+from sqlalchemy.engine import Connection
+
+from .errors import StoreUnavailable
+
+# SQLite waits this long for a competing writer before giving up.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def normalize_url(url: str) -> str:
+    """Use psycopg 3 for plain ``postgresql://`` URLs."""
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def make_engine(url: str) -> Engine:
+    url = normalize_url(url)
+    if url.startswith("sqlite"):
+        return _sqlite_engine(url)
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def _sqlite_engine(url: str) -> Engine:
+    path = url.split("///", 1)[1] if "///" in url else ""
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not pysqlite, decide when transactions begin (the documented recipe).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Writers take the write lock up front: a deferred transaction that reads and then
+        # writes can fail with SQLITE_BUSY instead of waiting. Readers stay deferred.
+        mode = "BEGIN" if conn.get_execution_options().get("readonly") else "BEGIN IMMEDIATE"
+        conn.exec_driver_sql(mode)
+
+    return engine
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Turn a database that does not answer into ``StoreUnavailable``."""
+    try:
+        yield
+    except (exc.OperationalError, exc.InterfaceError) as error:
+        reason = str(error.orig).strip().splitlines()[0] if error.orig else str(error)
+        raise StoreUnavailable(f"database: {reason}") from None
+    except exc.DBAPIError as error:
+        if error.connection_invalidated:
+            raise StoreUnavailable("database: connection lost") from None
+        raise

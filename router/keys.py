@@ -1,0 +1,92 @@
+"""API keys: random bearer tokens stored only as SHA-256 hashes, each with roles (SPEC §9)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+
+from .clock import Clock, wall_clock_ms
+from .errors import Conflict, NotAuthenticated, NotFound
+from .ids import new_token
+from .schema import api_keys
+from .status import Role
+from .store import Store
+
+KEY_NAME_MAX = 128
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the key's name (the identity in the audit log) and its roles."""
+
+    name: str
+    roles: frozenset[str]
+
+    def has(self, *roles: str) -> bool:
+        return any(role in self.roles for role in roles)
+
+    @property
+    def is_operator(self) -> bool:
+        return self.has(Role.OPERATOR, Role.ADMIN)
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class KeyStore:
+    """Create, revoke and check keys."""
+
+    def __init__(self, store: Store, clock: Clock = wall_clock_ms) -> None:
+        self.store, self.clock = store, clock
+
+    def create(self, name: str, roles: list[str]) -> str:
+        """Store a new key and return its token: the only time the token is ever seen."""
+        if not name or len(name) > KEY_NAME_MAX or not name.isprintable():
+            raise ValueError(f"key name must be 1-{KEY_NAME_MAX} printable characters")
+        if not roles:
+            raise ValueError("a key needs at least one role")
+        token = new_token()
+        row = {"name": name, "token_hash": token_hash(token),
+               "roles": json.dumps(sorted(set(roles))), "created_at": self.clock()}
+        try:
+            with self.store.transaction() as conn:
+                conn.execute(api_keys.insert(), [row])
+        except IntegrityError:
+            raise Conflict(f"a key named {name!r} already exists") from None
+        return token
+
+    def revoke(self, name: str) -> None:
+        with self.store.transaction() as conn:
+            result = conn.execute(
+                update(api_keys)
+                .where(api_keys.c.name == name, api_keys.c.revoked_at.is_(None))
+                .values(revoked_at=self.clock())
+            )
+        if result.rowcount != 1:
+            raise NotFound(f"unknown key: {name}")
+
+    def list(self) -> list[dict[str, object]]:
+        with self.store.reading() as conn:
+            rows = conn.execute(select(api_keys).order_by(api_keys.c.name)).all()
+        return [{"name": r.name, "roles": json.loads(r.roles), "created_at": r.created_at,
+                 "revoked": r.revoked_at is not None} for r in rows]
+
+    def authenticate(self, token: str | None) -> Principal:
+        """The principal behind ``token``; ``NotAuthenticated`` if missing, unknown or revoked."""
+        if not token:
+            raise NotAuthenticated("missing bearer key")
+        digest = token_hash(token)
+        with self.store.reading() as conn:
+            row = conn.execute(select(api_keys).where(api_keys.c.token_hash == digest)).first()
+        # The lookup is by hash, so timing reveals nothing about the token; compare anyway.
+        if row is None or not hmac.compare_digest(row.token_hash, digest):
+            raise NotAuthenticated("invalid key")
+        if row.revoked_at is not None:
+            raise NotAuthenticated("key revoked")
+        return Principal(name=row.name, roles=frozenset(json.loads(row.roles)))

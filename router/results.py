@@ -1,0 +1,81 @@
+"""Outcomes as values: every answer about a call is a ``CallResult`` (SPEC §4).
+
+``ok`` is true exactly when there is a value. Failures are data, never exceptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .status import CallStatus
+
+REJECTED = "rejected"
+# Answers where the service refused to take the call at all: only ``ok`` and ``error``.
+REFUSALS = frozenset({"unavailable", "conflict", "bad_request"})
+
+
+@dataclass(frozen=True, slots=True)
+class CallResult:
+    """One answer about one call. ``status`` is a ``CallStatus`` or ``"rejected"``."""
+
+    status: str
+    tool: str | None
+    call_id: str | None = None
+    value: Any = None
+    error: str | None = None
+    error_type: str | None = None
+    request_id: str | None = None
+    http_status: int = 200
+
+    @property
+    def ok(self) -> bool:
+        return self.status == CallStatus.SUCCEEDED
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire shape, with exactly the fields SPEC §4 names for this status."""
+        if self.status in REFUSALS:
+            return {"ok": False, "error": self.error}
+        body: dict[str, Any] = {"ok": self.ok}
+        if self.call_id is not None:
+            body["call_id"] = self.call_id
+        body["tool"] = self.tool
+        body["status"] = self.status
+        if self.ok:
+            body["value"] = self.value
+            return body
+        if self.error is not None:
+            body["error"] = self.error
+        if self.error_type is not None:
+            body["error_type"] = self.error_type
+        flag = _FLAGS.get(self.status)
+        if flag:
+            body[flag] = True
+        if self.request_id is not None:
+            body["request_id"] = self.request_id
+        return body
+
+
+_FLAGS = {
+    CallStatus.PENDING: "pending",
+    CallStatus.DENIED: "denied",
+    CallStatus.EXPIRED: "expired",
+}
+
+
+def rejected(tool: str | None, error: str) -> CallResult:
+    return CallResult(status=REJECTED, tool=tool, error=error)
+
+
+def unavailable(message: str, *, tool: str | None = None) -> CallResult:
+    text = message if message.startswith("unavailable: ") else f"unavailable: {message}"
+    return CallResult(status="unavailable", tool=tool, error=text, http_status=503)
+
+
+def error_message(exc: BaseException) -> str:
+    """The raiser's own message: ``str(exc)``, a ``KeyError``'s key, else the class name."""
+    if isinstance(exc, KeyError) and len(exc.args) == 1:
+        message = str(exc.args[0])
+    else:
+        message = str(exc)
+    return message or type(exc).__name__

@@ -1,0 +1,80 @@
+"""Wiring: builds the store, registry, publisher and services from one ``Settings``.
+
+Every process (API, workers, approval worker, CLI) starts from here, so all of them see
+the same database, the same broker and the same tools.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from celery import Celery
+from sqlalchemy import Engine
+
+from .broker import Publisher, make_celery, resolve_redis_url
+from .calls import CallService
+from .clock import Clock, wall_clock_ms
+from .config import load_config
+from .dispatcher import Dispatcher
+from .engine import make_engine
+from .keys import KeyStore
+from .migrate import ensure_schema
+from .registry import ToolRegistry
+from .settings import Settings
+from .store import Store
+
+
+@dataclass
+class Runtime:
+    """The long-lived objects of one process, built lazily from ``settings``."""
+
+    settings: Settings
+    clock: Clock = field(default=wall_clock_ms)
+
+    @cached_property
+    def redis_url(self) -> str:
+        return resolve_redis_url(self.settings)
+
+    @cached_property
+    def engine(self) -> Engine:
+        return make_engine(self.settings.resolved_database_url)
+
+    @cached_property
+    def store(self) -> Store:
+        return Store(self.engine)
+
+    @cached_property
+    def registry(self) -> ToolRegistry:
+        config = load_config(self.settings.config)
+        return ToolRegistry.from_config(config, file=str(self.settings.config))
+
+    @cached_property
+    def celery(self) -> Celery:
+        return make_celery(self.redis_url)
+
+    @cached_property
+    def publisher(self) -> Publisher:
+        return Publisher(self.celery)
+
+    @cached_property
+    def dispatcher(self) -> Dispatcher:
+        return Dispatcher(self.store, self.registry, self.publisher, clock=self.clock,
+                          max_args_bytes=self.settings.max_args_bytes)
+
+    @cached_property
+    def calls(self) -> CallService:
+        return CallService(self.store, clock=self.clock)
+
+    @cached_property
+    def keys(self) -> KeyStore:
+        return KeyStore(self.store, clock=self.clock)
+
+    def prepare(self) -> None:
+        """Fail fast at start-up: load the tools and check (or, on SQLite, upgrade) the schema."""
+        _ = self.registry
+        ensure_schema(self.engine)
+
+    def close(self) -> None:
+        if "engine" in self.__dict__:
+            self.engine.dispose()

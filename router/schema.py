@@ -1,0 +1,85 @@
+"""The tables, in SQLAlchemy Core. Alembic migrations create them; this is their mirror.
+
+Timestamps are integers (ms since the epoch, from the injected clock), JSON is stored
+as canonical text, so SQLite and PostgreSQL hold byte-identical rows.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+calls = Table(
+    "calls",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("tool", String(64), nullable=False),
+    Column("risk", String(8), nullable=False),
+    Column("args", Text, nullable=False),
+    Column("args_sha256", String(64), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("requested_by", String(128), nullable=False),
+    Column("idempotency_key", String(256), nullable=True),
+    # Number of claims so far; completion is fenced on it.
+    Column("attempt", Integer, nullable=False, default=0),
+    Column("lease_until", BigInteger, nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Column("published_at", BigInteger, nullable=True),
+    Column("started_at", BigInteger, nullable=True),
+    Column("finished_at", BigInteger, nullable=True),
+    Column("value", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("error_type", String(128), nullable=True),
+    Column("request_id", String(64), nullable=True),
+    Column("batch_id", String(40), nullable=True),
+    UniqueConstraint("requested_by", "idempotency_key", name="uq_calls_requested_by_idem"),
+    Index("ix_calls_status_lease", "status", "lease_until"),
+    Index("ix_calls_batch_id", "batch_id"),
+)
+
+audit_log = Table(
+    "audit_log",
+    metadata,
+    # Assigned by the writer under the chain lock, never by a sequence: the hash covers it.
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("at", BigInteger, nullable=False),
+    Column("tool", String(256), nullable=True),
+    Column("event", String(16), nullable=False),
+    Column("call_id", String(40), nullable=True),
+    Column("request_id", String(64), nullable=True),
+    Column("actor", String(128), nullable=False),
+    Column("detail", Text, nullable=True),
+    Column("prev_hash", String(64), nullable=False),
+    Column("hash", String(64), nullable=False),
+    Index("ix_audit_log_call_id", "call_id"),
+    Index("ix_audit_log_tool_seq", "tool", "seq"),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    # SHA-256 of the token; the token itself is never stored.
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("roles", Text, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("revoked_at", BigInteger, nullable=True),
+)

@@ -1,0 +1,60 @@
+"""One typed settings object, read from ``TOOLROUTER_*`` environment variables.
+
+Nothing else in the project reads ``os.environ`` for configuration.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob of every process. Environment: ``TOOLROUTER_<FIELD>`` (upper case)."""
+
+    model_config = SettingsConfigDict(env_prefix="TOOLROUTER_", extra="ignore")
+
+    # Where the embedded defaults live: the SQLite file, a private Redis, demo keys.
+    state_dir: Path = Path(".toolrouter")
+    # Empty: SQLite under the state directory.
+    database_url: str = ""
+    # Empty: Redis on localhost if one answers, else `toolrouter up` starts a private one.
+    redis_url: str = ""
+    config: Path = Path("toolrouter.yaml")
+
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    flower_port: int = 5555
+    flower_user: str = "admin"
+    flower_password: str = ""
+
+    worker_concurrency: int = Field(default=2, ge=1)
+    # Bodies larger than this are refused with 413 before they are parsed.
+    max_args_bytes: int = Field(default=256 * 1024, ge=1024)
+    # Longest `wait_s` a caller may ask for; longer is a 422, not a silent clamp.
+    max_wait_s: float = Field(default=300.0, gt=0)
+    # Added to a tool's timeout to form the lease on a running call.
+    lease_grace_s: float = Field(default=15.0, ge=1)
+    # A queued call with no claim for this long is published again.
+    requeue_after_s: float = Field(default=30.0, ge=1)
+    reaper_interval_s: float = Field(default=5.0, gt=0)
+    reconciler_interval_s: float = Field(default=10.0, gt=0)
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.state_dir / 'toolrouter.db').resolve()}"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.resolved_database_url.startswith("sqlite")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once."""
+    return Settings()

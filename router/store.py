@@ -1,0 +1,208 @@
+"""The system of record for calls: every state change is one conditional UPDATE.
+
+Concurrency rests on these conditions, not on locks held in Python: a claim moves a call
+``queued -> running`` only if it is still queued, and a completion lands only if the
+call is still ``running`` under the same attempt number (the fence).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, and_, select, update
+from sqlalchemy.engine import Connection
+
+from .engine import translate_errors
+from .results import CallResult
+from .schema import calls
+from .status import CANCELLABLE_STATES, CallStatus
+
+
+@dataclass(frozen=True, slots=True)
+class CallRow:
+    """A stored call, as read from the database."""
+
+    id: str
+    tool: str
+    risk: str
+    args: str
+    args_sha256: str
+    status: str
+    requested_by: str
+    idempotency_key: str | None
+    attempt: int
+    lease_until: int | None
+    created_at: int
+    updated_at: int
+    published_at: int | None
+    started_at: int | None
+    finished_at: int | None
+    value: str | None
+    error: str | None
+    error_type: str | None
+    request_id: str | None
+    batch_id: str | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> CallRow:
+        return cls(**dict(row._mapping))
+
+    @property
+    def arguments(self) -> Any:
+        return json.loads(self.args)
+
+    def result(self) -> CallResult:
+        """The call's answer as the API gives it (SPEC §4)."""
+        value = json.loads(self.value) if self.value is not None else None
+        return CallResult(
+            status=self.status,
+            tool=self.tool,
+            call_id=self.id,
+            value=value,
+            error=self.error,
+            error_type=self.error_type,
+            request_id=self.request_id,
+        )
+
+
+class Store:
+    """Calls in the database. Every method that writes takes the caller's transaction."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A write transaction; ``StoreUnavailable`` when the database does not answer."""
+        with translate_errors(), self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A read-only transaction (deferred on SQLite, so it does not block writers)."""
+        with translate_errors(), self.engine.connect() as conn:
+            conn = conn.execution_options(readonly=True)
+            with conn.begin():
+                yield conn
+
+    # -- reads -----------------------------------------------------------------------
+
+    def get(self, conn: Connection, call_id: str) -> CallRow | None:
+        row = conn.execute(select(calls).where(calls.c.id == call_id)).first()
+        return CallRow.from_row(row) if row else None
+
+    def find_by_idempotency_key(
+        self, conn: Connection, requested_by: str, key: str
+    ) -> CallRow | None:
+        row = conn.execute(
+            select(calls).where(
+                and_(calls.c.requested_by == requested_by, calls.c.idempotency_key == key)
+            )
+        ).first()
+        return CallRow.from_row(row) if row else None
+
+    def stale_queued(self, conn: Connection, *, published_before: int, limit: int) -> list[CallRow]:
+        """Queued calls whose last publish is older than ``published_before``."""
+        rows = conn.execute(
+            select(calls)
+            .where(and_(calls.c.status == CallStatus.QUEUED,
+                        (calls.c.published_at.is_(None)) | (calls.c.published_at < published_before)))
+            .order_by(calls.c.created_at)
+            .limit(limit)
+        )
+        return [CallRow.from_row(row) for row in rows]
+
+    def lost_runs(self, conn: Connection, *, now: int, limit: int) -> list[CallRow]:
+        """Running calls whose lease has run out: their worker is gone."""
+        rows = conn.execute(
+            select(calls)
+            .where(and_(calls.c.status == CallStatus.RUNNING, calls.c.lease_until < now))
+            .limit(limit)
+        )
+        return [CallRow.from_row(row) for row in rows]
+
+    # -- writes ----------------------------------------------------------------------
+
+    def insert(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+        conn.execute(calls.insert(), list(rows))
+
+    def mark_published(self, conn: Connection, call_ids: Sequence[str], *, now: int) -> None:
+        conn.execute(
+            update(calls)
+            .where(and_(calls.c.id.in_(list(call_ids)), calls.c.status == CallStatus.QUEUED))
+            .values(published_at=now)
+        )
+
+    def claim(self, conn: Connection, call_id: str, *, now: int, lease_ms: int) -> CallRow | None:
+        """``queued -> running`` with attempt + 1; None if someone else has it, or it is done."""
+        result = conn.execute(
+            update(calls)
+            .where(and_(calls.c.id == call_id, calls.c.status == CallStatus.QUEUED))
+            .values(
+                status=CallStatus.RUNNING,
+                attempt=calls.c.attempt + 1,
+                lease_until=now + lease_ms,
+                started_at=now,
+                updated_at=now,
+            )
+        )
+        if result.rowcount != 1:
+            return None
+        return self.get(conn, call_id)
+
+    def finish(
+        self,
+        conn: Connection,
+        call_id: str,
+        *,
+        attempt: int,
+        status: CallStatus,
+        now: int,
+        value: str | None = None,
+        error: str | None = None,
+        error_type: str | None = None,
+    ) -> bool:
+        """Record the outcome of attempt ``attempt``; False if that attempt no longer owns it."""
+        result = conn.execute(
+            update(calls)
+            .where(and_(calls.c.id == call_id, calls.c.status == CallStatus.RUNNING,
+                        calls.c.attempt == attempt))
+            .values(status=status, value=value, error=error, error_type=error_type,
+                    finished_at=now, updated_at=now, lease_until=None)
+        )
+        return result.rowcount == 1
+
+    def requeue_lost(self, conn: Connection, call_id: str, *, attempt: int, now: int) -> bool:
+        """Put a lost run of an idempotent tool back in the queue (fenced on its attempt)."""
+        result = conn.execute(
+            update(calls)
+            .where(and_(calls.c.id == call_id, calls.c.status == CallStatus.RUNNING,
+                        calls.c.attempt == attempt))
+            .values(status=CallStatus.QUEUED, lease_until=None, published_at=None, updated_at=now)
+        )
+        return result.rowcount == 1
+
+    def cancel(self, conn: Connection, call_id: str, *, now: int) -> bool:
+        """``queued|pending -> cancelled``; False if the call had moved on."""
+        result = conn.execute(
+            update(calls)
+            .where(and_(calls.c.id == call_id,
+                        calls.c.status.in_([str(s) for s in CANCELLABLE_STATES])))
+            .values(status=CallStatus.CANCELLED, finished_at=now, updated_at=now)
+        )
+        return result.rowcount == 1
+
+    def fail_unclaimed(self, conn: Connection, call_id: str, *, now: int, error: str) -> bool:
+        """Fail a call that no worker has claimed yet (its message never reached the broker)."""
+        result = conn.execute(
+            update(calls)
+            .where(and_(calls.c.id == call_id, calls.c.status == CallStatus.QUEUED,
+                        calls.c.attempt == 0))
+            .values(status=CallStatus.FAILED, error=error, error_type="Unavailable",
+                    finished_at=now, updated_at=now)
+        )
+        return result.rowcount == 1

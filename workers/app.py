@@ -1,0 +1,14 @@
+"""The Celery app: ``celery -A workers.app worker -Q tools.high``."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from router.broker import resolve_redis_url
+from router.settings import get_settings
+
+from .celeryconfig import worker_settings
+
+settings = get_settings()
+app = Celery("toolrouter", include=["workers.tasks"])
+app.conf.update(worker_settings(settings, resolve_redis_url(settings)))

@@ -1,0 +1,41 @@
+"""Worker-side Celery settings, on top of the shared ones in ``router.broker``.
+
+One line of reason per setting; every queue is declared in ``router.constants``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from router.broker import celery_settings
+from router.constants import MAINTENANCE_QUEUE, RECONCILE_TASK, REAP_TASK
+from router.settings import Settings
+
+
+def worker_settings(settings: Settings, redis_url: str) -> dict[str, Any]:
+    conf = celery_settings(redis_url)
+    conf.update(
+        {
+            # Ack after the handler ran: a message is never lost with its worker. Duplicates
+            # are harmless because a run starts with a conditional claim in the database.
+            "task_acks_late": True,
+            # A worker holds one message at a time, so a slow handler does not hoard others.
+            "worker_prefetch_multiplier": 1,
+            # Killed pool processes are recovered by our own reaper, not by redelivery.
+            "task_reject_on_worker_lost": False,
+            # Fresh pool processes now and then: handlers may leak.
+            "worker_max_tasks_per_child": 10_000,
+            # Send task events so Flower can show tasks (name, call id, tool).
+            "worker_send_task_events": True,
+            "task_send_sent_event": True,
+            "worker_hijack_root_logger": False,
+            "beat_schedule": {
+                "reap-lost-runs": {"task": REAP_TASK, "schedule": settings.reaper_interval_s,
+                                   "options": {"queue": MAINTENANCE_QUEUE, "expires": 30}},
+                "reconcile-queued": {"task": RECONCILE_TASK,
+                                     "schedule": settings.reconciler_interval_s,
+                                     "options": {"queue": MAINTENANCE_QUEUE, "expires": 30}},
+            },
+        }
+    )
+    return conf

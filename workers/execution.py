@@ -1,0 +1,150 @@
+"""Running a call: claim it, run its handler once, record the outcome fenced on the attempt.
+
+A plain class with no Celery in it (Celery's testing guide: test the logic "much like a
+web view"); ``workers.tasks`` is the thin layer that calls it. Recovery of lost runs
+lives here too, since it must agree with the claim and the fence.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from router import audit
+from router.audit import AuditEntry
+from router.constants import POISON_CAP
+from router.context import CallContext
+from router.dispatcher import message_for
+from router.notify import Notifier
+from router.runtime import Runtime
+from router.status import AuditEvent, CallStatus
+from router.store import CallRow
+
+from .handlers import Outcome, invoke
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 30.0
+
+
+class Executor:
+    """Runs calls for one worker process; ``actor`` names it in the audit log."""
+
+    def __init__(self, runtime: Runtime, notifier: Notifier, *, actor: str) -> None:
+        self.runtime, self.notifier, self.actor = runtime, notifier, actor
+        self.store, self.registry, self.clock = runtime.store, runtime.registry, runtime.clock
+
+    def lease_ms(self, tool_name: str | None) -> int:
+        tool = self.registry.get(tool_name)
+        timeout = tool.spec.timeout_s if tool else DEFAULT_TIMEOUT_S
+        return int((timeout + self.runtime.settings.lease_grace_s) * 1000)
+
+    def run(self, call_id: str, tool_hint: str | None = None) -> str:
+        """Run one call if it is still queued. Returns what happened, for the worker log."""
+        with self.store.transaction() as conn:
+            row = self.store.claim(conn, call_id, now=self.clock(),
+                                   lease_ms=self.lease_ms(tool_hint))
+        if row is None:
+            # Not queued any more: a duplicate or redelivered message, or a cancelled call.
+            return "dropped"
+        tool = self.registry.get(row.tool)
+        if tool is None:
+            outcome = Outcome(ok=False, error=f"unknown tool: {row.tool}",
+                              error_type="ToolNotFound")
+        else:
+            ctx = CallContext(call_id=row.id, idempotency_key=row.idempotency_key or row.id,
+                              attempt=row.attempt, requested_by=row.requested_by, tool=row.tool)
+            outcome = invoke(tool, row.arguments, ctx)
+        return self.finish(row, outcome)
+
+    def finish(self, row: CallRow, outcome: Outcome) -> str:
+        """Record ``outcome`` for ``row``'s attempt; "fenced" if that attempt lost the call."""
+        now = self.clock()
+        status = CallStatus.SUCCEEDED if outcome.ok else CallStatus.FAILED
+        detail: dict[str, Any] = {"attempt": row.attempt}
+        if not outcome.ok:
+            detail.update(error=outcome.error, error_type=outcome.error_type)
+        with self.store.transaction() as conn:
+            landed = self.store.finish(conn, row.id, attempt=row.attempt, status=status, now=now,
+                                       value=outcome.value_json, error=outcome.error,
+                                       error_type=outcome.error_type)
+            if landed:
+                event = AuditEvent.OK if outcome.ok else AuditEvent.ERROR
+                audit.append(conn, [AuditEntry(event=event, actor=self.actor, tool=row.tool,
+                                               call_id=row.id, request_id=row.request_id,
+                                               detail=detail)], at=now)
+        if not landed:
+            log.warning("call %s attempt %s finished after losing its lease; outcome dropped",
+                        row.id, row.attempt)
+            return "fenced"
+        self.notifier.call_done(row.id)
+        return "ok" if outcome.ok else "error"
+
+    def fail_hard_timeout(self, call_id: str) -> None:
+        """The handler ignored its soft limit and was killed: fail the call as timed out."""
+        with self.store.reading() as conn:
+            row = self.store.get(conn, call_id)
+        tool = self.registry.get(row.tool) if row else None
+        if row is None or row.status != CallStatus.RUNNING:
+            return
+        timeout = tool.spec.timeout_s if tool else DEFAULT_TIMEOUT_S
+        self.finish(row, Outcome.timed_out(timeout))
+
+    def recover(self, row: CallRow) -> str:
+        """A running call whose worker is gone: re-queue, interrupt or fail it as poison."""
+        tool = self.registry.get(row.tool)
+        now = self.clock()
+        if tool is not None and tool.spec.idempotent and row.attempt < POISON_CAP:
+            with self.store.transaction() as conn:
+                if not self.store.requeue_lost(conn, row.id, attempt=row.attempt, now=now):
+                    return "raced"
+                audit.append(conn, [AuditEntry(
+                    event=AuditEvent.RETRY, actor=self.actor, tool=row.tool, call_id=row.id,
+                    detail={"attempt": row.attempt, "reason": "worker lost"})], at=now)
+            self.runtime.publisher.publish([message_for(tool, row.id)])
+            with self.store.transaction() as conn:
+                self.store.mark_published(conn, [row.id], now=self.clock())
+            return "requeued"
+        if tool is not None and tool.spec.idempotent:
+            outcome = Outcome(ok=False, error=f"poison call: its run was lost {row.attempt} times",
+                              error_type="PoisonCall")
+            return "poisoned" if self.finish(row, outcome) != "fenced" else "raced"
+        return self._interrupt(row, now)
+
+    def _interrupt(self, row: CallRow, now: int) -> str:
+        # Not idempotent: the outcome is unknown and a human must look; never re-run it.
+        error = "worker lost during the run; outcome unknown"
+        with self.store.transaction() as conn:
+            landed = self.store.finish(conn, row.id, attempt=row.attempt,
+                                       status=CallStatus.INTERRUPTED, now=now,
+                                       error=error, error_type="WorkerLost")
+            if landed:
+                audit.append(conn, [AuditEntry(
+                    event=AuditEvent.INTERRUPTED, actor=self.actor, tool=row.tool,
+                    call_id=row.id, detail={"attempt": row.attempt, "error": error})], at=now)
+        if landed:
+            self.notifier.call_done(row.id)
+        return "interrupted" if landed else "raced"
+
+    def reap(self, limit: int = 500) -> dict[str, int]:
+        """Recover every running call whose lease has run out."""
+        with self.store.reading() as conn:
+            lost = self.store.lost_runs(conn, now=self.clock(), limit=limit)
+        counts: dict[str, int] = {}
+        for row in lost:
+            what = self.recover(row)
+            counts[what] = counts.get(what, 0) + 1
+        return counts
+
+    def reconcile(self, limit: int = 1000) -> int:
+        """Publish again the queued calls nobody claimed: heals lost messages and Redis restarts."""
+        cutoff = self.clock() - int(self.runtime.settings.requeue_after_s * 1000)
+        with self.store.reading() as conn:
+            stale = self.store.stale_queued(conn, published_before=cutoff, limit=limit)
+        messages = [message_for(tool, row.id) for row in stale
+                    if (tool := self.registry.get(row.tool)) is not None]
+        if messages:
+            self.runtime.publisher.publish(messages)
+            with self.store.transaction() as conn:
+                self.store.mark_published(conn, [m.call_id for m in messages], now=self.clock())
+        return len(messages)

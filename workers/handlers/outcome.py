@@ -1,0 +1,37 @@
+"""What one run of a handler produced, as data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from router.canonical import canonical_json
+from router.results import error_message
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """``value_json`` when the handler returned; ``error`` and ``error_type`` when it failed."""
+
+    ok: bool
+    value_json: str | None = None
+    error: str | None = None
+    error_type: str | None = None
+    retryable: bool = False
+
+    @classmethod
+    def of_value(cls, value: object) -> Outcome:
+        # Whatever the handler returned (0, None, "" included) is a success, if it is JSON.
+        try:
+            return cls(ok=True, value_json=canonical_json(value))
+        except (TypeError, ValueError) as exc:
+            return cls(ok=False, error=f"result is not JSON: {error_message(exc)}",
+                       error_type=type(exc).__name__)
+
+    @classmethod
+    def of_exception(cls, exc: BaseException, *, retryable: bool = False) -> Outcome:
+        return cls(ok=False, error=error_message(exc), error_type=type(exc).__name__,
+                   retryable=retryable)
+
+    @classmethod
+    def timed_out(cls, timeout_s: float) -> Outcome:
+        return cls(ok=False, error=f"timeout after {timeout_s:g} s", error_type="TimeoutError")

@@ -1,0 +1,68 @@
+"""The Celery tasks: thin, named, taking ids. The logic is in ``workers.execution``."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+from celery import signals
+from celery.exceptions import TimeLimitExceeded
+
+from router.constants import RECONCILE_TASK, REAP_TASK, RUN_CALL_TASK
+from router.notify import Notifier
+from router.runtime import Runtime
+from router.settings import get_settings
+
+from .app import app
+from .execution import Executor
+
+log = logging.getLogger(__name__)
+
+_executor: Executor | None = None
+
+
+def executor() -> Executor:
+    """This process's executor, built on first use (after the pool has forked)."""
+    global _executor
+    if _executor is None:
+        runtime = Runtime(get_settings())
+        runtime.prepare()
+        actor = f"worker@{socket.gethostname()}:{os.getpid()}"
+        _executor = Executor(runtime, Notifier(runtime.redis_url), actor=actor)
+    return _executor
+
+
+@signals.worker_process_init.connect
+def _fresh_after_fork(**_: Any) -> None:
+    # Never share a parent's database connections with a forked child.
+    global _executor
+    _executor = None
+
+
+@app.task(name=RUN_CALL_TASK, ignore_result=True)
+def run_call(call_id: str, tool: str | None = None) -> str:
+    """Run the call ``call_id``; ``tool`` is only a hint for the lease and for Flower."""
+    return executor().run(call_id, tool)
+
+
+@app.task(name=REAP_TASK, ignore_result=True)
+def reap_lost_runs() -> dict[str, int]:
+    return executor().reap()
+
+
+@app.task(name=RECONCILE_TASK, ignore_result=True)
+def reconcile_queued() -> int:
+    return executor().reconcile()
+
+
+@signals.task_failure.connect(sender=run_call)
+def _on_run_failure(task_id: str | None = None, exception: BaseException | None = None,
+                    args: Any = None, **_: Any) -> None:
+    # Fires in the worker's main process when the hard time limit killed a handler.
+    if isinstance(exception, TimeLimitExceeded) and args:
+        try:
+            executor().fail_hard_timeout(str(args[0]))
+        except Exception:
+            log.exception("could not record the hard timeout of %s", args[0])
