@@ -1,0 +1,94 @@
+"""Fixtures: real Redis, real SQLite and PostgreSQL, real API and Celery worker processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from router.clock import FakeClock
+from router.runtime import Runtime
+from router.settings import Settings
+
+from . import services
+from .stack import TEST_CONFIG, Stack, stack_env
+
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(scope="session")
+def redis_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with services.redis_base_url(tmp_path_factory.mktemp("redis")) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> None:
+    services.postgres_or_skip()
+    services.make_pg_template()
+
+
+def _database(backend: str, tmp: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    if backend == "sqlite":
+        yield services.fresh_sqlite_url(tmp)
+        return
+    request.getfixturevalue("pg_template")
+    name = services.fresh_pg_database()
+    try:
+        yield services.pg_url(name)
+    finally:
+        services.drop_pg_database(name)
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, migrated database per test, on each backend."""
+    yield from _database(request.param, tmp_path, request)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def runtime(database_url: str, redis_base: str, tmp_path: Path, clock: FakeClock) -> Iterator[Runtime]:
+    """An in-process runtime on a fresh database, real Redis (unit db), fake clock."""
+    redis_url = f"{redis_base}/{services.REDIS_DBS['unit']}"
+    services.flush(redis_url)
+    settings = Settings(database_url=database_url, redis_url=redis_url, state_dir=tmp_path,
+                        config=TEST_CONFIG)
+    rt = Runtime(settings, clock=clock)
+    rt.prepare()
+    yield rt
+    rt.close()
+    services.flush(redis_url)
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def stack(request: pytest.FixtureRequest, redis_base: str,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A running toolrouter (API + one worker on every tool queue) per backend."""
+    backend = request.param
+    state_dir = tmp_path_factory.mktemp(f"stack-{backend}")
+    databases = _database(backend, state_dir, request)
+    database_url = next(databases)
+    redis_url = f"{redis_base}/{services.REDIS_DBS[backend]}"
+    services.flush(redis_url)
+    the_stack = Stack(env=stack_env(database_url=database_url, redis_url=redis_url,
+                                    state_dir=state_dir), state_dir=state_dir)
+    rt = Runtime(the_stack.settings)
+    rt.prepare()
+    for name, roles in {"agent": ["agent"], "agent2": ["agent"], "operator": ["operator"],
+                        "approver": ["approver"], "admin": ["admin"]}.items():
+        the_stack.keys[name] = rt.keys.create(name, roles)
+    rt.close()
+    try:
+        the_stack.start_api()
+        the_stack.start_worker()
+        yield the_stack
+    finally:
+        the_stack.stop_all()
+        services.flush(redis_url)
+        databases.close()

@@ -1,0 +1,91 @@
+"""Handlers of the tools in ``tests/tools.yaml``: each misbehaves in one precise way."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from router import CallContext, RetryableError
+
+
+def echo(args: dict[str, Any], ctx: CallContext) -> Any:
+    return args
+
+
+def value(args: dict[str, Any], ctx: CallContext) -> Any:
+    """Return exactly ``args["value"]``: 0, False, None, "", [] and {} included."""
+    return args["value"]
+
+
+def context(args: dict[str, Any], ctx: CallContext) -> Any:
+    return {"call_id": ctx.call_id, "idempotency_key": ctx.idempotency_key,
+            "attempt": ctx.attempt, "requested_by": ctx.requested_by, "tool": ctx.tool}
+
+
+def raise_value_error(args: dict[str, Any], ctx: CallContext) -> Any:
+    raise ValueError(args.get("message", "insufficient funds"))
+
+
+def raise_key_error(args: dict[str, Any], ctx: CallContext) -> Any:
+    return {}["missing_key"]
+
+
+def raise_empty(args: dict[str, Any], ctx: CallContext) -> Any:
+    raise RuntimeError()
+
+
+def raise_system_exit(args: dict[str, Any], ctx: CallContext) -> Any:
+    raise SystemExit(3)
+
+
+def raise_keyboard_interrupt(args: dict[str, Any], ctx: CallContext) -> Any:
+    raise KeyboardInterrupt
+
+
+def raise_retryable(args: dict[str, Any], ctx: CallContext) -> Any:
+    raise RetryableError("try later")
+
+
+def not_json(args: dict[str, Any], ctx: CallContext) -> Any:
+    return {"when": object()}
+
+
+def nan(args: dict[str, Any], ctx: CallContext) -> Any:
+    return float("nan")
+
+
+def sleep(args: dict[str, Any], ctx: CallContext) -> Any:
+    time.sleep(float(args.get("seconds", 1)))
+    return args.get("seconds", 1)
+
+
+def stubborn_sleep(args: dict[str, Any], ctx: CallContext) -> Any:
+    """Swallows the soft time limit, so only the hard limit stops it."""
+    deadline = time.monotonic() + float(args.get("seconds", 30))
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.05)
+        except BaseException:  # noqa: S110 - the point of this tool
+            pass
+    return "finished"
+
+
+def ledger(args: dict[str, Any], ctx: CallContext) -> Any:
+    """Append one line per run to ``args["path"]``: the test counts runs from the file."""
+    with Path(args["path"]).open("a", encoding="utf-8") as handle:
+        handle.write(f"{ctx.call_id} {ctx.attempt} {os.getpid()}\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    if args.get("sleep"):
+        time.sleep(float(args["sleep"]))
+    return {"pid": os.getpid()}
+
+
+def kill_worker(args: dict[str, Any], ctx: CallContext) -> Any:
+    """Take the pool process down, as a segfaulting extension would."""
+    Path(args["path"]).open("a", encoding="utf-8").write(f"{ctx.call_id} {ctx.attempt}\n")
+    os.kill(os.getpid(), signal.SIGKILL)
+    return None

@@ -1,0 +1,144 @@
+"""A real toolrouter for end-to-end tests: uvicorn API and Celery workers as subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from router.cli import processes
+from router.settings import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_CONFIG = REPO / "tests" / "tools.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Stack:
+    """The processes of one toolrouter, their settings, and keys to talk to it."""
+
+    env: dict[str, str]
+    state_dir: Path
+    base_url: str = ""
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> Settings:
+        return Settings(**{k.removeprefix("TOOLROUTER_").lower(): v for k, v in self.env.items()
+                           if k.startswith("TOOLROUTER_")})
+
+    def client(self, key: str = "agent", timeout: float = 60) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.keys[key]}"} if key else {}
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        with (self.state_dir / f"{name}.log").open("ab") as log:
+            process = subprocess.Popen(argv, env=self.env, cwd=REPO, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes[name] = process
+        return process
+
+    def start_api(self) -> None:
+        port = free_port()
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.start("api", processes.api_argv(self.settings, port=port))
+        wait_for_http(f"{self.base_url}/healthz", self.processes["api"], self.log("api"))
+
+    def start_worker(self, name: str = "worker", queues: str = "tools.low,tools.medium,tools.high",
+                     concurrency: int = 2) -> subprocess.Popen[bytes]:
+        argv = processes.celery("worker", "-Q", queues, "-n", f"{name}@%h", "-P", "prefork",
+                                "-c", str(concurrency), "-l", "INFO", "--without-mingle",
+                                "--without-gossip")
+        process = self.start(name, argv)
+        wait_for_log(self.state_dir / f"{name}.log", "ready.", process)
+        return process
+
+    def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+        process = self.processes.pop(name)
+        stop_group(process, sig, timeout)
+
+    def stop_all(self) -> None:
+        for name in list(self.processes):
+            self.stop(name)
+
+    def log(self, name: str) -> str:
+        path = self.state_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+def stop_group(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM,
+               timeout: float = 20) -> None:
+    try:
+        os.killpg(process.pid, sig)
+        process.wait(timeout=timeout)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def wait_for_http(url: str, process: subprocess.Popen[bytes], log: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"process exited before {url} answered:\n{log}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {timeout} s")
+
+
+def wait_for_log(path: Path, needle: str, process: subprocess.Popen[bytes],
+                 timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        if needle in text:
+            return
+        if process.poll() is not None:
+            raise RuntimeError(f"process exited before logging {needle!r}:\n{text}")
+        time.sleep(0.1)
+    raise RuntimeError(f"{needle!r} not logged within {timeout} s in {path}")
+
+
+def stack_env(*, database_url: str, redis_url: str, state_dir: Path, **extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TOOLROUTER_")}
+    env.update({
+        "TOOLROUTER_DATABASE_URL": database_url,
+        "TOOLROUTER_REDIS_URL": redis_url,
+        "TOOLROUTER_STATE_DIR": str(state_dir),
+        "TOOLROUTER_CONFIG": str(TEST_CONFIG),
+        # Short recovery windows, so tests of the reaper and reconciler finish quickly.
+        "TOOLROUTER_LEASE_GRACE_S": "2",
+        "TOOLROUTER_REQUEUE_AFTER_S": "3",
+        "TOOLROUTER_REAPER_INTERVAL_S": "1",
+        "TOOLROUTER_RECONCILER_INTERVAL_S": "1",
+        "PYTHONPATH": str(REPO),
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.update(extra)
+    return env
+
+
+def python() -> str:
+    return sys.executable
