@@ -41,8 +41,17 @@ def row_hash(row: dict[str, Any]) -> str:
     return sha256_hex(canonical_json(fields))
 
 
-_HASHED_FIELDS = ("seq", "at", "tool", "event", "call_id", "request_id", "actor", "detail",
-                  "prev_hash")
+_HASHED_FIELDS = (
+    "seq",
+    "at",
+    "tool",
+    "event",
+    "call_id",
+    "request_id",
+    "actor",
+    "detail",
+    "prev_hash",
+)
 
 
 def append(conn: Connection, entries: list[AuditEntry], *, at: int) -> list[int]:
@@ -55,7 +64,7 @@ def append(conn: Connection, entries: list[AuditEntry], *, at: int) -> list[int]
         select(audit_log.c.seq, audit_log.c.hash).order_by(audit_log.c.seq.desc()).limit(1)
     ).first()
     seq, prev_hash = (last.seq, last.hash) if last else (0, GENESIS_HASH)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for entry in entries:
         seq += 1
         row = {

@@ -58,7 +58,10 @@ def celery_settings(redis_url: str) -> dict[str, Any]:
         "broker_connection_retry_on_startup": True,
         "task_publish_retry": True,
         "task_publish_retry_policy": {
-            "max_retries": 2, "interval_start": 0.1, "interval_step": 0.2, "interval_max": 0.5,
+            "max_retries": 2,
+            "interval_start": 0.1,
+            "interval_step": 0.2,
+            "interval_max": 0.5,
         },
         "broker_transport_options": {
             # Unacked messages come back after this long; must exceed any task's hard limit.

@@ -34,11 +34,22 @@ class CallService:
                 raise NotFound(f"unknown call: {call_id}")
             now = self.clock()
             if not self.store.cancel(conn, call_id, now=now):
-                raise NotCancellable(f"call is {row.status}; only queued or pending calls "
-                                     "can be cancelled")
-            audit.append(conn, [AuditEntry(event=AuditEvent.CANCELLED, actor=principal.name,
-                                           tool=row.tool, call_id=call_id,
-                                           request_id=row.request_id)], at=now)
+                raise NotCancellable(
+                    f"call is {row.status}; only queued or pending calls can be cancelled"
+                )
+            audit.append(
+                conn,
+                [
+                    AuditEntry(
+                        event=AuditEvent.CANCELLED,
+                        actor=principal.name,
+                        tool=row.tool,
+                        call_id=call_id,
+                        request_id=row.request_id,
+                    )
+                ],
+                at=now,
+            )
             row = self.store.get(conn, call_id)
         assert row is not None
         return row.result()

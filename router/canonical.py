@@ -10,8 +10,9 @@ from typing import Any
 def canonical_json(value: Any) -> str:
     """Sorted keys, no whitespace, ASCII only (lone surrogates and NULs stay escaped, so
     every database stores it), no NaN; raises ``ValueError``/``TypeError`` if not JSON."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
 
 
 def sha256_hex(text: str) -> str:

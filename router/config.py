@@ -110,6 +110,7 @@ class ToolConfig(_Strict):
 def interpolate(value: Any, env: Mapping[str, str], *, file: str, tool: str | None) -> Any:
     """Replace ``${VAR}`` in every string; a missing variable is a config error."""
     if isinstance(value, str):
+
         def sub(match: re.Match[str]) -> str:
             name = match.group(1)
             if name not in env:

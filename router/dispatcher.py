@@ -78,14 +78,19 @@ class Dispatcher:
             return self._reject(requested_by, label, AuditEvent.UNKNOWN, f"unknown tool: {label}")
         problem, canonical = self._check_arguments(tool, args)
         if problem is not None:
-            return self._reject(requested_by, tool.name, AuditEvent.INVALID,
-                                f"invalid arguments: {problem}")
+            return self._reject(
+                requested_by, tool.name, AuditEvent.INVALID, f"invalid arguments: {problem}"
+            )
         assert canonical is not None
         digest = sha256_hex(canonical)
         if idempotency_key is not None:
             if not idempotency_key or len(idempotency_key) > IDEMPOTENCY_KEY_MAX:
-                return CallResult(status="bad_request", tool=tool.name, http_status=422,
-                                  error=f"idempotency key must be 1-{IDEMPOTENCY_KEY_MAX} characters")
+                return CallResult(
+                    status="bad_request",
+                    tool=tool.name,
+                    http_status=422,
+                    error=f"idempotency key must be 1-{IDEMPOTENCY_KEY_MAX} characters",
+                )
             replay = self._replay(requested_by, idempotency_key, tool.name, digest)
             if replay is not None:
                 return replay
@@ -115,8 +120,11 @@ class Dispatcher:
     def _reject(self, actor: str, tool: str, event: AuditEvent, error: str) -> CallResult:
         # Rejected calls are not stored as calls, but the attempt is audited.
         with self.store.transaction() as conn:
-            audit.append(conn, [AuditEntry(event=event, actor=actor, tool=tool,
-                                           detail={"error": error})], at=self.clock())
+            audit.append(
+                conn,
+                [AuditEntry(event=event, actor=actor, tool=tool, detail={"error": error})],
+                at=self.clock(),
+            )
         return rejected(tool, error)
 
     def _replay(self, requested_by: str, key: str, tool: str, digest: str) -> CallResult | None:
@@ -125,12 +133,20 @@ class Dispatcher:
         if existing is None:
             return None
         if existing.tool != tool or existing.args_sha256 != digest:
-            return CallResult(status="conflict", tool=tool, http_status=409,
-                              error="idempotency key reused with different arguments")
+            return CallResult(
+                status="conflict",
+                tool=tool,
+                http_status=409,
+                error="idempotency key reused with different arguments",
+            )
         return existing.result()
 
     def _accept(
-        self, requested_by: str, tool: Tool, canonical: str, digest: str,
+        self,
+        requested_by: str,
+        tool: Tool,
+        canonical: str,
+        digest: str,
         idempotency_key: str | None,
     ) -> CallResult:
         now = self.clock()
@@ -139,10 +155,18 @@ class Dispatcher:
         status = CallStatus.PENDING if gated else CallStatus.QUEUED
         request_id = new_request_id() if gated else None
         row: dict[str, Any] = {
-            "id": call_id, "tool": tool.name, "risk": tool.spec.risk, "args": canonical,
-            "args_sha256": digest, "status": status, "requested_by": requested_by,
-            "idempotency_key": idempotency_key, "attempt": 0, "created_at": now,
-            "updated_at": now, "request_id": request_id,
+            "id": call_id,
+            "tool": tool.name,
+            "risk": tool.spec.risk,
+            "args": canonical,
+            "args_sha256": digest,
+            "status": status,
+            "requested_by": requested_by,
+            "idempotency_key": idempotency_key,
+            "attempt": 0,
+            "created_at": now,
+            "updated_at": now,
+            "request_id": request_id,
             # Set before the publish: if this process dies in between, the reconciler
             # sees an old publish time and sends it again.
             "published_at": None if gated else now,
@@ -150,11 +174,21 @@ class Dispatcher:
         event = AuditEvent.PENDING if gated else AuditEvent.QUEUED
         with self.store.transaction() as conn:
             self.store.insert(conn, [row])
-            audit.append(conn, [AuditEntry(event=event, actor=requested_by, tool=tool.name,
-                                           call_id=call_id, request_id=request_id)], at=now)
+            audit.append(
+                conn,
+                [
+                    AuditEntry(
+                        event=event,
+                        actor=requested_by,
+                        tool=tool.name,
+                        call_id=call_id,
+                        request_id=request_id,
+                    )
+                ],
+                at=now,
+            )
         if gated:
-            return CallResult(status=status, tool=tool.name, call_id=call_id,
-                              request_id=request_id)
+            return CallResult(status=status, tool=tool.name, call_id=call_id, request_id=request_id)
         # Enqueue after commit: the row exists before any worker can look for it.
         try:
             self.publisher.publish([message_for(tool, call_id)])
@@ -168,12 +202,23 @@ class Dispatcher:
         now = self.clock()
         with self.store.transaction() as conn:
             if self.store.fail_unclaimed(conn, call_id, now=now, error=error):
-                audit.append(conn, [AuditEntry(event=AuditEvent.ERROR, actor=actor,
-                                               tool=tool.name, call_id=call_id,
-                                               detail={"error": error})], at=now)
+                audit.append(
+                    conn,
+                    [
+                        AuditEntry(
+                            event=AuditEvent.ERROR,
+                            actor=actor,
+                            tool=tool.name,
+                            call_id=call_id,
+                            detail={"error": error},
+                        )
+                    ],
+                    at=now,
+                )
         return unavailable(error, tool=tool.name)
 
 
 def message_for(tool: Tool, call_id: str) -> RunMessage:
-    return RunMessage(call_id=call_id, tool=tool.name, queue=tool.queue,
-                      timeout_s=tool.spec.timeout_s)
+    return RunMessage(
+        call_id=call_id, tool=tool.name, queue=tool.queue, timeout_s=tool.spec.timeout_s
+    )

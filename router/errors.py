@@ -33,10 +33,13 @@ class ConfigError(ToolrouterError):
     def __init__(self, reason: str, *, file: str | None = None, tool: str | None = None) -> None:
         self.reason, self.file, self.tool = reason, file, tool
         where = ", ".join(
-            part for part in (f"file {file}" if file else "", f"tool {tool!r}" if tool else "")
+            part
+            for part in (f"file {file}" if file else "", f"tool {tool!r}" if tool else "")
             if part
         )
-        super().__init__(f"config error ({where}): {reason}" if where else f"config error: {reason}")
+        super().__init__(
+            f"config error ({where}): {reason}" if where else f"config error: {reason}"
+        )
 
 
 class SchemaOutdated(ToolrouterError):

@@ -52,8 +52,12 @@ class KeyStore:
         if not roles:
             raise ValueError("a key needs at least one role")
         token = new_token()
-        row = {"name": name, "token_hash": token_hash(token),
-               "roles": json.dumps(sorted(set(roles))), "created_at": self.clock()}
+        row = {
+            "name": name,
+            "token_hash": token_hash(token),
+            "roles": json.dumps(sorted(set(roles))),
+            "created_at": self.clock(),
+        }
         try:
             with self.store.transaction() as conn:
                 conn.execute(api_keys.insert(), [row])
@@ -74,8 +78,15 @@ class KeyStore:
     def list(self) -> list[dict[str, object]]:
         with self.store.reading() as conn:
             rows = conn.execute(select(api_keys).order_by(api_keys.c.name)).all()
-        return [{"name": r.name, "roles": json.loads(r.roles), "created_at": r.created_at,
-                 "revoked": r.revoked_at is not None} for r in rows]
+        return [
+            {
+                "name": r.name,
+                "roles": json.loads(r.roles),
+                "created_at": r.created_at,
+                "revoked": r.revoked_at is not None,
+            }
+            for r in rows
+        ]
 
     def authenticate(self, token: str | None) -> Principal:
         """The principal behind ``token``; ``NotAuthenticated`` if missing, unknown or revoked."""

@@ -53,7 +53,7 @@ class CompletionListener:
             self._task = None
 
     @contextlib.contextmanager
-    def waiting_for(self, call_id: str):  # type: ignore[no-untyped-def]
+    def waiting_for(self, call_id: str):
         """Register before reading the database, so a completion in between is not missed."""
         event = asyncio.Event()
         self._waiters[call_id].add(event)

@@ -85,7 +85,7 @@ def resolve_callable(path: str) -> Handler:
             raise ValueError(f"{module_name!r} has no attribute {attr!r}") from None
     if not callable(target):
         raise ValueError(f"handler {path!r} is not callable")
-    return target  # type: ignore[no-any-return]
+    return target
 
 
 class ToolRegistry:
@@ -137,7 +137,9 @@ def build_tool(spec: ToolSpec, *, file: str) -> Tool:
         if spec.output_schema is not None:
             validators.validator_for(spec.output_schema).check_schema(spec.output_schema)
     except schema_errors.SchemaError as exc:
-        raise ConfigError(f"invalid JSON Schema: {exc.message}", file=file, tool=spec.name) from None
+        raise ConfigError(
+            f"invalid JSON Schema: {exc.message}", file=file, tool=spec.name
+        ) from None
     if not spec.approvers:
         raise ConfigError("approvers must name at least one role", file=file, tool=spec.name)
     handler = None

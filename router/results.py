@@ -56,7 +56,7 @@ class CallResult:
         return body
 
 
-_FLAGS = {
+_FLAGS: dict[str, str] = {
     CallStatus.PENDING: "pending",
     CallStatus.DENIED: "denied",
     CallStatus.EXPIRED: "expired",

@@ -59,8 +59,13 @@ class Runtime:
 
     @cached_property
     def dispatcher(self) -> Dispatcher:
-        return Dispatcher(self.store, self.registry, self.publisher, clock=self.clock,
-                          max_args_bytes=self.settings.max_args_bytes)
+        return Dispatcher(
+            self.store,
+            self.registry,
+            self.publisher,
+            clock=self.clock,
+            max_args_bytes=self.settings.max_args_bytes,
+        )
 
     @cached_property
     def calls(self) -> CallService:

@@ -109,8 +109,12 @@ class Store:
         """Queued calls whose last publish is older than ``published_before``."""
         rows = conn.execute(
             select(calls)
-            .where(and_(calls.c.status == CallStatus.QUEUED,
-                        (calls.c.published_at.is_(None)) | (calls.c.published_at < published_before)))
+            .where(
+                and_(
+                    calls.c.status == CallStatus.QUEUED,
+                    (calls.c.published_at.is_(None)) | (calls.c.published_at < published_before),
+                )
+            )
             .order_by(calls.c.created_at)
             .limit(limit)
         )
@@ -169,10 +173,22 @@ class Store:
         """Record the outcome of attempt ``attempt``; False if that attempt no longer owns it."""
         result = conn.execute(
             update(calls)
-            .where(and_(calls.c.id == call_id, calls.c.status == CallStatus.RUNNING,
-                        calls.c.attempt == attempt))
-            .values(status=status, value=value, error=error, error_type=error_type,
-                    finished_at=now, updated_at=now, lease_until=None)
+            .where(
+                and_(
+                    calls.c.id == call_id,
+                    calls.c.status == CallStatus.RUNNING,
+                    calls.c.attempt == attempt,
+                )
+            )
+            .values(
+                status=status,
+                value=value,
+                error=error,
+                error_type=error_type,
+                finished_at=now,
+                updated_at=now,
+                lease_until=None,
+            )
         )
         return result.rowcount == 1
 
@@ -180,8 +196,13 @@ class Store:
         """Put a lost run of an idempotent tool back in the queue (fenced on its attempt)."""
         result = conn.execute(
             update(calls)
-            .where(and_(calls.c.id == call_id, calls.c.status == CallStatus.RUNNING,
-                        calls.c.attempt == attempt))
+            .where(
+                and_(
+                    calls.c.id == call_id,
+                    calls.c.status == CallStatus.RUNNING,
+                    calls.c.attempt == attempt,
+                )
+            )
             .values(status=CallStatus.QUEUED, lease_until=None, published_at=None, updated_at=now)
         )
         return result.rowcount == 1
@@ -190,8 +211,11 @@ class Store:
         """``queued|pending -> cancelled``; False if the call had moved on."""
         result = conn.execute(
             update(calls)
-            .where(and_(calls.c.id == call_id,
-                        calls.c.status.in_([str(s) for s in CANCELLABLE_STATES])))
+            .where(
+                and_(
+                    calls.c.id == call_id, calls.c.status.in_([str(s) for s in CANCELLABLE_STATES])
+                )
+            )
             .values(status=CallStatus.CANCELLED, finished_at=now, updated_at=now)
         )
         return result.rowcount == 1
@@ -200,9 +224,17 @@ class Store:
         """Fail a call that no worker has claimed yet (its message never reached the broker)."""
         result = conn.execute(
             update(calls)
-            .where(and_(calls.c.id == call_id, calls.c.status == CallStatus.QUEUED,
-                        calls.c.attempt == 0))
-            .values(status=CallStatus.FAILED, error=error, error_type="Unavailable",
-                    finished_at=now, updated_at=now)
+            .where(
+                and_(
+                    calls.c.id == call_id, calls.c.status == CallStatus.QUEUED, calls.c.attempt == 0
+                )
+            )
+            .values(
+                status=CallStatus.FAILED,
+                error=error,
+                error_type="Unavailable",
+                finished_at=now,
+                updated_at=now,
+            )
         )
         return result.rowcount == 1

@@ -53,12 +53,15 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def runtime(database_url: str, redis_base: str, tmp_path: Path, clock: FakeClock) -> Iterator[Runtime]:
+def runtime(
+    database_url: str, redis_base: str, tmp_path: Path, clock: FakeClock
+) -> Iterator[Runtime]:
     """An in-process runtime on a fresh database, real Redis (unit db), fake clock."""
     redis_url = f"{redis_base}/{services.REDIS_DBS['unit']}"
     services.flush(redis_url)
-    settings = Settings(database_url=database_url, redis_url=redis_url, state_dir=tmp_path,
-                        config=TEST_CONFIG)
+    settings = Settings(
+        database_url=database_url, redis_url=redis_url, state_dir=tmp_path, config=TEST_CONFIG
+    )
     rt = Runtime(settings, clock=clock)
     rt.prepare()
     yield rt
@@ -67,8 +70,9 @@ def runtime(database_url: str, redis_base: str, tmp_path: Path, clock: FakeClock
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
-def stack(request: pytest.FixtureRequest, redis_base: str,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(
+    request: pytest.FixtureRequest, redis_base: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
     """A running toolrouter (API + one worker on every tool queue) per backend."""
     backend = request.param
     state_dir = tmp_path_factory.mktemp(f"stack-{backend}")
@@ -76,12 +80,19 @@ def stack(request: pytest.FixtureRequest, redis_base: str,
     database_url = next(databases)
     redis_url = f"{redis_base}/{services.REDIS_DBS[backend]}"
     services.flush(redis_url)
-    the_stack = Stack(env=stack_env(database_url=database_url, redis_url=redis_url,
-                                    state_dir=state_dir), state_dir=state_dir)
+    the_stack = Stack(
+        env=stack_env(database_url=database_url, redis_url=redis_url, state_dir=state_dir),
+        state_dir=state_dir,
+    )
     rt = Runtime(the_stack.settings)
     rt.prepare()
-    for name, roles in {"agent": ["agent"], "agent2": ["agent"], "operator": ["operator"],
-                        "approver": ["approver"], "admin": ["admin"]}.items():
+    for name, roles in {
+        "agent": ["agent"],
+        "agent2": ["agent"],
+        "operator": ["operator"],
+        "approver": ["approver"],
+        "admin": ["admin"],
+    }.items():
         the_stack.keys[name] = rt.keys.create(name, roles)
     rt.close()
     try:

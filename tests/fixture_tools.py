@@ -21,8 +21,13 @@ def value(args: dict[str, Any], ctx: CallContext) -> Any:
 
 
 def context(args: dict[str, Any], ctx: CallContext) -> Any:
-    return {"call_id": ctx.call_id, "idempotency_key": ctx.idempotency_key,
-            "attempt": ctx.attempt, "requested_by": ctx.requested_by, "tool": ctx.tool}
+    return {
+        "call_id": ctx.call_id,
+        "idempotency_key": ctx.idempotency_key,
+        "attempt": ctx.attempt,
+        "requested_by": ctx.requested_by,
+        "tool": ctx.tool,
+    }
 
 
 def raise_value_error(args: dict[str, Any], ctx: CallContext) -> Any:

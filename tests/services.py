@@ -23,8 +23,9 @@ from router.migrate import upgrade
 LOCAL_REDIS = "redis://127.0.0.1:6379"
 # Dedicated db numbers, so nothing else on the local Redis is disturbed.
 REDIS_DBS = {"sqlite": 11, "postgresql": 12, "unit": 13}
-PG_ADMIN_URL = os.environ.get("TOOLROUTER_TEST_PG_URL",
-                              "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN_URL = os.environ.get(
+    "TOOLROUTER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
 PG_TEMPLATE = "toolrouter_test_template"
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -73,8 +74,9 @@ def pg_url(database: str) -> str:
 
 def make_pg_template() -> None:
     """A migrated database that fresh test databases are cloned from."""
-    _admin_execute(f"DROP DATABASE IF EXISTS {PG_TEMPLATE} WITH (FORCE)",
-                   f"CREATE DATABASE {PG_TEMPLATE}")
+    _admin_execute(
+        f"DROP DATABASE IF EXISTS {PG_TEMPLATE} WITH (FORCE)", f"CREATE DATABASE {PG_TEMPLATE}"
+    )
     engine = make_engine(pg_url(PG_TEMPLATE))
     upgrade(engine)
     engine.dispose()

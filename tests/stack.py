@@ -38,8 +38,13 @@ class Stack:
 
     @property
     def settings(self) -> Settings:
-        return Settings(**{k.removeprefix("TOOLROUTER_").lower(): v for k, v in self.env.items()
-                           if k.startswith("TOOLROUTER_")})
+        return Settings(
+            **{
+                k.removeprefix("TOOLROUTER_").lower(): v
+                for k, v in self.env.items()
+                if k.startswith("TOOLROUTER_")
+            }
+        )
 
     def client(self, key: str = "agent", timeout: float = 60) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.keys[key]}"} if key else {}
@@ -47,8 +52,14 @@ class Stack:
 
     def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         with (self.state_dir / f"{name}.log").open("ab") as log:
-            process = subprocess.Popen(argv, env=self.env, cwd=REPO, stdout=log,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
+            process = subprocess.Popen(
+                argv,
+                env=self.env,
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.processes[name] = process
         return process
 
@@ -58,11 +69,27 @@ class Stack:
         self.start("api", processes.api_argv(self.settings, port=port))
         wait_for_http(f"{self.base_url}/healthz", self.processes["api"], self.log("api"))
 
-    def start_worker(self, name: str = "worker", queues: str = "tools.low,tools.medium,tools.high",
-                     concurrency: int = 2) -> subprocess.Popen[bytes]:
-        argv = processes.celery("worker", "-Q", queues, "-n", f"{name}@%h", "-P", "prefork",
-                                "-c", str(concurrency), "-l", "INFO", "--without-mingle",
-                                "--without-gossip")
+    def start_worker(
+        self,
+        name: str = "worker",
+        queues: str = "tools.low,tools.medium,tools.high",
+        concurrency: int = 2,
+    ) -> subprocess.Popen[bytes]:
+        argv = processes.celery(
+            "worker",
+            "-Q",
+            queues,
+            "-n",
+            f"{name}@%h",
+            "-P",
+            "prefork",
+            "-c",
+            str(concurrency),
+            "-l",
+            "INFO",
+            "--without-mingle",
+            "--without-gossip",
+        )
         process = self.start(name, argv)
         wait_for_log(self.state_dir / f"{name}.log", "ready.", process)
         return process
@@ -80,8 +107,9 @@ class Stack:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-def stop_group(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM,
-               timeout: float = 20) -> None:
+def stop_group(
+    process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 20
+) -> None:
     try:
         os.killpg(process.pid, sig)
         process.wait(timeout=timeout)
@@ -94,7 +122,9 @@ def stop_group(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM,
     process.wait()
 
 
-def wait_for_http(url: str, process: subprocess.Popen[bytes], log: str, timeout: float = 60) -> None:
+def wait_for_http(
+    url: str, process: subprocess.Popen[bytes], log: str, timeout: float = 60
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -108,8 +138,9 @@ def wait_for_http(url: str, process: subprocess.Popen[bytes], log: str, timeout:
     raise RuntimeError(f"{url} did not answer within {timeout} s")
 
 
-def wait_for_log(path: Path, needle: str, process: subprocess.Popen[bytes],
-                 timeout: float = 60) -> None:
+def wait_for_log(
+    path: Path, needle: str, process: subprocess.Popen[bytes], timeout: float = 60
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         text = path.read_text(errors="replace") if path.exists() else ""
@@ -121,21 +152,25 @@ def wait_for_log(path: Path, needle: str, process: subprocess.Popen[bytes],
     raise RuntimeError(f"{needle!r} not logged within {timeout} s in {path}")
 
 
-def stack_env(*, database_url: str, redis_url: str, state_dir: Path, **extra: str) -> dict[str, str]:
+def stack_env(
+    *, database_url: str, redis_url: str, state_dir: Path, **extra: str
+) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("TOOLROUTER_")}
-    env.update({
-        "TOOLROUTER_DATABASE_URL": database_url,
-        "TOOLROUTER_REDIS_URL": redis_url,
-        "TOOLROUTER_STATE_DIR": str(state_dir),
-        "TOOLROUTER_CONFIG": str(TEST_CONFIG),
-        # Short recovery windows, so tests of the reaper and reconciler finish quickly.
-        "TOOLROUTER_LEASE_GRACE_S": "2",
-        "TOOLROUTER_REQUEUE_AFTER_S": "3",
-        "TOOLROUTER_REAPER_INTERVAL_S": "1",
-        "TOOLROUTER_RECONCILER_INTERVAL_S": "1",
-        "PYTHONPATH": str(REPO),
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "TOOLROUTER_DATABASE_URL": database_url,
+            "TOOLROUTER_REDIS_URL": redis_url,
+            "TOOLROUTER_STATE_DIR": str(state_dir),
+            "TOOLROUTER_CONFIG": str(TEST_CONFIG),
+            # Short recovery windows, so tests of the reaper and reconciler finish quickly.
+            "TOOLROUTER_LEASE_GRACE_S": "2",
+            "TOOLROUTER_REQUEUE_AFTER_S": "3",
+            "TOOLROUTER_REAPER_INTERVAL_S": "1",
+            "TOOLROUTER_RECONCILER_INTERVAL_S": "1",
+            "PYTHONPATH": str(REPO),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     env.update(extra)
     return env
 

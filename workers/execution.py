@@ -42,18 +42,25 @@ class Executor:
     def run(self, call_id: str, tool_hint: str | None = None) -> str:
         """Run one call if it is still queued. Returns what happened, for the worker log."""
         with self.store.transaction() as conn:
-            row = self.store.claim(conn, call_id, now=self.clock(),
-                                   lease_ms=self.lease_ms(tool_hint))
+            row = self.store.claim(
+                conn, call_id, now=self.clock(), lease_ms=self.lease_ms(tool_hint)
+            )
         if row is None:
             # Not queued any more: a duplicate or redelivered message, or a cancelled call.
             return "dropped"
         tool = self.registry.get(row.tool)
         if tool is None:
-            outcome = Outcome(ok=False, error=f"unknown tool: {row.tool}",
-                              error_type="ToolNotFound")
+            outcome = Outcome(
+                ok=False, error=f"unknown tool: {row.tool}", error_type="ToolNotFound"
+            )
         else:
-            ctx = CallContext(call_id=row.id, idempotency_key=row.idempotency_key or row.id,
-                              attempt=row.attempt, requested_by=row.requested_by, tool=row.tool)
+            ctx = CallContext(
+                call_id=row.id,
+                idempotency_key=row.idempotency_key or row.id,
+                attempt=row.attempt,
+                requested_by=row.requested_by,
+                tool=row.tool,
+            )
             outcome = invoke(tool, row.arguments, ctx)
         return self.finish(row, outcome)
 
@@ -65,17 +72,38 @@ class Executor:
         if not outcome.ok:
             detail.update(error=outcome.error, error_type=outcome.error_type)
         with self.store.transaction() as conn:
-            landed = self.store.finish(conn, row.id, attempt=row.attempt, status=status, now=now,
-                                       value=outcome.value_json, error=outcome.error,
-                                       error_type=outcome.error_type)
+            landed = self.store.finish(
+                conn,
+                row.id,
+                attempt=row.attempt,
+                status=status,
+                now=now,
+                value=outcome.value_json,
+                error=outcome.error,
+                error_type=outcome.error_type,
+            )
             if landed:
                 event = AuditEvent.OK if outcome.ok else AuditEvent.ERROR
-                audit.append(conn, [AuditEntry(event=event, actor=self.actor, tool=row.tool,
-                                               call_id=row.id, request_id=row.request_id,
-                                               detail=detail)], at=now)
+                audit.append(
+                    conn,
+                    [
+                        AuditEntry(
+                            event=event,
+                            actor=self.actor,
+                            tool=row.tool,
+                            call_id=row.id,
+                            request_id=row.request_id,
+                            detail=detail,
+                        )
+                    ],
+                    at=now,
+                )
         if not landed:
-            log.warning("call %s attempt %s finished after losing its lease; outcome dropped",
-                        row.id, row.attempt)
+            log.warning(
+                "call %s attempt %s finished after losing its lease; outcome dropped",
+                row.id,
+                row.attempt,
+            )
             return "fenced"
         self.notifier.call_done(row.id)
         return "ok" if outcome.ok else "error"
@@ -98,16 +126,29 @@ class Executor:
             with self.store.transaction() as conn:
                 if not self.store.requeue_lost(conn, row.id, attempt=row.attempt, now=now):
                     return "raced"
-                audit.append(conn, [AuditEntry(
-                    event=AuditEvent.RETRY, actor=self.actor, tool=row.tool, call_id=row.id,
-                    detail={"attempt": row.attempt, "reason": "worker lost"})], at=now)
+                audit.append(
+                    conn,
+                    [
+                        AuditEntry(
+                            event=AuditEvent.RETRY,
+                            actor=self.actor,
+                            tool=row.tool,
+                            call_id=row.id,
+                            detail={"attempt": row.attempt, "reason": "worker lost"},
+                        )
+                    ],
+                    at=now,
+                )
             self.runtime.publisher.publish([message_for(tool, row.id)])
             with self.store.transaction() as conn:
                 self.store.mark_published(conn, [row.id], now=self.clock())
             return "requeued"
         if tool is not None and tool.spec.idempotent:
-            outcome = Outcome(ok=False, error=f"poison call: its run was lost {row.attempt} times",
-                              error_type="PoisonCall")
+            outcome = Outcome(
+                ok=False,
+                error=f"poison call: its run was lost {row.attempt} times",
+                error_type="PoisonCall",
+            )
             return "poisoned" if self.finish(row, outcome) != "fenced" else "raced"
         return self._interrupt(row, now)
 
@@ -115,13 +156,29 @@ class Executor:
         # Not idempotent: the outcome is unknown and a human must look; never re-run it.
         error = "worker lost during the run; outcome unknown"
         with self.store.transaction() as conn:
-            landed = self.store.finish(conn, row.id, attempt=row.attempt,
-                                       status=CallStatus.INTERRUPTED, now=now,
-                                       error=error, error_type="WorkerLost")
+            landed = self.store.finish(
+                conn,
+                row.id,
+                attempt=row.attempt,
+                status=CallStatus.INTERRUPTED,
+                now=now,
+                error=error,
+                error_type="WorkerLost",
+            )
             if landed:
-                audit.append(conn, [AuditEntry(
-                    event=AuditEvent.INTERRUPTED, actor=self.actor, tool=row.tool,
-                    call_id=row.id, detail={"attempt": row.attempt, "error": error})], at=now)
+                audit.append(
+                    conn,
+                    [
+                        AuditEntry(
+                            event=AuditEvent.INTERRUPTED,
+                            actor=self.actor,
+                            tool=row.tool,
+                            call_id=row.id,
+                            detail={"attempt": row.attempt, "error": error},
+                        )
+                    ],
+                    at=now,
+                )
         if landed:
             self.notifier.call_done(row.id)
         return "interrupted" if landed else "raced"
@@ -141,8 +198,11 @@ class Executor:
         cutoff = self.clock() - int(self.runtime.settings.requeue_after_s * 1000)
         with self.store.reading() as conn:
             stale = self.store.stale_queued(conn, published_before=cutoff, limit=limit)
-        messages = [message_for(tool, row.id) for row in stale
-                    if (tool := self.registry.get(row.tool)) is not None]
+        messages = [
+            message_for(tool, row.id)
+            for row in stale
+            if (tool := self.registry.get(row.tool)) is not None
+        ]
         if messages:
             self.runtime.publisher.publish(messages)
             with self.store.transaction() as conn:

@@ -10,7 +10,7 @@ from typing import Any
 from celery import signals
 from celery.exceptions import TimeLimitExceeded
 
-from router.constants import RECONCILE_TASK, REAP_TASK, RUN_CALL_TASK
+from router.constants import REAP_TASK, RECONCILE_TASK, RUN_CALL_TASK
 from router.notify import Notifier
 from router.runtime import Runtime
 from router.settings import get_settings
@@ -58,8 +58,9 @@ def reconcile_queued() -> int:
 
 
 @signals.task_failure.connect(sender=run_call)
-def _on_run_failure(task_id: str | None = None, exception: BaseException | None = None,
-                    args: Any = None, **_: Any) -> None:
+def _on_run_failure(
+    task_id: str | None = None, exception: BaseException | None = None, args: Any = None, **_: Any
+) -> None:
     # Fires in the worker's main process when the hard time limit killed a handler.
     if isinstance(exception, TimeLimitExceeded) and args:
         try:

@@ -36,7 +36,9 @@ def parse_json(raw: bytes, *, limit: int) -> Any:
     except RecursionError:
         raise BadRequest("malformed body: nested too deeply") from None
     except json.JSONDecodeError as exc:
-        raise BadRequest(f"malformed body: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise BadRequest(
+            f"malformed body: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
     except ValueError as exc:  # NaN/Infinity, or an integer with too many digits
         raise BadRequest(f"malformed body: {exc}") from None
 

@@ -16,7 +16,7 @@ T = TypeVar("T")
 
 
 def runtime_of(request: Request) -> Runtime:
-    return request.app.state.runtime  # type: ignore[no-any-return]
+    return request.app.state.runtime
 
 
 async def blocking(fn: Callable[..., T], *args: Any) -> T:

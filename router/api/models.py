@@ -39,5 +39,10 @@ CALL_REQUEST_SCHEMA = CallRequest.model_json_schema()
 _ERROR = {"model": ErrorModel}
 CALL_RESULT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"model": CallResultModel},
-    401: _ERROR, 404: _ERROR, 409: _ERROR, 413: _ERROR, 422: _ERROR, 503: _ERROR,
+    401: _ERROR,
+    404: _ERROR,
+    409: _ERROR,
+    413: _ERROR,
+    422: _ERROR,
+    503: _ERROR,
 }

@@ -26,8 +26,12 @@ def answer(result: CallResult) -> JSONResponse:
 
 @router.post(
     "",
-    openapi_extra={"requestBody": {"required": True,
-                                   "content": {"application/json": {"schema": CALL_REQUEST_SCHEMA}}}},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": CALL_REQUEST_SCHEMA}},
+        }
+    },
     responses=CALL_RESULT_RESPONSES,
 )
 async def submit_call(request: Request, who: Principal = Depends(principal)) -> JSONResponse:
@@ -35,14 +39,21 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
     runtime = runtime_of(request)
     settings = runtime.settings
     # The body may carry JSON punctuation around the arguments; allow a little slack.
-    body = object_body(await request.body(), limit=settings.max_args_bytes + 16 * 1024,
-                       allowed=CALL_FIELDS)
+    body = object_body(
+        await request.body(), limit=settings.max_args_bytes + 16 * 1024, allowed=CALL_FIELDS
+    )
     if "tool" not in body:
-        return answer(CallResult(status="bad_request", tool=None, http_status=422,
-                                 error="missing field: tool"))
+        return answer(
+            CallResult(
+                status="bad_request", tool=None, http_status=422, error="missing field: tool"
+            )
+        )
     if not isinstance(body["tool"], str):
-        return answer(CallResult(status="bad_request", tool=None, http_status=422,
-                                 error="tool must be a string"))
+        return answer(
+            CallResult(
+                status="bad_request", tool=None, http_status=422, error="tool must be a string"
+            )
+        )
     wait_s = wait_seconds(body.get("wait_s"), maximum=settings.max_wait_s)
     key = optional_string(body, "idempotency_key", max_len=256)
     header_key = request.headers.get("idempotency-key")
@@ -50,17 +61,17 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
         key = optional_string({"Idempotency-Key": header_key}, "Idempotency-Key", max_len=256)
     args: Any = body.get("args", {})
     result = await blocking(runtime.dispatcher.submit, who.name, body["tool"], args, key)
-    if wait_s > 0 and result.call_id and result.status not in TERMINAL_STATES:
-        if result.http_status == 200:
-            row = await wait_for_call(runtime, request.app.state.listener, who, result.call_id,
-                                      wait_s)
-            result = row.result()
+    unfinished = result.http_status == 200 and result.status not in TERMINAL_STATES
+    if wait_s > 0 and result.call_id is not None and unfinished:
+        row = await wait_for_call(runtime, request.app.state.listener, who, result.call_id, wait_s)
+        result = row.result()
     return answer(result)
 
 
 @router.get("/{call_id}", responses=CALL_RESULT_RESPONSES)
-async def get_call(request: Request, call_id: str, wait_s: str | None = None,
-                   who: Principal = Depends(principal)) -> JSONResponse:
+async def get_call(
+    request: Request, call_id: str, wait_s: str | None = None, who: Principal = Depends(principal)
+) -> JSONResponse:
     """A call's result; with ``wait_s``, wait up to that long for it to finish."""
     runtime = runtime_of(request)
     check_call_id(call_id)
@@ -73,8 +84,9 @@ async def get_call(request: Request, call_id: str, wait_s: str | None = None,
 
 
 @router.delete("/{call_id}", responses=CALL_RESULT_RESPONSES)
-async def cancel_call(request: Request, call_id: str,
-                      who: Principal = Depends(principal)) -> JSONResponse:
+async def cancel_call(
+    request: Request, call_id: str, who: Principal = Depends(principal)
+) -> JSONResponse:
     """Cancel one of your own calls while it is still queued or pending."""
     runtime = runtime_of(request)
     check_call_id(call_id)

@@ -28,8 +28,9 @@ async def list_tools(request: Request, who: Principal = Depends(principal)) -> d
 
 
 @router.get("/v1/tools/{name}", tags=["tools"])
-async def get_tool(request: Request, name: str,
-                   who: Principal = Depends(principal)) -> dict[str, Any]:
+async def get_tool(
+    request: Request, name: str, who: Principal = Depends(principal)
+) -> dict[str, Any]:
     tool = runtime_of(request).registry.get(name)
     if tool is None:
         raise NotFound(f"unknown tool: {echo_name(name)}")
@@ -68,8 +69,9 @@ async def read_audit(
 
     def read() -> list[dict[str, Any]]:
         with store.reading() as conn:
-            return audit.query(conn, tool=tool, event=event, call_id=call_id, after_seq=after,
-                               limit=count)
+            return audit.query(
+                conn, tool=tool, event=event, call_id=call_id, after_seq=after, limit=count
+            )
 
     rows = await blocking(read)
     return {"ok": True, "rows": rows, "next_after_seq": rows[-1]["seq"] if rows else after}
@@ -94,8 +96,9 @@ async def readyz(request: Request) -> JSONResponse:
         except Exception as exc:
             problems["database"] = str(exc)
         try:
-            redis.Redis.from_url(runtime.redis_url, socket_timeout=2,
-                                 socket_connect_timeout=2).ping()
+            redis.Redis.from_url(
+                runtime.redis_url, socket_timeout=2, socket_connect_timeout=2
+            ).ping()
         except Exception as exc:
             problems["redis"] = str(exc)
         return problems

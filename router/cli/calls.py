@@ -16,11 +16,16 @@ from .demo import demo_key
 @click.argument("tool")
 @click.option("--args", "args_json", default="{}", help="Arguments as one JSON object")
 @click.option("--wait", "wait_s", type=float, default=0.0, help="Seconds to wait for the outcome")
-@click.option("--key", envvar="TOOLROUTER_KEY", default=None,
-              help="Bearer key (default: $TOOLROUTER_KEY, else the demo agent key)")
+@click.option(
+    "--key",
+    envvar="TOOLROUTER_KEY",
+    default=None,
+    help="Bearer key (default: $TOOLROUTER_KEY, else the demo agent key)",
+)
 @click.option("--idempotency-key", default=None)
-def call(tool: str, args_json: str, wait_s: float, key: str | None,
-         idempotency_key: str | None) -> None:
+def call(
+    tool: str, args_json: str, wait_s: float, key: str | None, idempotency_key: str | None
+) -> None:
     """Submit a call and print its result as JSON; exit 0 only if it succeeded."""
     settings = get_settings()
     try:
@@ -37,8 +42,9 @@ def call(tool: str, args_json: str, wait_s: float, key: str | None,
         body["idempotency_key"] = idempotency_key
     url = f"http://{settings.api_host}:{settings.api_port}/v1/calls"
     try:
-        response = httpx.post(url, json=body, headers={"Authorization": f"Bearer {token}"},
-                              timeout=wait_s + 30)
+        response = httpx.post(
+            url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=wait_s + 30
+        )
     except httpx.HTTPError as exc:
         click.echo(f"error: cannot reach the API at {url}: {exc}", err=True)
         sys.exit(2)

@@ -19,7 +19,7 @@ def demo_key(settings: Settings, which: str) -> str | None:
     path = settings.state_dir / "demo-keys.json"
     if not path.exists():
         return None
-    return json.loads(path.read_text(encoding="utf-8")).get(which)  # type: ignore[no-any-return]
+    return json.loads(path.read_text(encoding="utf-8")).get(which)
 
 
 def ensure_demo_keys(settings: Settings, keys: KeyStore) -> dict[str, str] | None:
@@ -33,5 +33,5 @@ def ensure_demo_keys(settings: Settings, keys: KeyStore) -> dict[str, str] | Non
             json.dump(tokens, handle)
         return tokens
     if path.exists():
-        return json.loads(path.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+        return json.loads(path.read_text(encoding="utf-8"))
     return None

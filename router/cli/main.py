@@ -8,7 +8,7 @@ from typing import NoReturn
 
 import click
 
-from ..errors import ConfigError, RequestError, SchemaOutdated, ToolrouterError, Unavailable
+from ..errors import ConfigError, SchemaOutdated, ToolrouterError, Unavailable
 from ..runtime import Runtime
 from ..settings import get_settings
 from . import calls as calls_cli
@@ -124,8 +124,13 @@ def keys() -> None:
 
 @keys.command("create")
 @click.option("--name", required=True)
-@click.option("--role", "roles", multiple=True, required=True,
-              help="agent, approver, operator, admin, or a custom approver role; repeatable")
+@click.option(
+    "--role",
+    "roles",
+    multiple=True,
+    required=True,
+    help="agent, approver, operator, admin, or a custom approver role; repeatable",
+)
 def keys_create(name: str, roles: tuple[str, ...]) -> None:
     """Create a key; its token is printed once, alone on the last line."""
     rt = runtime()
@@ -189,15 +194,17 @@ def audit() -> None:
 @click.option("--call-id", default=None)
 @click.option("--after-seq", type=int, default=0)
 @click.option("--limit", type=int, default=100)
-def audit_list(tool: str | None, event: str | None, call_id: str | None, after_seq: int,
-               limit: int) -> None:
+def audit_list(
+    tool: str | None, event: str | None, call_id: str | None, after_seq: int, limit: int
+) -> None:
     """Print audit rows as JSON lines."""
     from .. import audit as audit_log
 
     rt = runtime()
     with rt.store.reading() as conn:
-        rows = audit_log.query(conn, tool=tool, event=event, call_id=call_id,
-                               after_seq=after_seq, limit=limit)
+        rows = audit_log.query(
+            conn, tool=tool, event=event, call_id=call_id, after_seq=after_seq, limit=limit
+        )
     for row in rows:
         click.echo(json.dumps(row, sort_keys=True))
 

@@ -16,8 +16,9 @@ import redis
 
 def redis_answers(url: str, timeout: float = 0.5) -> bool:
     try:
-        return bool(redis.Redis.from_url(url, socket_timeout=timeout,
-                                         socket_connect_timeout=timeout).ping())
+        return bool(
+            redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout).ping()
+        )
     except redis.RedisError:
         return False
 
@@ -39,12 +40,25 @@ def start_private_redis(state_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     data_dir = (state_dir / "redis").resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    argv = [redis_server_binary(), "--bind", "127.0.0.1", "--port", str(port),
-            "--dir", str(data_dir), "--appendonly", "yes", "--save", "",
-            # Evicting a queued message would lose a call.
-            "--maxmemory-policy", "noeviction"]
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+    argv = [
+        redis_server_binary(),
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dir",
+        str(data_dir),
+        "--appendonly",
+        "yes",
+        "--save",
+        "",
+        # Evicting a queued message would lose a call.
+        "--maxmemory-policy",
+        "noeviction",
+    ]
+    process = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
+    )
     url = f"redis://127.0.0.1:{port}/0"
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:

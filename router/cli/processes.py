@@ -21,20 +21,56 @@ def celery(*args: str) -> list[str]:
 
 
 def api_argv(settings: Settings, *, host: str | None = None, port: int | None = None) -> list[str]:
-    return [sys.executable, "-m", "uvicorn", "--factory", "router.api.app:app_from_env",
-            "--host", host or settings.api_host, "--port", str(port or settings.api_port),
-            "--no-access-log", "--timeout-graceful-shutdown", "5"]
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "router.api.app:app_from_env",
+        "--host",
+        host or settings.api_host,
+        "--port",
+        str(port or settings.api_port),
+        "--no-access-log",
+        "--timeout-graceful-shutdown",
+        "5",
+    ]
 
 
 def worker_argv(settings: Settings, risk: str, concurrency: int | None = None) -> list[str]:
-    return celery("worker", "-Q", queue_for(risk), "-n", f"{risk}@%h", "-P", "prefork",
-                  "-c", str(concurrency or settings.worker_concurrency), "-l", "INFO",
-                  "--without-mingle", "--without-gossip")
+    return celery(
+        "worker",
+        "-Q",
+        queue_for(risk),
+        "-n",
+        f"{risk}@%h",
+        "-P",
+        "prefork",
+        "-c",
+        str(concurrency or settings.worker_concurrency),
+        "-l",
+        "INFO",
+        "--without-mingle",
+        "--without-gossip",
+    )
 
 
 def approvals_argv(settings: Settings) -> list[str]:
-    return celery("worker", "-Q", f"{APPROVALS_QUEUE},{MAINTENANCE_QUEUE}", "-n", "approvals@%h",
-                  "-P", "prefork", "-c", "1", "-l", "INFO", "--without-mingle", "--without-gossip")
+    return celery(
+        "worker",
+        "-Q",
+        f"{APPROVALS_QUEUE},{MAINTENANCE_QUEUE}",
+        "-n",
+        "approvals@%h",
+        "-P",
+        "prefork",
+        "-c",
+        "1",
+        "-l",
+        "INFO",
+        "--without-mingle",
+        "--without-gossip",
+    )
 
 
 def beat_argv(settings: Settings) -> list[str]:

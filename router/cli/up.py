@@ -124,17 +124,25 @@ def run_up(settings: Settings) -> int:
         password = _flower_password(settings)
         specs = [("api", processes.api_argv(settings))]
         specs += [(f"worker-{risk}", processes.worker_argv(settings, risk)) for risk in RISK_LEVELS]
-        specs += [("approvals", processes.approvals_argv(settings)),
-                  ("beat", processes.beat_argv(settings)),
-                  ("flower", processes.flower_argv(settings, password))]
+        specs += [
+            ("approvals", processes.approvals_argv(settings)),
+            ("beat", processes.beat_argv(settings)),
+            ("flower", processes.flower_argv(settings, password)),
+        ]
         width = max(len(name) for name, _ in specs)
         for name, argv in specs:
             child = Child(name, argv)
-            child.process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE,
-                                             stderr=subprocess.STDOUT, start_new_session=True)
+            child.process = subprocess.Popen(
+                argv,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             assert child.process.stdout is not None
-            pump = threading.Thread(target=_pump, args=(name, child.process.stdout, width),
-                                    daemon=True)
+            pump = threading.Thread(
+                target=_pump, args=(name, child.process.stdout, width), daemon=True
+            )
             pump.start()
             child.pumps.append(pump)
             children.append(child)
@@ -144,8 +152,10 @@ def run_up(settings: Settings) -> int:
         while not stopping.is_set():
             dead = [c for c in children if c.process and c.process.poll() is not None]
             if dead:
-                print(f"{dead[0].name} exited with {dead[0].process.returncode}; stopping",  # type: ignore[union-attr]
-                      file=sys.stderr)
+                print(
+                    f"{dead[0].name} exited with {dead[0].process.returncode}; stopping",  # type: ignore[union-attr]
+                    file=sys.stderr,
+                )
                 return 1
             stopping.wait(0.5)
         return 0
@@ -186,7 +196,9 @@ def _banner(settings: Settings, api_url: str, tokens: dict[str, str] | None, pas
         f"  state    {Path(settings.state_dir).resolve()}",
     ]
     if tokens:
-        lines += [f"  demo agent key     {tokens.get('agent')}",
-                  f"  demo approver key  {tokens.get('approver')}"]
+        lines += [
+            f"  demo agent key     {tokens.get('agent')}",
+            f"  demo approver key  {tokens.get('approver')}",
+        ]
     lines += ["  Ctrl-C stops everything.", ""]
     print("\n".join(lines), flush=True)

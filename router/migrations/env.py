@@ -13,15 +13,19 @@ config = context.config
 def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
-        context.configure(connection=connection, target_metadata=metadata,
-                          render_as_batch=connection.dialect.name == "sqlite")
+        context.configure(
+            connection=connection,
+            target_metadata=metadata,
+            render_as_batch=connection.dialect.name == "sqlite",
+        )
         with context.begin_transaction():
             context.run_migrations()
         return
     engine = make_engine(config.get_main_option("sqlalchemy.url") or "")
     with engine.connect() as conn:
-        context.configure(connection=conn, target_metadata=metadata,
-                          render_as_batch=conn.dialect.name == "sqlite")
+        context.configure(
+            connection=conn, target_metadata=metadata, render_as_batch=conn.dialect.name == "sqlite"
+        )
         with context.begin_transaction():
             context.run_migrations()
     engine.dispose()

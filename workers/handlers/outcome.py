@@ -24,13 +24,17 @@ class Outcome:
         try:
             return cls(ok=True, value_json=canonical_json(value))
         except (TypeError, ValueError) as exc:
-            return cls(ok=False, error=f"result is not JSON: {error_message(exc)}",
-                       error_type=type(exc).__name__)
+            return cls(
+                ok=False,
+                error=f"result is not JSON: {error_message(exc)}",
+                error_type=type(exc).__name__,
+            )
 
     @classmethod
     def of_exception(cls, exc: BaseException, *, retryable: bool = False) -> Outcome:
-        return cls(ok=False, error=error_message(exc), error_type=type(exc).__name__,
-                   retryable=retryable)
+        return cls(
+            ok=False, error=error_message(exc), error_type=type(exc).__name__, retryable=retryable
+        )
 
     @classmethod
     def timed_out(cls, timeout_s: float) -> Outcome:
