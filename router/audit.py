@@ -16,7 +16,7 @@ from sqlalchemy import select, text
 from sqlalchemy.engine import Connection
 
 from .canonical import canonical_json, sha256_hex
-from .schema import audit_log
+from .schema import audit_checkpoints, audit_log
 
 GENESIS_HASH = "0" * 64
 # Serializes chain appends on PostgreSQL; SQLite's write lock already does.
@@ -54,12 +54,17 @@ _HASHED_FIELDS = (
 )
 
 
+def lock_chain(conn: Connection) -> None:
+    """Serialize appends to the chain until the transaction ends."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CHAIN_LOCK_KEY})
+
+
 def append(conn: Connection, entries: list[AuditEntry], *, at: int) -> list[int]:
     """Append ``entries`` inside the caller's transaction; returns their ``seq`` numbers."""
     if not entries:
         return []
-    if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CHAIN_LOCK_KEY})
+    lock_chain(conn)
     last = conn.execute(
         select(audit_log.c.seq, audit_log.c.hash).order_by(audit_log.c.seq.desc()).limit(1)
     ).first()
@@ -114,9 +119,19 @@ def query(
 
 
 def verify(conn: Connection, batch: int = 5000) -> tuple[int, int | None, str | None]:
-    """Walk the chain; returns (rows checked, first bad seq or None, reason or None)."""
-    prev_hash, expected_seq, checked = GENESIS_HASH, None, 0
-    after = 0
+    """Walk the hot chain from the latest archival checkpoint (or the genesis).
+
+    Returns (rows checked, first bad seq or None, reason or None).
+    """
+    checkpoint = conn.execute(
+        select(audit_checkpoints.c.through_seq, audit_checkpoints.c.last_hash)
+        .order_by(audit_checkpoints.c.through_seq.desc())
+        .limit(1)
+    ).first()
+    after, prev_hash = (
+        (checkpoint.through_seq, checkpoint.last_hash) if checkpoint else (0, GENESIS_HASH)
+    )
+    expected_seq, checked = after + 1, 0
     while True:
         rows = conn.execute(
             select(audit_log).where(audit_log.c.seq > after).order_by(audit_log.c.seq).limit(batch)
@@ -125,7 +140,7 @@ def verify(conn: Connection, batch: int = 5000) -> tuple[int, int | None, str | 
             return checked, None, None
         for row in rows:
             data = dict(row._mapping)
-            if expected_seq is not None and data["seq"] != expected_seq:
+            if data["seq"] != expected_seq:
                 return checked, data["seq"], f"gap: expected seq {expected_seq}"
             if data["prev_hash"] != prev_hash:
                 return checked, data["seq"], "prev_hash does not match the previous row"

@@ -5,18 +5,22 @@ from __future__ import annotations
 from . import audit
 from .audit import AuditEntry
 from .clock import Clock, wall_clock_ms
+from .decisions import DecisionClient
 from .errors import NotCancellable, NotFound
 from .keys import Principal
+from .pending import Decision
 from .results import CallResult
-from .status import AuditEvent
+from .status import AuditEvent, CallStatus
 from .store import CallRow, Store
 
 
 class CallService:
     """A key reads its own calls; operators read every call; only the requester cancels."""
 
-    def __init__(self, store: Store, *, clock: Clock = wall_clock_ms) -> None:
-        self.store, self.clock = store, clock
+    def __init__(
+        self, store: Store, decisions: DecisionClient, *, clock: Clock = wall_clock_ms
+    ) -> None:
+        self.store, self.decisions, self.clock = store, decisions, clock
 
     def get(self, principal: Principal, call_id: str) -> CallRow:
         """The call, or ``NotFound`` (also for calls the key may not see: no existence leak)."""
@@ -26,16 +30,37 @@ class CallService:
             raise NotFound(f"unknown call: {call_id}")
         return row
 
-    def cancel(self, principal: Principal, call_id: str) -> CallResult:
-        """Cancel a queued or pending call of the caller's own."""
-        with self.store.transaction() as conn:
+    def read(self, call_id: str) -> CallRow:
+        """The call, for components that have already checked who may see it."""
+        with self.store.reading() as conn:
             row = self.store.get(conn, call_id)
-            if row is None or row.requested_by != principal.name:
-                raise NotFound(f"unknown call: {call_id}")
+        if row is None:
+            raise NotFound(f"unknown call: {call_id}")
+        return row
+
+    def cancel(self, principal: Principal, call_id: str) -> CallResult:
+        """Cancel a queued or pending call of the caller's own.
+
+        A pending call's request is cancelled by the approval worker, the only component
+        that moves a request out of pending; a queued call is cancelled here.
+        """
+        row = self.get(principal, call_id)
+        if row.requested_by != principal.name:
+            raise NotFound(f"unknown call: {call_id}")
+        if row.status == CallStatus.PENDING and row.request_id is not None:
+            answer = self.decisions.send(
+                row.request_id, principal.name, principal.roles, Decision.CANCEL, None
+            )
+            if not answer.get("ok"):
+                raise NotCancellable(f"call is no longer pending: {answer.get('error')}")
+            return self.get(principal, call_id).result()
+        with self.store.transaction() as conn:
             now = self.clock()
             if not self.store.cancel(conn, call_id, now=now):
+                current = self.store.get(conn, call_id)
+                status = current.status if current else row.status
                 raise NotCancellable(
-                    f"call is {row.status}; only queued or pending calls can be cancelled"
+                    f"call is {status}; only queued or pending calls can be cancelled"
                 )
             audit.append(
                 conn,
@@ -50,6 +75,4 @@ class CallService:
                 ],
                 at=now,
             )
-            row = self.store.get(conn, call_id)
-        assert row is not None
-        return row.result()
+        return self.read(call_id).result()

@@ -23,6 +23,9 @@ REAP_TASK = "toolrouter.reap_lost_runs"
 RECONCILE_TASK = "toolrouter.reconcile_queued"
 EXPIRE_TASK = "toolrouter.expire_requests"
 
+# The approval worker pushes its answer to a decision onto this list (+ decision id).
+DECISION_REPLY_PREFIX = "toolrouter:decision-reply:"
+
 # Redis pub/sub channel on which workers announce a finished call (payload: call id).
 CALL_DONE_CHANNEL = "toolrouter:call-done"
 

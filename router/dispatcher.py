@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
-from . import audit
+from . import audit, pending
 from .audit import AuditEntry
 from .broker import Publisher, RunMessage
 from .canonical import canonical_json, sha256_hex
@@ -174,6 +174,24 @@ class Dispatcher:
         event = AuditEvent.PENDING if gated else AuditEvent.QUEUED
         with self.store.transaction() as conn:
             self.store.insert(conn, [row])
+            if request_id is not None:
+                # The request is bound now, to this call, these arguments, this requester.
+                pending.insert(
+                    conn,
+                    [
+                        pending.issue_row(
+                            request_id=request_id,
+                            call_id=call_id,
+                            tool=tool.name,
+                            args_sha256=digest,
+                            requested_by=requested_by,
+                            approvers=tool.spec.approvers,
+                            approvals_required=tool.spec.approvals_required,
+                            now=now,
+                            timeout_ms=int(tool.spec.approval_timeout_s * 1000),
+                        )
+                    ],
+                )
             audit.append(
                 conn,
                 [

@@ -12,10 +12,12 @@ from functools import cached_property
 from celery import Celery
 from sqlalchemy import Engine
 
+from .approvals_view import ApprovalsView
 from .broker import Publisher, make_celery, resolve_redis_url
 from .calls import CallService
 from .clock import Clock, wall_clock_ms
 from .config import load_config
+from .decisions import DecisionClient
 from .dispatcher import Dispatcher
 from .engine import make_engine
 from .keys import KeyStore
@@ -68,8 +70,21 @@ class Runtime:
         )
 
     @cached_property
+    def decisions(self) -> DecisionClient:
+        return DecisionClient(
+            self.celery,
+            self.redis_url,
+            clock=self.clock,
+            timeout_s=self.settings.decision_timeout_s,
+        )
+
+    @cached_property
     def calls(self) -> CallService:
-        return CallService(self.store, clock=self.clock)
+        return CallService(self.store, self.decisions, clock=self.clock)
+
+    @cached_property
+    def approvals_view(self) -> ApprovalsView:
+        return ApprovalsView(self.store, clock=self.clock)
 
     @cached_property
     def keys(self) -> KeyStore:

@@ -83,3 +83,47 @@ api_keys = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("revoked_at", BigInteger, nullable=True),
 )
+
+# The pending table: one row per gated call, bound at issue time to the call, its tool,
+# the SHA-256 of its arguments, the requester and the expiry.
+approval_requests = Table(
+    "approval_requests",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("call_id", String(40), nullable=False, unique=True),
+    Column("tool", String(64), nullable=False),
+    Column("args_sha256", String(64), nullable=False),
+    Column("requested_by", String(128), nullable=False),
+    Column("approvers", Text, nullable=False),
+    Column("approvals_required", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    Column("decided_at", BigInteger, nullable=True),
+    Index("ix_approval_requests_status_expires", "status", "expires_at"),
+)
+
+approval_decisions = Table(
+    "approval_decisions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("request_id", String(64), nullable=False),
+    Column("approver", String(128), nullable=False),
+    Column("decision", String(16), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("at", BigInteger, nullable=False),
+    # N-of-M needs N *distinct* approvers.
+    UniqueConstraint("request_id", "approver", name="uq_approval_decisions_request_approver"),
+)
+
+# Archival checkpoints: rows up to ``through_seq`` left the hot table for a segment file.
+audit_checkpoints = Table(
+    "audit_checkpoints",
+    metadata,
+    Column("through_seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("last_hash", String(64), nullable=False),
+    Column("rows", BigInteger, nullable=False),
+    Column("segment", Text, nullable=False),
+    Column("segment_sha256", String(64), nullable=False),
+    Column("at", BigInteger, nullable=False),
+)

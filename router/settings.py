@@ -40,6 +40,14 @@ class Settings(BaseSettings):
     lease_grace_s: float = Field(default=15.0, ge=1)
     # A queued call with no claim for this long is published again.
     requeue_after_s: float = Field(default=30.0, ge=1)
+    # How long the API waits for the approval worker to decide; the decision message
+    # expires with it, so a decision reported as failed is never applied later.
+    decision_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    expiry_interval_s: float = Field(default=5.0, gt=0)
+    # Audit retention: rows older than this leave the hot table for archive segments...
+    audit_hot_days: float = Field(default=90.0, gt=0)
+    # ...and archive segments older than this are deleted.
+    audit_archive_days: float = Field(default=400.0, gt=0)
     reaper_interval_s: float = Field(default=5.0, gt=0)
     reconciler_interval_s: float = Field(default=10.0, gt=0)
 

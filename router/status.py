@@ -21,7 +21,6 @@ ACTIVE_STATES: frozenset[CallStatus] = frozenset(
     {CallStatus.QUEUED, CallStatus.RUNNING, CallStatus.PENDING}
 )
 TERMINAL_STATES: frozenset[CallStatus] = frozenset(CallStatus) - ACTIVE_STATES
-CANCELLABLE_STATES: frozenset[CallStatus] = frozenset({CallStatus.QUEUED, CallStatus.PENDING})
 
 
 class AuditEvent(StrEnum):

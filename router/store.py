@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 from .engine import translate_errors
 from .results import CallResult
 from .schema import calls
-from .status import CANCELLABLE_STATES, CallStatus
+from .status import CallStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,14 +208,11 @@ class Store:
         return result.rowcount == 1
 
     def cancel(self, conn: Connection, call_id: str, *, now: int) -> bool:
-        """``queued|pending -> cancelled``; False if the call had moved on."""
+        """``queued -> cancelled``; False if the call had moved on. (Pending calls are
+        cancelled through the approval worker.)"""
         result = conn.execute(
             update(calls)
-            .where(
-                and_(
-                    calls.c.id == call_id, calls.c.status.in_([str(s) for s in CANCELLABLE_STATES])
-                )
-            )
+            .where(and_(calls.c.id == call_id, calls.c.status == CallStatus.QUEUED))
             .values(status=CallStatus.CANCELLED, finished_at=now, updated_at=now)
         )
         return result.rowcount == 1
@@ -236,5 +233,25 @@ class Store:
                 finished_at=now,
                 updated_at=now,
             )
+        )
+        return result.rowcount == 1
+
+    def release(self, conn: Connection, call_id: str, *, now: int) -> bool:
+        """``pending -> queued`` once its request is approved."""
+        result = conn.execute(
+            update(calls)
+            .where(and_(calls.c.id == call_id, calls.c.status == CallStatus.PENDING))
+            .values(status=CallStatus.QUEUED, published_at=now, updated_at=now)
+        )
+        return result.rowcount == 1
+
+    def close_pending(
+        self, conn: Connection, call_id: str, status: CallStatus, *, now: int
+    ) -> bool:
+        """``pending -> denied|expired|cancelled``."""
+        result = conn.execute(
+            update(calls)
+            .where(and_(calls.c.id == call_id, calls.c.status == CallStatus.PENDING))
+            .values(status=status, finished_at=now, updated_at=now)
         )
         return result.rowcount == 1

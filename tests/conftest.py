@@ -14,6 +14,19 @@ from router.settings import Settings
 from . import services
 from .stack import TEST_CONFIG, Stack, stack_env
 
+# Keys every stack has: name -> roles. The key's name is its identity in the audit log.
+STACK_KEYS = {
+    "agent": ["agent"],
+    "agent2": ["agent"],
+    "operator": ["operator"],
+    "approver": ["approver"],
+    "approver2": ["approver"],
+    "approver3": ["approver"],
+    "finance": ["finance"],
+    "admin": ["admin"],
+    "approving_agent": ["agent", "approver"],
+}
+
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
@@ -86,18 +99,13 @@ def stack(
     )
     rt = Runtime(the_stack.settings)
     rt.prepare()
-    for name, roles in {
-        "agent": ["agent"],
-        "agent2": ["agent"],
-        "operator": ["operator"],
-        "approver": ["approver"],
-        "admin": ["admin"],
-    }.items():
+    for name, roles in STACK_KEYS.items():
         the_stack.keys[name] = rt.keys.create(name, roles)
     rt.close()
     try:
         the_stack.start_api()
         the_stack.start_worker()
+        the_stack.start_worker(name="approvals", queues="approvals,maintenance", concurrency=1)
         yield the_stack
     finally:
         the_stack.stop_all()

@@ -10,5 +10,5 @@ from router.settings import get_settings
 from .celeryconfig import worker_settings
 
 settings = get_settings()
-app = Celery("toolrouter", include=["workers.tasks"])
+app = Celery("toolrouter", include=["workers.tasks", "approvals.tasks"])
 app.conf.update(worker_settings(settings, resolve_redis_url(settings)))

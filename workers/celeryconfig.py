@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from router.broker import celery_settings
-from router.constants import MAINTENANCE_QUEUE, REAP_TASK, RECONCILE_TASK
+from router.constants import EXPIRE_TASK, MAINTENANCE_QUEUE, REAP_TASK, RECONCILE_TASK
 from router.settings import Settings
 
 
@@ -30,6 +30,11 @@ def worker_settings(settings: Settings, redis_url: str) -> dict[str, Any]:
             "task_send_sent_event": True,
             "worker_hijack_root_logger": False,
             "beat_schedule": {
+                "expire-requests": {
+                    "task": EXPIRE_TASK,
+                    "schedule": settings.expiry_interval_s,
+                    "options": {"queue": MAINTENANCE_QUEUE, "expires": 30},
+                },
                 "reap-lost-runs": {
                     "task": REAP_TASK,
                     "schedule": settings.reaper_interval_s,

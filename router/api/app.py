@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..errors import RequestError, SchemaOutdated, Unavailable
 from ..notify import CompletionListener, Notifier
 from ..runtime import Runtime
-from . import routes_calls, routes_misc
+from . import routes_approvals, routes_calls, routes_misc
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.state.listener = CompletionListener(runtime.redis_url)
     app.state.notifier = Notifier(runtime.redis_url)
     app.include_router(routes_calls.router)
+    app.include_router(routes_approvals.router)
     app.include_router(routes_misc.router)
     return app
 

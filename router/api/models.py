@@ -46,3 +46,32 @@ CALL_RESULT_RESPONSES: dict[int | str, dict[str, Any]] = {
     422: _ERROR,
     503: _ERROR,
 }
+
+
+class DecisionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str | None = Field(default=None, max_length=2000)
+    wait_s: float | None = Field(default=None, ge=0, description="approve only: wait for the call")
+
+
+class DecisionAnswer(BaseModel):
+    ok: bool
+    status: str
+    request_id: str
+    call_id: str
+    approvals: int | None = None
+    approvals_required: int | None = None
+    released: bool | None = None
+
+
+DECISION_REQUEST_SCHEMA = DecisionRequest.model_json_schema()
+DECISION_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": DecisionAnswer},
+    401: _ERROR,
+    403: _ERROR,
+    404: _ERROR,
+    409: _ERROR,
+    422: _ERROR,
+    503: _ERROR,
+}

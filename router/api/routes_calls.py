@@ -63,7 +63,10 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
     result = await blocking(runtime.dispatcher.submit, who.name, body["tool"], args, key)
     unfinished = result.http_status == 200 and result.status not in TERMINAL_STATES
     if wait_s > 0 and result.call_id is not None and unfinished:
-        row = await wait_for_call(runtime, request.app.state.listener, who, result.call_id, wait_s)
+        call_id = result.call_id
+        row = await wait_for_call(
+            request.app.state.listener, call_id, lambda: runtime.calls.get(who, call_id), wait_s
+        )
         result = row.result()
     return answer(result)
 
@@ -77,7 +80,9 @@ async def get_call(
     check_call_id(call_id)
     seconds = wait_seconds(wait_s, maximum=runtime.settings.max_wait_s)
     if seconds > 0:
-        row = await wait_for_call(runtime, request.app.state.listener, who, call_id, seconds)
+        row = await wait_for_call(
+            request.app.state.listener, call_id, lambda: runtime.calls.get(who, call_id), seconds
+        )
     else:
         row = await blocking(runtime.calls.get, who, call_id)
     return answer(row.result())

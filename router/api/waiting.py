@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable
 
-from ..keys import Principal
 from ..notify import CompletionListener
-from ..runtime import Runtime
 from ..status import TERMINAL_STATES
 from ..store import CallRow
 from .deps import blocking
@@ -16,19 +16,17 @@ RECHECK_S = 1.0
 
 
 async def wait_for_call(
-    runtime: Runtime, listener: CompletionListener, who: Principal, call_id: str, wait_s: float
+    listener: CompletionListener, call_id: str, load: Callable[[], CallRow], wait_s: float
 ) -> CallRow:
     """The call once terminal, or as it stands when ``wait_s`` runs out."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     with listener.waiting_for(call_id) as done:
         while True:
-            row = await blocking(runtime.calls.get, who, call_id)
+            row = await blocking(load)
             remaining = deadline - loop.time()
             if row.status in TERMINAL_STATES or remaining <= 0:
                 return row
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), timeout=min(remaining, RECHECK_S))
-            except TimeoutError:
-                pass
             done.clear()

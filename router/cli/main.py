@@ -11,6 +11,7 @@ import click
 from ..errors import ConfigError, SchemaOutdated, ToolrouterError, Unavailable
 from ..runtime import Runtime
 from ..settings import get_settings
+from . import approvals as approvals_cli
 from . import calls as calls_cli
 from . import processes
 
@@ -67,12 +68,20 @@ def worker(risk: str, concurrency: int | None) -> None:
     processes.exec_argv(processes.worker_argv(settings, risk, concurrency))
 
 
-@main.command()
-def approvals() -> None:
-    """Run the approval worker (queues: approvals, maintenance)."""
-    settings = get_settings()
-    runtime()
-    processes.exec_argv(processes.approvals_argv(settings))
+@main.group(invoke_without_command=True)
+@click.pass_context
+def approvals(ctx: click.Context) -> None:
+    """Without a subcommand: run the approval worker (queues approvals and maintenance).
+
+    With one: list, approve or deny requests as an approver (through the HTTP API).
+    """
+    if ctx.invoked_subcommand is None:
+        settings = get_settings()
+        runtime()
+        processes.exec_argv(processes.approvals_argv(settings))
+
+
+approvals_cli.register(approvals)
 
 
 @main.command()
@@ -220,6 +229,50 @@ def audit_verify() -> None:
     if bad_seq is not None:
         fail(f"audit chain broken at seq {bad_seq}: {reason} ({checked} rows verified before it)")
     click.echo(f"audit chain ok: {checked} rows verified")
+
+
+@audit.command("export")
+@click.option("--after-seq", type=int, default=0)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False),
+    default="-",
+    help="File to write (default: standard output)",
+)
+def audit_export(after_seq: int, output: str) -> None:
+    """Write the hot audit rows as JSON lines (a copy; the log is unchanged)."""
+    from .. import archive
+
+    rt = runtime()
+    with click.open_file(output, "w") as handle, rt.store.reading() as conn:
+        count = archive.export(conn, handle, after_seq=after_seq)
+    click.echo(f"exported {count} rows", err=True)
+
+
+@audit.command("archive")
+def audit_archive() -> None:
+    """Move rows older than the hot window to a compressed segment (the one archival path)."""
+    from .. import archive
+
+    rt = runtime()
+    settings = rt.settings
+    result = archive.archive(
+        rt.store,
+        settings.state_dir / "audit-archive",
+        clock=rt.clock,
+        hot_days=settings.audit_hot_days,
+        archive_days=settings.audit_archive_days,
+    )
+    if result.segment is None:
+        click.echo(f"nothing older than {settings.audit_hot_days:g} days to archive")
+    else:
+        click.echo(
+            f"archived {result.rows} rows through seq {result.through_seq} "
+            f"to {settings.state_dir / 'audit-archive' / result.segment}"
+        )
+    for name in result.pruned:
+        click.echo(f"pruned {name} (older than {settings.audit_archive_days:g} days)")
 
 
 # -- calls through the HTTP API -------------------------------------------------------------

@@ -1,0 +1,247 @@
+"""The approval gate: the only code that moves a request out of ``pending``.
+
+Each decision is one transaction: lock the request, check it, spend it with a
+conditional update (``status = 'pending' AND expires_at > now``), write the decision and
+the audit row, commit; only then publish the released call to its risk queue. A handler
+that fails later cannot make the approval live again, and a replay finds nothing to spend.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from router import audit, pending
+from router.audit import AuditEntry
+from router.dispatcher import message_for
+from router.notify import Notifier
+from router.pending import Decision, RequestStatus
+from router.runtime import Runtime
+from router.status import AuditEvent, CallStatus
+
+log = logging.getLogger(__name__)
+
+EXPIRY_ACTOR = "expiry"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The gate's answer to one decision, sent back to the API as JSON."""
+
+    ok: bool
+    http_status: int = 200
+    status: str | None = None
+    error: str | None = None
+    request_id: str | None = None
+    call_id: str | None = None
+    approvals: int | None = None
+    approvals_required: int | None = None
+    released: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            key: value
+            for key, value in {
+                "ok": self.ok,
+                "http_status": self.http_status,
+                "status": self.status,
+                "error": self.error,
+                "request_id": self.request_id,
+                "call_id": self.call_id,
+                "approvals": self.approvals,
+                "approvals_required": self.approvals_required,
+                "released": self.released,
+            }.items()
+            if value is not None
+        }
+
+
+def refusal(http_status: int, error: str) -> Answer:
+    return Answer(ok=False, http_status=http_status, error=error)
+
+
+class Gate:
+    """Decides requests for the approval worker process."""
+
+    def __init__(self, runtime: Runtime, notifier: Notifier) -> None:
+        self.runtime, self.notifier = runtime, notifier
+        self.store, self.clock = runtime.store, runtime.clock
+
+    def decide(
+        self,
+        request_id: str,
+        actor: str,
+        roles: frozenset[str],
+        decision: str,
+        reason: str | None = None,
+        deadline_ms: int | None = None,
+    ) -> Answer:
+        now = self.clock()
+        if deadline_ms is not None and now > deadline_ms:
+            # The API has already told the approver this failed; never apply it now.
+            return refusal(503, "unavailable: decision arrived after its deadline; not applied")
+        try:
+            choice = Decision(decision)
+        except ValueError:
+            return refusal(422, f"unknown decision: {decision[:32]}")
+        released_tool = None
+        with self.store.transaction() as conn:
+            request = pending.get(conn, request_id, for_update=True)
+            if request is None or request.status in (
+                RequestStatus.APPROVED,
+                RequestStatus.DENIED,
+                RequestStatus.CANCELLED,
+            ):
+                # Never issued, or already spent: a replay is not an attempt; no audit row.
+                return refusal(404, f"unknown request: {request_id}")
+            if request.status == RequestStatus.EXPIRED or request.expires_at <= now:
+                return refusal(409, f"expired request: {request_id}")
+            ids = (request.id, request.call_id)
+            if choice is Decision.CANCEL:
+                if actor != request.requested_by:
+                    return refusal(404, f"unknown request: {request_id}")
+                self._close(
+                    conn,
+                    request,
+                    RequestStatus.CANCELLED,
+                    CallStatus.CANCELLED,
+                    AuditEvent.CANCELLED,
+                    actor,
+                    reason,
+                    now,
+                )
+                answer = Answer(ok=True, status="cancelled", request_id=ids[0], call_id=ids[1])
+            elif actor == request.requested_by:
+                return refusal(403, "requester cannot approve own request")
+            elif not request.may_decide(actor, roles):
+                return refusal(
+                    403,
+                    f"not an approver of {request.tool}: needs one of roles "
+                    f"{', '.join(request.approvers)}",
+                )
+            elif any(d["approver"] == actor for d in pending.decisions(conn, request_id)):
+                return refusal(409, f"{actor} already decided {request_id}")
+            elif choice is Decision.DENY:
+                pending.record_decision(conn, request_id, actor, choice, reason, now=now)
+                self._close(
+                    conn,
+                    request,
+                    RequestStatus.DENIED,
+                    CallStatus.DENIED,
+                    AuditEvent.DENIED,
+                    actor,
+                    reason,
+                    now,
+                )
+                answer = Answer(ok=True, status="denied", request_id=ids[0], call_id=ids[1])
+            else:
+                pending.record_decision(conn, request_id, actor, choice, reason, now=now)
+                count = pending.approvals_so_far(conn, request_id)
+                released = count >= request.approvals_required
+                if released:
+                    if not pending.spend(conn, request_id, RequestStatus.APPROVED, now=now):
+                        raise RuntimeError("request changed under its row lock")
+                    self.store.release(conn, request.call_id, now=now)
+                    released_tool = request.tool
+                audit.append(
+                    conn,
+                    [
+                        AuditEntry(
+                            event=AuditEvent.APPROVED,
+                            actor=actor,
+                            tool=request.tool,
+                            call_id=request.call_id,
+                            request_id=request_id,
+                            detail={
+                                "reason": reason,
+                                "approvals": count,
+                                "approvals_required": request.approvals_required,
+                                "released": released,
+                            },
+                        )
+                    ],
+                    at=now,
+                )
+                answer = Answer(
+                    ok=True,
+                    status="approved",
+                    approvals=count,
+                    approvals_required=request.approvals_required,
+                    released=released,
+                    request_id=ids[0],
+                    call_id=ids[1],
+                )
+        # Committed: the request is spent. Only now does the call reach its queue.
+        if released_tool is not None:
+            tool = self.runtime.registry.get(released_tool)
+            if tool is not None:
+                try:
+                    self.runtime.publisher.publish([message_for(tool, request.call_id)])
+                except Exception as exc:
+                    # The call is queued in the database; the reconciler will publish it.
+                    log.warning("released %s but could not publish it: %s", request.call_id, exc)
+        elif answer.status in ("denied", "cancelled"):
+            self.notifier.call_done(request.call_id)
+        return answer
+
+    def _close(
+        self,
+        conn: Any,
+        request: pending.ApprovalRequest,
+        status: RequestStatus,
+        call_status: CallStatus,
+        event: AuditEvent,
+        actor: str,
+        reason: str | None,
+        now: int,
+    ) -> None:
+        if not pending.spend(conn, request.id, status, now=now):
+            raise RuntimeError("request changed under its row lock")
+        self.store.close_pending(conn, request.call_id, call_status, now=now)
+        audit.append(
+            conn,
+            [
+                AuditEntry(
+                    event=event,
+                    actor=actor,
+                    tool=request.tool,
+                    call_id=request.call_id,
+                    request_id=request.id,
+                    detail={"reason": reason},
+                )
+            ],
+            at=now,
+        )
+
+    def expire_due(self, limit: int = 500) -> int:
+        """Move every request past its expiry, and its call, to ``expired`` (audited)."""
+        with self.store.reading() as conn:
+            due = pending.due(conn, now=self.clock(), limit=limit)
+        expired = 0
+        for request_id in due:
+            now = self.clock()
+            with self.store.transaction() as conn:
+                request = pending.get(conn, request_id, for_update=True)
+                # A decision that won the race has already spent it: nothing to do.
+                if request is None or not pending.spend(
+                    conn, request_id, RequestStatus.EXPIRED, now=now, expiring=True
+                ):
+                    continue
+                self.store.close_pending(conn, request.call_id, CallStatus.EXPIRED, now=now)
+                audit.append(
+                    conn,
+                    [
+                        AuditEntry(
+                            event=AuditEvent.EXPIRED,
+                            actor=EXPIRY_ACTOR,
+                            tool=request.tool,
+                            call_id=request.call_id,
+                            request_id=request_id,
+                        )
+                    ],
+                    at=now,
+                )
+            self.notifier.call_done(request.call_id)
+            expired += 1
+        return expired

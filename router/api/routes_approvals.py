@@ -1,0 +1,107 @@
+"""``/v1/approvals``: what waits for an approver, and their decisions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from ..errors import Conflict, Forbidden, NotFound, Unavailable
+from ..keys import Principal
+from ..pending import Decision
+from .bodies import object_body, optional_string, wait_seconds
+from .deps import blocking, principal, runtime_of
+from .models import DECISION_REQUEST_SCHEMA, DECISION_RESPONSES
+from .waiting import wait_for_call
+
+router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
+
+DECISION_FIELDS = {
+    Decision.APPROVE: frozenset({"reason", "wait_s"}),
+    Decision.DENY: frozenset({"reason"}),
+}
+REFUSALS = {403: Forbidden, 404: NotFound, 409: Conflict}
+
+
+@router.get("")
+async def list_requests(
+    request: Request, status: str = "pending", limit: int = 200, who: Principal = Depends(principal)
+) -> dict[str, Any]:
+    """Requests this key may decide (operators see all), oldest first."""
+    view = runtime_of(request).approvals_view
+    return {"ok": True, "requests": await blocking(view.list, who, status, max(1, min(limit, 500)))}
+
+
+@router.get("/{request_id}")
+async def get_request(
+    request: Request, request_id: str, who: Principal = Depends(principal)
+) -> dict[str, Any]:
+    """The request and its decisions so far."""
+    view = runtime_of(request).approvals_view
+    return {"ok": True, "request": await blocking(view.get, who, request_id)}
+
+
+async def _decide(
+    request: Request, request_id: str, who: Principal, decision: Decision
+) -> JSONResponse:
+    runtime = runtime_of(request)
+    raw = await request.body()
+    body = (
+        object_body(raw, limit=64 * 1024, allowed=DECISION_FIELDS[decision]) if raw.strip() else {}
+    )
+    reason = optional_string(body, "reason", max_len=2000)
+    wait_s = wait_seconds(body.get("wait_s"), maximum=runtime.settings.max_wait_s)
+    await blocking(runtime.approvals_view.precheck, who, request_id)
+    answer = await blocking(
+        runtime.decisions.send, request_id, who.name, who.roles, decision, reason
+    )
+    if not answer.get("ok"):
+        code = int(answer.get("http_status", 503))
+        error = str(answer.get("error", "decision failed"))
+        if code in REFUSALS:
+            raise REFUSALS[code](error)
+        raise Unavailable(error.removeprefix("unavailable: "))
+    answer.pop("http_status", None)
+    if wait_s > 0 and answer.get("released"):
+        call_id = str(answer["call_id"])
+        row = await wait_for_call(
+            request.app.state.listener, call_id, lambda: runtime.calls.read(call_id), wait_s
+        )
+        return JSONResponse(row.result().to_dict())
+    return JSONResponse(answer)
+
+
+@router.post(
+    "/{request_id}/approve",
+    responses=DECISION_RESPONSES,
+    openapi_extra={
+        "requestBody": {
+            "required": False,
+            "content": {"application/json": {"schema": DECISION_REQUEST_SCHEMA}},
+        }
+    },
+)
+async def approve(
+    request: Request, request_id: str, who: Principal = Depends(principal)
+) -> JSONResponse:
+    """Approve; answers once the approval worker has decided. With ``wait_s``, waits on for
+    the call's outcome and answers with the call result."""
+    return await _decide(request, request_id, who, Decision.APPROVE)
+
+
+@router.post(
+    "/{request_id}/deny",
+    responses=DECISION_RESPONSES,
+    openapi_extra={
+        "requestBody": {
+            "required": False,
+            "content": {"application/json": {"schema": DECISION_REQUEST_SCHEMA}},
+        }
+    },
+)
+async def deny(
+    request: Request, request_id: str, who: Principal = Depends(principal)
+) -> JSONResponse:
+    """Deny; one denial ends the request."""
+    return await _decide(request, request_id, who, Decision.DENY)

@@ -1,0 +1,186 @@
+"""Audit retention: old rows leave the hot table for compressed JSONL segments.
+
+The one archival path: rows older than the hot window are written to a gzip segment,
+a checkpoint (last seq, last hash, segment digest) is inserted, and only then are the
+rows deleted — the database's trigger refuses to delete any row not covered by a
+checkpoint. ``verify`` continues the chain from the latest checkpoint, and a manifest
+(``manifest.jsonl``) lists every segment's chain hashes beside the files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.engine import Connection
+
+from .audit import GENESIS_HASH, lock_chain, row_hash
+from .clock import Clock
+from .schema import audit_checkpoints, audit_log
+from .store import Store
+
+DAY_MS = 86_400_000
+BATCH = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    through_seq: int
+    last_hash: str
+    rows: int
+    segment: str
+    segment_sha256: str
+    at: int
+
+
+def latest_checkpoint(conn: Connection) -> Checkpoint | None:
+    row = conn.execute(
+        select(audit_checkpoints).order_by(audit_checkpoints.c.through_seq.desc()).limit(1)
+    ).first()
+    return Checkpoint(**dict(row._mapping)) if row else None
+
+
+def export(conn: Connection, out: IO[str], *, after_seq: int = 0) -> int:
+    """Write hot rows after ``after_seq`` as JSON lines; returns how many."""
+    count = 0
+    while True:
+        rows = conn.execute(
+            select(audit_log)
+            .where(audit_log.c.seq > after_seq)
+            .order_by(audit_log.c.seq)
+            .limit(BATCH)
+        ).all()
+        if not rows:
+            return count
+        for row in rows:
+            out.write(json.dumps(dict(row._mapping), sort_keys=True) + "\n")
+        count += len(rows)
+        after_seq = rows[-1].seq
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveResult:
+    rows: int
+    segment: str | None
+    through_seq: int | None
+    pruned: list[str]
+
+
+def archive(
+    store: Store, archive_dir: Path, *, clock: Clock, hot_days: float, archive_days: float
+) -> ArchiveResult:
+    """Move rows older than ``hot_days`` to a segment; prune segments past ``archive_days``."""
+    now = clock()
+    cutoff = now - int(hot_days * DAY_MS)
+    archive_dir.mkdir(parents=True, exist_ok=True)
+    with store.transaction() as conn:
+        # Hold the chain lock: nothing is appended while the prefix moves out.
+        lock_chain(conn)
+        checkpoint = latest_checkpoint(conn)
+        start = checkpoint.through_seq if checkpoint else 0
+        first_young = conn.execute(
+            select(func.min(audit_log.c.seq)).where(audit_log.c.at >= cutoff)
+        ).scalar()
+        last_old = conn.execute(
+            select(func.max(audit_log.c.seq)).where(audit_log.c.seq < first_young)
+            if first_young is not None
+            else select(func.max(audit_log.c.seq))
+        ).scalar()
+        if last_old is None or last_old <= start:
+            return ArchiveResult(0, None, None, _prune(archive_dir, now, archive_days))
+        name = f"audit-{start + 1:012d}-{last_old:012d}.jsonl.gz"
+        path = archive_dir / name
+        tmp = path.with_suffix(".tmp")
+        count, last_hash, first_prev = 0, GENESIS_HASH, None
+        with gzip.open(tmp, "wt", encoding="utf-8") as handle:
+            after = start
+            while after < last_old:
+                rows = conn.execute(
+                    select(audit_log)
+                    .where(audit_log.c.seq > after, audit_log.c.seq <= last_old)
+                    .order_by(audit_log.c.seq)
+                    .limit(BATCH)
+                ).all()
+                if not rows:
+                    break
+                for row in rows:
+                    data = dict(row._mapping)
+                    first_prev = data["prev_hash"] if first_prev is None else first_prev
+                    handle.write(json.dumps(data, sort_keys=True) + "\n")
+                    last_hash = data["hash"]
+                count += len(rows)
+                after = rows[-1].seq
+        digest = _file_sha256(tmp)
+        os.replace(tmp, path)
+        conn.execute(
+            audit_checkpoints.insert(),
+            [
+                {
+                    "through_seq": last_old,
+                    "last_hash": last_hash,
+                    "rows": count,
+                    "segment": name,
+                    "segment_sha256": digest,
+                    "at": now,
+                }
+            ],
+        )
+        conn.execute(delete(audit_log).where(audit_log.c.seq <= last_old))
+    with (archive_dir / "manifest.jsonl").open("a", encoding="utf-8") as manifest:
+        manifest.write(
+            json.dumps(
+                {
+                    "segment": name,
+                    "from_seq": start + 1,
+                    "through_seq": last_old,
+                    "rows": count,
+                    "first_prev_hash": first_prev,
+                    "last_hash": last_hash,
+                    "sha256": digest,
+                    "archived_at": now,
+                },
+                sort_keys=True,
+            )
+            + "\n"
+        )
+    return ArchiveResult(count, name, last_old, _prune(archive_dir, now, archive_days))
+
+
+def _prune(archive_dir: Path, now: int, archive_days: float) -> list[str]:
+    """Delete segment files older than the archive retention; their checkpoints remain."""
+    cutoff_s = (now - int(archive_days * DAY_MS)) / 1000
+    pruned = []
+    for path in sorted(archive_dir.glob("audit-*.jsonl.gz")):
+        if path.stat().st_mtime < cutoff_s:
+            path.unlink()
+            pruned.append(path.name)
+    return pruned
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_segment(path: Path, checkpoint: Checkpoint, prev_hash: str) -> str | None:
+    """Check one segment against its checkpoint; the problem as a sentence, or None."""
+    if _file_sha256(path) != checkpoint.segment_sha256:
+        return f"{path.name}: file digest does not match its checkpoint"
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            row: dict[str, Any] = json.loads(line)
+            if row["prev_hash"] != prev_hash or row_hash(row) != row["hash"]:
+                return f"{path.name}: chain broken at seq {row['seq']}"
+            prev_hash = row["hash"]
+    if prev_hash != checkpoint.last_hash:
+        return f"{path.name}: last hash does not match its checkpoint"
+    return None

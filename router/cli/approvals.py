@@ -1,0 +1,85 @@
+"""``toolrouter approvals list|approve|deny``: the approver's command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .http import api_request
+
+KEY_OPTION = click.option(
+    "--key",
+    envvar="TOOLROUTER_KEY",
+    default=None,
+    help="Approver key (default: $TOOLROUTER_KEY, else the demo approver)",
+)
+
+
+def _print(body: dict[str, object]) -> None:
+    click.echo(json.dumps(body, indent=2))
+    sys.exit(0 if body.get("ok") else 1)
+
+
+@click.command("list")
+@click.option("--status", default="pending")
+@KEY_OPTION
+def list_requests(status: str, key: str | None) -> None:
+    """Requests this key may decide."""
+    body = api_request("GET", f"/v1/approvals?status={status}", key=key, role="approver")
+    if not body.get("ok"):
+        _print(body)
+    requests = body.get("requests") or []
+    assert isinstance(requests, list)
+    if not requests:
+        click.echo(f"no {status} requests for this key")
+    for item in requests:
+        click.echo(
+            f"{item['request_id']}  {item['tool']}  by {item['requested_by']}  "
+            f"expires in {item.get('expires_in_ms', 0) // 1000} s"
+        )
+        click.echo("  args: " + json.dumps(item.get("args"), sort_keys=True))
+
+
+@click.command("approve")
+@click.argument("request_id")
+@click.option("--reason", default=None)
+@click.option(
+    "--wait", "wait_s", type=float, default=0.0, help="Also wait this long for the call's outcome"
+)
+@KEY_OPTION
+def approve(request_id: str, reason: str | None, wait_s: float, key: str | None) -> None:
+    """Approve one request."""
+    payload: dict[str, object] = {"reason": reason} if reason else {}
+    if wait_s:
+        payload["wait_s"] = wait_s
+    _print(
+        api_request(
+            "POST",
+            f"/v1/approvals/{request_id}/approve",
+            key=key,
+            role="approver",
+            json_body=payload,
+            timeout=wait_s + 30,
+        )
+    )
+
+
+@click.command("deny")
+@click.argument("request_id")
+@click.option("--reason", default=None)
+@KEY_OPTION
+def deny(request_id: str, reason: str | None, key: str | None) -> None:
+    """Deny one request."""
+    payload = {"reason": reason} if reason else {}
+    _print(
+        api_request(
+            "POST", f"/v1/approvals/{request_id}/deny", key=key, role="approver", json_body=payload
+        )
+    )
+
+
+def register(group: click.Group) -> None:
+    for command in (list_requests, approve, deny):
+        group.add_command(command)

@@ -1,0 +1,45 @@
+"""The CLI's way to the HTTP API: base URL and key from the settings, errors as exit codes."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+import httpx
+
+from ..settings import get_settings
+from .demo import demo_key
+
+
+def api_request(
+    method: str,
+    path: str,
+    *,
+    key: str | None,
+    role: str,
+    json_body: Any = None,
+    timeout: float = 30.0,
+) -> dict[str, Any]:
+    """Call the API with ``key`` (else the demo key for ``role``); exits 2 when unreachable."""
+    settings = get_settings()
+    token = key or demo_key(settings, role)
+    if not token:
+        raise click.UsageError("no key: pass --key or set TOOLROUTER_KEY")
+    url = f"http://{settings.api_host}:{settings.api_port}{path}"
+    try:
+        response = httpx.request(
+            method,
+            url,
+            json=json_body,
+            timeout=timeout,
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    except httpx.HTTPError as exc:
+        click.echo(f"error: cannot reach the API at {url}: {exc}", err=True)
+        sys.exit(2)
+    try:
+        body = response.json()
+    except ValueError:
+        body = {"ok": False, "error": f"HTTP {response.status_code}"}
+    return body if isinstance(body, dict) else {"ok": False, "error": "unexpected answer"}

@@ -1,0 +1,252 @@
+"""The pending table: approval requests bound to one call each, and their decisions.
+
+Reads and the issue of a request live here (the dispatcher issues one per gated call);
+only the approval worker (``approvals.gate``) moves a request out of ``pending``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import and_, func, select, update
+from sqlalchemy.engine import Connection
+
+from .schema import approval_decisions, approval_requests, calls
+
+
+class RequestStatus(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+class Decision(StrEnum):
+    APPROVE = "approve"
+    DENY = "deny"
+    CANCEL = "cancel"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """One request, as bound at issue time."""
+
+    id: str
+    call_id: str
+    tool: str
+    args_sha256: str
+    requested_by: str
+    approvers: tuple[str, ...]
+    approvals_required: int
+    status: str
+    created_at: int
+    expires_at: int
+    decided_at: int | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> ApprovalRequest:
+        data = dict(row._mapping)
+        data["approvers"] = tuple(json.loads(data["approvers"]))
+        return cls(**data)
+
+    def may_decide(self, name: str, roles: frozenset[str]) -> bool:
+        """A key with one of the tool's approver roles, and never the requester."""
+        return name != self.requested_by and bool(roles & set(self.approvers))
+
+
+def issue_row(
+    *,
+    request_id: str,
+    call_id: str,
+    tool: str,
+    args_sha256: str,
+    requested_by: str,
+    approvers: tuple[str, ...],
+    approvals_required: int,
+    now: int,
+    timeout_ms: int,
+) -> dict[str, Any]:
+    return {
+        "id": request_id,
+        "call_id": call_id,
+        "tool": tool,
+        "args_sha256": args_sha256,
+        "requested_by": requested_by,
+        "approvers": json.dumps(list(approvers)),
+        "approvals_required": approvals_required,
+        "status": RequestStatus.PENDING,
+        "created_at": now,
+        "expires_at": now + timeout_ms,
+        "decided_at": None,
+    }
+
+
+def insert(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    if rows:
+        conn.execute(approval_requests.insert(), rows)
+
+
+def get(conn: Connection, request_id: str, *, for_update: bool = False) -> ApprovalRequest | None:
+    stmt = select(approval_requests).where(approval_requests.c.id == request_id)
+    if for_update:
+        # Serializes decisions on one request (PostgreSQL); SQLite's write lock already does.
+        stmt = stmt.with_for_update()
+    row = conn.execute(stmt).first()
+    return ApprovalRequest.from_row(row) if row else None
+
+
+def pending(conn: Connection, *, limit: int = 500) -> list[ApprovalRequest]:
+    rows = conn.execute(
+        select(approval_requests)
+        .where(approval_requests.c.status == RequestStatus.PENDING)
+        .order_by(approval_requests.c.created_at)
+        .limit(limit)
+    )
+    return [ApprovalRequest.from_row(row) for row in rows]
+
+
+def recent(conn: Connection, *, limit: int = 100) -> list[ApprovalRequest]:
+    rows = conn.execute(
+        select(approval_requests)
+        .where(approval_requests.c.status != RequestStatus.PENDING)
+        .order_by(approval_requests.c.decided_at.desc())
+        .limit(limit)
+    )
+    return [ApprovalRequest.from_row(row) for row in rows]
+
+
+def due(conn: Connection, *, now: int, limit: int) -> list[str]:
+    rows = conn.execute(
+        select(approval_requests.c.id)
+        .where(
+            and_(
+                approval_requests.c.status == RequestStatus.PENDING,
+                approval_requests.c.expires_at <= now,
+            )
+        )
+        .limit(limit)
+    )
+    return [row.id for row in rows]
+
+
+def count_pending(conn: Connection) -> int:
+    return int(
+        conn.execute(
+            select(func.count()).where(approval_requests.c.status == RequestStatus.PENDING)
+        ).scalar_one()
+    )
+
+
+def decisions(conn: Connection, request_id: str) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        select(approval_decisions)
+        .where(approval_decisions.c.request_id == request_id)
+        .order_by(approval_decisions.c.id)
+    )
+    return [
+        {"approver": r.approver, "decision": r.decision, "reason": r.reason, "at": r.at}
+        for r in rows
+    ]
+
+
+def args_of(conn: Connection, call_ids: list[str]) -> dict[str, Any]:
+    if not call_ids:
+        return {}
+    rows = conn.execute(select(calls.c.id, calls.c.args).where(calls.c.id.in_(call_ids)))
+    return {row.id: json.loads(row.args) for row in rows}
+
+
+def spend(
+    conn: Connection, request_id: str, status: RequestStatus, *, now: int, expiring: bool = False
+) -> bool:
+    """Move ``request_id`` out of pending, once: the conditional update that spends it.
+
+    A decision needs the request unexpired; the expiry sweep needs it expired.
+    """
+    expiry = (
+        (approval_requests.c.expires_at <= now)
+        if expiring
+        else (approval_requests.c.expires_at > now)
+    )
+    result = conn.execute(
+        update(approval_requests)
+        .where(
+            and_(
+                approval_requests.c.id == request_id,
+                approval_requests.c.status == RequestStatus.PENDING,
+                expiry,
+            )
+        )
+        .values(status=status, decided_at=now)
+    )
+    return result.rowcount == 1
+
+
+def record_decision(
+    conn: Connection,
+    request_id: str,
+    approver: str,
+    decision: Decision,
+    reason: str | None,
+    *,
+    now: int,
+) -> None:
+    """Raises ``IntegrityError`` when this approver already decided this request."""
+    conn.execute(
+        approval_decisions.insert(),
+        [
+            {
+                "request_id": request_id,
+                "approver": approver,
+                "decision": decision,
+                "reason": reason,
+                "at": now,
+            }
+        ],
+    )
+
+
+def approvals_so_far(conn: Connection, request_id: str) -> int:
+    return int(
+        conn.execute(
+            select(func.count()).where(
+                and_(
+                    approval_decisions.c.request_id == request_id,
+                    approval_decisions.c.decision == Decision.APPROVE,
+                )
+            )
+        ).scalar_one()
+    )
+
+
+def to_public(
+    request: ApprovalRequest,
+    *,
+    args: Any = None,
+    decided: list[dict[str, Any]] | None = None,
+    now: int | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "request_id": request.id,
+        "call_id": request.call_id,
+        "tool": request.tool,
+        "args": args,
+        "args_sha256": request.args_sha256,
+        "requested_by": request.requested_by,
+        "approvers": list(request.approvers),
+        "approvals_required": request.approvals_required,
+        "status": request.status,
+        "created_at": request.created_at,
+        "expires_at": request.expires_at,
+        "decided_at": request.decided_at,
+    }
+    if decided is not None:
+        body["decisions"] = decided
+    if now is not None:
+        body["age_ms"] = now - request.created_at
+        body["expires_in_ms"] = max(0, request.expires_at - now)
+    return body
