@@ -50,9 +50,10 @@ class CallResult:
             body["error_type"] = self.error_type
         flag = _FLAGS.get(self.status)
         if flag:
+            # Only the approval outcomes name their request (SPEC §4 shapes).
             body[flag] = True
-        if self.request_id is not None:
-            body["request_id"] = self.request_id
+            if self.request_id is not None:
+                body["request_id"] = self.request_id
         return body
 
 

@@ -32,8 +32,14 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 
 @contextmanager
 def redis_base_url(tmp: Path) -> Iterator[str]:
-    """``redis://host:port`` of a Redis the tests may use."""
-    if redis_answers(LOCAL_REDIS + "/0"):
+    """``redis://host:port`` of a Redis the tests may use.
+
+    The local Redis (dedicated db numbers) when it answers; else, or when
+    ``TOOLROUTER_TEST_PRIVATE_REDIS=1`` (to run two test sessions side by side), a private
+    redis-server of our own.
+    """
+    private = os.environ.get("TOOLROUTER_TEST_PRIVATE_REDIS") == "1"
+    if not private and redis_answers(LOCAL_REDIS + "/0"):
         yield LOCAL_REDIS
         return
     process, url = start_private_redis(tmp)

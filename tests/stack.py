@@ -167,6 +167,7 @@ def stack_env(
             "TOOLROUTER_REQUEUE_AFTER_S": "3",
             "TOOLROUTER_REAPER_INTERVAL_S": "1",
             "TOOLROUTER_RECONCILER_INTERVAL_S": "1",
+            "TOOLROUTER_DECISION_TIMEOUT_S": "3",
             "PYTHONPATH": str(REPO),
             "PYTHONUNBUFFERED": "1",
         }
