@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 # Unknown names are echoed back and audited, but not at any length.
 MAX_ECHOED_NAME = 128
 IDEMPOTENCY_KEY_MAX = 256
+TOO_LARGE = "arguments too large: "
 
 
 def echo_name(name: object) -> str:
@@ -77,6 +78,8 @@ class Dispatcher:
             label = echo_name(name)
             return self._reject(requested_by, label, AuditEvent.UNKNOWN, f"unknown tool: {label}")
         problem, canonical = self._check_arguments(tool, args)
+        if problem is not None and problem.startswith(TOO_LARGE):
+            return CallResult(status="bad_request", tool=tool.name, http_status=413, error=problem)
         if problem is not None:
             return self._reject(
                 requested_by, tool.name, AuditEvent.INVALID, f"invalid arguments: {problem}"
@@ -114,7 +117,7 @@ class Dispatcher:
             return f"arguments are not JSON: {error_message(exc)}", None
         size = len(canonical.encode("utf-8", "surrogatepass"))
         if size > self.max_args_bytes:
-            return f"arguments are {size} bytes, over the limit of {self.max_args_bytes}", None
+            return f"{TOO_LARGE}{size} bytes, over the limit of {self.max_args_bytes}", None
         return tool.argument_errors(args), canonical
 
     def _reject(self, actor: str, tool: str, event: AuditEvent, error: str) -> CallResult:

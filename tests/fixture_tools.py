@@ -73,7 +73,7 @@ def stubborn_sleep(args: dict[str, Any], ctx: CallContext) -> Any:
     while time.monotonic() < deadline:
         try:
             time.sleep(0.05)
-        except BaseException:  # noqa: S110 - the point of this tool
+        except BaseException:  # the point of this tool
             pass
     return "finished"
 
@@ -91,6 +91,7 @@ def ledger(args: dict[str, Any], ctx: CallContext) -> Any:
 
 def kill_worker(args: dict[str, Any], ctx: CallContext) -> Any:
     """Take the pool process down, as a segfaulting extension would."""
-    Path(args["path"]).open("a", encoding="utf-8").write(f"{ctx.call_id} {ctx.attempt}\n")
+    with Path(args["path"]).open("a", encoding="utf-8") as handle:
+        handle.write(f"{ctx.call_id} {ctx.attempt}\n")
     os.kill(os.getpid(), signal.SIGKILL)
     return None

@@ -15,12 +15,13 @@ from ..errors import RequestError, SchemaOutdated, Unavailable
 from ..notify import CompletionListener, Notifier
 from ..runtime import Runtime
 from . import routes_approvals, routes_calls, routes_misc
+from .responses import AsciiJSONResponse
 
 log = logging.getLogger(__name__)
 
 
 def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"ok": False, "error": message}, status_code=status)
+    return AsciiJSONResponse({"ok": False, "error": message}, status_code=status)
 
 
 async def _request_error(_: Request, exc: Exception) -> JSONResponse:
@@ -81,6 +82,9 @@ def create_app(runtime: Runtime) -> FastAPI:
         lifespan=lifespan,
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         docs_url="/docs",
+        default_response_class=AsciiJSONResponse,
+        # A trailing slash is a 404 JSON answer, not a redirect to another method's route.
+        redirect_slashes=False,
         redoc_url=None,
     )
     app.state.runtime = runtime

@@ -49,7 +49,7 @@ def object_body(raw: bytes, *, limit: int, allowed: frozenset[str]) -> dict[str,
         raise BadRequest("malformed body: expected a JSON object")
     unknown = sorted(set(body) - allowed)
     if unknown:
-        raise BadRequest(f"unknown field: {unknown[0][:64]}")
+        raise BadRequest(f"unknown field: {echo_name(unknown[0])}")
     return body
 
 

@@ -13,6 +13,7 @@ from ..pending import Decision
 from .bodies import object_body, optional_string, wait_seconds
 from .deps import blocking, principal, runtime_of
 from .models import DECISION_REQUEST_SCHEMA, DECISION_RESPONSES
+from .responses import AsciiJSONResponse
 from .waiting import wait_for_call
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
@@ -68,8 +69,8 @@ async def _decide(
         row = await wait_for_call(
             request.app.state.listener, call_id, lambda: runtime.calls.read(call_id), wait_s
         )
-        return JSONResponse(row.result().to_dict())
-    return JSONResponse(answer)
+        return AsciiJSONResponse(row.result().to_dict())
+    return AsciiJSONResponse(answer)
 
 
 @router.post(

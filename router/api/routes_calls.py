@@ -13,6 +13,7 @@ from ..status import TERMINAL_STATES
 from .bodies import check_call_id, object_body, optional_string, wait_seconds
 from .deps import blocking, principal, runtime_of
 from .models import CALL_REQUEST_SCHEMA, CALL_RESULT_RESPONSES
+from .responses import AsciiJSONResponse
 from .waiting import wait_for_call
 
 router = APIRouter(prefix="/v1/calls", tags=["calls"])
@@ -21,7 +22,7 @@ CALL_FIELDS = frozenset({"tool", "args", "idempotency_key", "wait_s"})
 
 
 def answer(result: CallResult) -> JSONResponse:
-    return JSONResponse(result.to_dict(), status_code=result.http_status)
+    return AsciiJSONResponse(result.to_dict(), status_code=result.http_status)
 
 
 @router.post(

@@ -15,6 +15,7 @@ from ..errors import BadRequest, NotFound
 from ..keys import Principal
 from ..status import AuditEvent
 from .deps import blocking, principal, require_operator, runtime_of
+from .responses import AsciiJSONResponse
 
 router = APIRouter()
 
@@ -106,5 +107,5 @@ async def readyz(request: Request) -> JSONResponse:
     problems = await blocking(check)
     if problems:
         detail = "; ".join(f"{name}: {reason}" for name, reason in problems.items())
-        return JSONResponse({"ok": False, "error": f"unavailable: {detail}"}, status_code=503)
-    return JSONResponse({"ok": True})
+        return AsciiJSONResponse({"ok": False, "error": f"unavailable: {detail}"}, status_code=503)
+    return AsciiJSONResponse({"ok": True})
