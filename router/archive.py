@@ -46,6 +46,12 @@ def latest_checkpoint(conn: Connection) -> Checkpoint | None:
     return Checkpoint(**dict(row._mapping)) if row else None
 
 
+def checkpoints(conn: Connection) -> list[Checkpoint]:
+    """Every checkpoint, oldest first: the chain of segments."""
+    rows = conn.execute(select(audit_checkpoints).order_by(audit_checkpoints.c.through_seq))
+    return [Checkpoint(**dict(row._mapping)) for row in rows]
+
+
 def export(conn: Connection, out: IO[str], *, after_seq: int = 0) -> int:
     """Write hot rows after ``after_seq`` as JSON lines; returns how many."""
     count = 0
