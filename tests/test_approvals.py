@@ -232,3 +232,26 @@ def test_a_decision_the_approver_was_told_failed_is_never_applied(stack: Stack) 
     # The restarted worker sees the expired message and drops it; a fresh decision still works.
     assert decide(stack, call["request_id"], wait_s=20).json()["status"] == "succeeded"
     assert [e for e, _ in audit_events(stack, call["call_id"])] == ["pending", "approved", "ok"]
+
+
+def test_beat_expires_a_request_nobody_decided(stack: Stack) -> None:
+    from router.cli import processes
+
+    call = submit(stack, tool="quick_expiry")
+    stack.start("beat", processes.beat_argv(stack.settings))
+    try:
+        outcome = result(stack, call["call_id"], wait_s=30)
+    finally:
+        stack.stop("beat")
+    assert outcome == {
+        "ok": False,
+        "call_id": call["call_id"],
+        "tool": "quick_expiry",
+        "status": "expired",
+        "expired": True,
+        "request_id": call["request_id"],
+    }
+    assert audit_events(stack, call["call_id"]) == [("pending", "agent"), ("expired", "expiry")]
+    response = decide(stack, call["request_id"])
+    assert response.status_code == 409
+    assert response.json() == {"ok": False, "error": f"expired request: {call['request_id']}"}

@@ -1,0 +1,43 @@
+"""A database or broker that is down gives ``unavailable`` values, and loses nothing."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from router.broker import Publisher, make_celery
+from router.cli.privredis import free_port
+from router.dispatcher import Dispatcher
+from router.engine import make_engine
+from router.runtime import Runtime
+from router.schema import audit_log
+from router.store import Store
+
+
+def test_a_broker_that_is_down_fails_the_call_instead_of_running_it_later(
+    runtime: Runtime,
+) -> None:
+    dead = Publisher(make_celery(f"redis://127.0.0.1:{free_port()}/0"))
+    dispatcher = Dispatcher(runtime.store, runtime.registry, dead, clock=runtime.clock)
+    result = dispatcher.submit("agent", "echo", {"x": 1})
+    assert result.http_status == 503
+    body = result.to_dict()
+    assert body["ok"] is False and body["error"].startswith("unavailable: broker: ")
+    with runtime.store.reading() as conn:
+        rows = conn.execute(select(audit_log.c.event, audit_log.c.call_id)).all()
+    # The call was stored, then failed on the spot: nothing is left to run behind the
+    # caller's back, and the log says both things.
+    assert [row.event for row in rows] == ["queued", "error"]
+    call = runtime.calls.read(rows[0].call_id)
+    assert call.status == "failed" and call.error is not None
+    assert call.error.startswith("unavailable: broker: ")
+
+
+def test_a_database_that_is_down_gives_unavailable_not_an_exception(runtime: Runtime) -> None:
+    port = free_port()
+    engine = make_engine(f"postgresql://postgres@127.0.0.1:{port}/nothing")
+    dispatcher = Dispatcher(Store(engine), runtime.registry, runtime.publisher, clock=runtime.clock)
+    for tool, args in [("echo", {}), ("no-such-tool", {}), ("strict", {"to": 1})]:
+        result = dispatcher.submit("agent", tool, args)
+        assert result.http_status == 503
+        assert result.to_dict()["error"].startswith("unavailable: database: ")
+    engine.dispose()
