@@ -6,12 +6,9 @@ import json
 from typing import Any
 
 import redis
-from celery import signals
 
 from router.constants import DECIDE_TASK, EXPIRE_TASK
-from router.notify import Notifier
-from router.runtime import Runtime
-from router.settings import get_settings
+from workers import process
 from workers.app import app
 
 from .gate import Gate
@@ -19,23 +16,10 @@ from .gate import Gate
 # The reply list outlives a late reader only briefly.
 REPLY_TTL_S = 60
 
-_gate: Gate | None = None
-
 
 def gate() -> Gate:
-    """This process's gate, built on first use (after the pool has forked)."""
-    global _gate
-    if _gate is None:
-        runtime = Runtime(get_settings())
-        runtime.prepare()
-        _gate = Gate(runtime, Notifier(runtime.redis_url))
-    return _gate
-
-
-@signals.worker_process_init.connect
-def _fresh_after_fork(**_: Any) -> None:
-    global _gate
-    _gate = None
+    state = process.current()
+    return Gate(state.runtime, state.notifier)
 
 
 @app.task(name=DECIDE_TASK, ignore_result=True)

@@ -27,6 +27,7 @@ class Settings(BaseSettings):
 
     api_host: str = "127.0.0.1"
     api_port: int = 8000
+    flower_host: str = "127.0.0.1"
     flower_port: int = 5555
     flower_user: str = "admin"
     flower_password: str = ""

@@ -15,6 +15,7 @@ from router.audit import AuditEntry
 from router.constants import POISON_CAP
 from router.context import CallContext
 from router.dispatcher import message_for
+from router.errors import Unavailable
 from router.notify import Notifier
 from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
@@ -64,10 +65,20 @@ class Executor:
             outcome = invoke(tool, row.arguments, ctx)
         return self.finish(row, outcome)
 
-    def finish(self, row: CallRow, outcome: Outcome) -> str:
+    def finish(
+        self,
+        row: CallRow,
+        outcome: Outcome,
+        *,
+        status: CallStatus | None = None,
+        event: AuditEvent | None = None,
+    ) -> str:
         """Record ``outcome`` for ``row``'s attempt; "fenced" if that attempt lost the call."""
         now = self.clock()
-        status = CallStatus.SUCCEEDED if outcome.ok else CallStatus.FAILED
+        if status is None:
+            status = CallStatus.SUCCEEDED if outcome.ok else CallStatus.FAILED
+        if event is None:
+            event = AuditEvent.OK if outcome.ok else AuditEvent.ERROR
         detail: dict[str, Any] = {"attempt": row.attempt}
         if not outcome.ok:
             detail.update(error=outcome.error, error_type=outcome.error_type)
@@ -83,7 +94,6 @@ class Executor:
                 error_type=outcome.error_type,
             )
             if landed:
-                event = AuditEvent.OK if outcome.ok else AuditEvent.ERROR
                 audit.append(
                     conn,
                     [
@@ -139,7 +149,12 @@ class Executor:
                     ],
                     at=now,
                 )
-            self.runtime.publisher.publish([message_for(tool, row.id)])
+            try:
+                self.runtime.publisher.publish([message_for(tool, row.id)])
+            except Unavailable as exc:
+                # Queued with no publish time: the reconciler sends it once Redis is back.
+                log.warning("re-queued %s but could not publish it: %s", row.id, exc)
+                return "requeued"
             with self.store.transaction() as conn:
                 self.store.mark_published(conn, [row.id], now=self.clock())
             return "requeued"
@@ -150,38 +165,17 @@ class Executor:
                 error_type="PoisonCall",
             )
             return "poisoned" if self.finish(row, outcome) != "fenced" else "raced"
-        return self._interrupt(row, now)
+        return self._interrupt(row)
 
-    def _interrupt(self, row: CallRow, now: int) -> str:
+    def _interrupt(self, row: CallRow) -> str:
         # Not idempotent: the outcome is unknown and a human must look; never re-run it.
-        error = "worker lost during the run; outcome unknown"
-        with self.store.transaction() as conn:
-            landed = self.store.finish(
-                conn,
-                row.id,
-                attempt=row.attempt,
-                status=CallStatus.INTERRUPTED,
-                now=now,
-                error=error,
-                error_type="WorkerLost",
-            )
-            if landed:
-                audit.append(
-                    conn,
-                    [
-                        AuditEntry(
-                            event=AuditEvent.INTERRUPTED,
-                            actor=self.actor,
-                            tool=row.tool,
-                            call_id=row.id,
-                            detail={"attempt": row.attempt, "error": error},
-                        )
-                    ],
-                    at=now,
-                )
-        if landed:
-            self.notifier.call_done(row.id)
-        return "interrupted" if landed else "raced"
+        outcome = Outcome(
+            ok=False, error="worker lost during the run; outcome unknown", error_type="WorkerLost"
+        )
+        landed = self.finish(
+            row, outcome, status=CallStatus.INTERRUPTED, event=AuditEvent.INTERRUPTED
+        )
+        return "raced" if landed == "fenced" else "interrupted"
 
     def reap(self, limit: int = 500) -> dict[str, int]:
         """Recover every running call whose lease has run out."""

@@ -3,42 +3,23 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from typing import Any
 
 from celery import signals
 from celery.exceptions import TimeLimitExceeded
 
 from router.constants import REAP_TASK, RECONCILE_TASK, RUN_CALL_TASK
-from router.notify import Notifier
-from router.runtime import Runtime
-from router.settings import get_settings
 
+from . import process
 from .app import app
 from .execution import Executor
 
 log = logging.getLogger(__name__)
 
-_executor: Executor | None = None
-
 
 def executor() -> Executor:
-    """This process's executor, built on first use (after the pool has forked)."""
-    global _executor
-    if _executor is None:
-        runtime = Runtime(get_settings())
-        runtime.prepare()
-        actor = f"worker@{socket.gethostname()}:{os.getpid()}"
-        _executor = Executor(runtime, Notifier(runtime.redis_url), actor=actor)
-    return _executor
-
-
-@signals.worker_process_init.connect
-def _fresh_after_fork(**_: Any) -> None:
-    # Never share a parent's database connections with a forked child.
-    global _executor
-    _executor = None
+    state = process.current()
+    return Executor(state.runtime, state.notifier, actor=state.actor)
 
 
 @app.task(name=RUN_CALL_TASK, ignore_result=True)

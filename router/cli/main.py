@@ -89,6 +89,8 @@ def beat() -> None:
     """Run Celery beat: reaper, reconciler, expiry."""
     settings = get_settings()
     runtime()
+    # Beat keeps its schedule file there; on PostgreSQL nothing else creates the directory.
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
     processes.exec_argv(processes.beat_argv(settings))
 
 

@@ -79,7 +79,7 @@ def beat_argv(settings: Settings) -> list[str]:
 
 
 def flower_argv(settings: Settings, password: str | None = None) -> list[str]:
-    argv = celery("flower", f"--port={settings.flower_port}", "--address=127.0.0.1")
+    argv = celery("flower", f"--port={settings.flower_port}", f"--address={settings.flower_host}")
     secret = password or settings.flower_password
     if secret:
         argv.append(f"--basic-auth={settings.flower_user}:{secret}")
