@@ -12,8 +12,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import text
+
 from router import audit, pending
 from router.audit import AuditEntry
+from router.canonical import sha256_hex
 from router.dispatcher import message_for
 from router.notify import Notifier
 from router.pending import Decision, RequestStatus
@@ -87,7 +90,15 @@ class Gate:
             return refusal(422, f"unknown decision: {decision[:32]}")
         released_tool = None
         with self.store.transaction() as conn:
+            if deadline_ms is not None and conn.dialect.name == "postgresql":
+                # Do not queue behind another decision's row lock past the deadline.
+                wait_ms = max(1, deadline_ms - self.clock())
+                conn.execute(text(f"SET LOCAL lock_timeout = {int(wait_ms)}"))
             request = pending.get(conn, request_id, for_update=True)
+            # Checked again under the lock: waiting for it may have taken us past the
+            # deadline, after which the API has told the approver this failed.
+            if deadline_ms is not None and self.clock() > deadline_ms:
+                return refusal(503, "unavailable: decision arrived after its deadline; not applied")
             if request is None or request.status in (
                 RequestStatus.APPROVED,
                 RequestStatus.DENIED,
@@ -136,6 +147,9 @@ class Gate:
                 )
                 answer = Answer(ok=True, status="denied", request_id=ids[0], call_id=ids[1])
             else:
+                problem = self._unreleasable(conn, request)
+                if problem is not None:
+                    return refusal(409, problem)
                 pending.record_decision(conn, request_id, actor, choice, reason, now=now)
                 count = pending.approvals_so_far(conn, request_id)
                 released = count >= request.approvals_required
@@ -184,6 +198,16 @@ class Gate:
         elif answer.status in ("denied", "cancelled"):
             self.notifier.call_done(request.call_id)
         return answer
+
+    def _unreleasable(self, conn: Any, request: pending.ApprovalRequest) -> str | None:
+        """Why this request's call must not run, if it must not: the approval covers the
+        arguments bound at issue time, and a tool that is still registered."""
+        call = self.store.get(conn, request.call_id)
+        if call is None or sha256_hex(call.args) != request.args_sha256:
+            return f"the arguments of {request.call_id} changed after the request was issued"
+        if self.runtime.registry.get(request.tool) is None:
+            return f"tool {request.tool} is no longer registered"
+        return None
 
     def _close(
         self,

@@ -37,9 +37,14 @@ class ApprovalsView:
                 else [r for r in pending.recent(conn, limit=limit * 5) if r.status == status]
             )
             visible = [r for r in rows if who.is_operator or r.may_decide(who.name, who.roles)]
+            decided = {r.id: pending.decisions(conn, r.id) for r in visible}
+            if status == RequestStatus.PENDING and not who.is_operator:
+                # An N-of-M request this key already approved is no longer its to decide.
+                visible = [
+                    r for r in visible if all(d["approver"] != who.name for d in decided[r.id])
+                ]
             visible = visible[:limit]
             args = pending.args_of(conn, [r.call_id for r in visible])
-            decided = {r.id: pending.decisions(conn, r.id) for r in visible}
         now = self.clock()
         return [
             pending.to_public(r, args=args.get(r.call_id), decided=decided[r.id], now=now)

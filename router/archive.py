@@ -190,3 +190,54 @@ def verify_segment(path: Path, checkpoint: Checkpoint, prev_hash: str) -> str | 
     if prev_hash != checkpoint.last_hash:
         return f"{path.name}: last hash does not match its checkpoint"
     return None
+
+
+def verify_archives(
+    conn: Connection, archive_dir: Path, *, now: int, archive_days: float
+) -> tuple[list[str], list[str]]:
+    """Check every checkpoint against the manifest and its segment file.
+
+    Returns (lines to show, problems). A segment may be missing only once it is past the
+    archive retention; rows a checkpoint covers must have left the hot table.
+    """
+    manifest: dict[int, dict[str, Any]] = {}
+    manifest_path = archive_dir / "manifest.jsonl"
+    if manifest_path.exists():
+        for line in manifest_path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                manifest[int(entry["through_seq"])] = entry
+    lines: list[str] = []
+    problems: list[str] = []
+    prev_hash = GENESIS_HASH
+    retention_cutoff = now - int(archive_days * DAY_MS)
+    for checkpoint in checkpoints(conn):
+        entry = manifest.get(checkpoint.through_seq)
+        if (
+            entry is None
+            or entry["sha256"] != checkpoint.segment_sha256
+            or (entry["last_hash"] != checkpoint.last_hash)
+        ):
+            problems.append(
+                f"checkpoint through seq {checkpoint.through_seq} has no matching manifest entry"
+            )
+        path = archive_dir / checkpoint.segment
+        if path.exists():
+            problem = verify_segment(path, checkpoint, prev_hash)
+            if problem:
+                problems.append(problem)
+            else:
+                lines.append(f"segment {checkpoint.segment}: {checkpoint.rows} rows ok")
+        elif checkpoint.at < retention_cutoff:
+            lines.append(f"segment {checkpoint.segment}: pruned after retention (checkpoint kept)")
+        else:
+            problems.append(f"segment {checkpoint.segment} is missing")
+        prev_hash = checkpoint.last_hash
+    latest = latest_checkpoint(conn)
+    if latest is not None:
+        leftover = conn.execute(
+            select(func.count()).where(audit_log.c.seq <= latest.through_seq)
+        ).scalar_one()
+        if leftover:
+            problems.append(f"{leftover} rows covered by a checkpoint are still in the hot table")
+    return lines, problems

@@ -60,15 +60,30 @@ def lock_chain(conn: Connection) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CHAIN_LOCK_KEY})
 
 
+def chain_head(conn: Connection) -> tuple[int, str]:
+    """The last ``seq`` and hash of the chain: the newest hot row, else the newest archival
+    checkpoint (the hot table may have been archived empty), else the genesis."""
+    last = conn.execute(
+        select(audit_log.c.seq, audit_log.c.hash).order_by(audit_log.c.seq.desc()).limit(1)
+    ).first()
+    if last is not None:
+        return last.seq, last.hash
+    checkpoint = conn.execute(
+        select(audit_checkpoints.c.through_seq, audit_checkpoints.c.last_hash)
+        .order_by(audit_checkpoints.c.through_seq.desc())
+        .limit(1)
+    ).first()
+    if checkpoint is not None:
+        return checkpoint.through_seq, checkpoint.last_hash
+    return 0, GENESIS_HASH
+
+
 def append(conn: Connection, entries: list[AuditEntry], *, at: int) -> list[int]:
     """Append ``entries`` inside the caller's transaction; returns their ``seq`` numbers."""
     if not entries:
         return []
     lock_chain(conn)
-    last = conn.execute(
-        select(audit_log.c.seq, audit_log.c.hash).order_by(audit_log.c.seq.desc()).limit(1)
-    ).first()
-    seq, prev_hash = (last.seq, last.hash) if last else (0, GENESIS_HASH)
+    seq, prev_hash = chain_head(conn)
     rows: list[dict[str, Any]] = []
     for entry in entries:
         seq += 1

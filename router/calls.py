@@ -6,7 +6,7 @@ from . import audit
 from .audit import AuditEntry
 from .clock import Clock, wall_clock_ms
 from .decisions import DecisionClient
-from .errors import NotCancellable, NotFound
+from .errors import NotCancellable, NotFound, Unavailable
 from .keys import Principal
 from .pending import Decision
 from .results import CallResult
@@ -52,6 +52,8 @@ class CallService:
                 row.request_id, principal.name, principal.roles, Decision.CANCEL, None
             )
             if not answer.get("ok"):
+                if answer.get("http_status") == 503:
+                    raise Unavailable(str(answer.get("error")).removeprefix("unavailable: "))
                 raise NotCancellable(f"call is no longer pending: {answer.get('error')}")
             return self.get(principal, call_id).result()
         with self.store.transaction() as conn:

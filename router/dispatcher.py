@@ -115,7 +115,9 @@ class Dispatcher:
             canonical = canonical_json(args)
         except (TypeError, ValueError) as exc:
             return f"arguments are not JSON: {error_message(exc)}", None
-        size = len(canonical.encode("utf-8", "surrogatepass"))
+        # Measured as UTF-8, not as the ASCII-escaped stored form, so non-ASCII text is not
+        # counted up to six times over.
+        size = len(json.dumps(args, ensure_ascii=False).encode("utf-8", "surrogatepass"))
         if size > self.max_args_bytes:
             return f"{TOO_LARGE}{size} bytes, over the limit of {self.max_args_bytes}", None
         return tool.argument_errors(args), canonical

@@ -99,6 +99,15 @@ def get(conn: Connection, request_id: str, *, for_update: bool = False) -> Appro
     return ApprovalRequest.from_row(row) if row else None
 
 
+def approved_digest(conn: Connection, request_id: str | None) -> str | None:
+    """The argument digest a request was issued (and approved) for; None for ungated calls."""
+    if request_id is None:
+        return None
+    return conn.execute(
+        select(approval_requests.c.args_sha256).where(approval_requests.c.id == request_id)
+    ).scalar()
+
+
 def pending(conn: Connection, *, limit: int = 500) -> list[ApprovalRequest]:
     rows = conn.execute(
         select(approval_requests)

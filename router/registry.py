@@ -7,6 +7,7 @@ Names are looked up in a ``dict`` and nothing else: never through attributes, so
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,12 +39,22 @@ class Tool:
         return queue_for(self.spec.risk)
 
     def argument_errors(self, args: Any) -> str | None:
-        """The first schema violation of ``args`` as a sentence, or None when they are valid."""
+        """The first schema violation of ``args`` as a sentence, or None when they are valid.
+
+        Built from the schema, never from the offending value: these messages are audited,
+        and arguments may be secrets.
+        """
         error = schema_errors.best_match(self.validator.iter_errors(args))
         if error is None:
             return None
-        where = "/".join(str(part) for part in error.absolute_path)
-        return f"{where}: {error.message}" if where else error.message
+        where = "/".join(str(part) for part in error.absolute_path) or "arguments"
+        if error.validator in ("required", "additionalProperties", "dependentRequired"):
+            # These name properties (from the schema, or the unexpected key), not values.
+            return f"{where}: {error.message}"[:300]
+        expected = json.dumps(error.validator_value, sort_keys=True, default=str)
+        if len(expected) > 120:
+            expected = expected[:120] + "…"
+        return f"{where}: must satisfy {error.validator} {expected}"
 
     def describe(self) -> dict[str, Any]:
         """The public definition served by ``GET /v1/tools``."""

@@ -90,9 +90,10 @@ class Runtime:
     def keys(self) -> KeyStore:
         return KeyStore(self.store, clock=self.clock)
 
-    def prepare(self) -> None:
+    def prepare(self, *, check_tools: bool = True) -> None:
         """Fail fast at start-up: load the tools and check (or, on SQLite, upgrade) the schema."""
-        _ = self.registry
+        if check_tools:
+            _ = self.registry
         ensure_schema(self.engine)
 
     def close(self) -> None:

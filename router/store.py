@@ -230,6 +230,8 @@ class Store:
                 status=CallStatus.FAILED,
                 error=error,
                 error_type="Unavailable",
+                # The caller was told 503: a retry with the same key must make a new call.
+                idempotency_key=None,
                 finished_at=now,
                 updated_at=now,
             )

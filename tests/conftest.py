@@ -37,9 +37,11 @@ def redis_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def pg_template() -> None:
+def pg_template() -> Iterator[None]:
     services.postgres_or_skip()
     services.make_pg_template()
+    yield
+    services.drop_pg_template()
 
 
 def _database(backend: str, tmp: Path, request: pytest.FixtureRequest) -> Iterator[str]:

@@ -26,7 +26,8 @@ REDIS_DBS = {"sqlite": 11, "postgresql": 12, "unit": 13}
 PG_ADMIN_URL = os.environ.get(
     "TOOLROUTER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
-PG_TEMPLATE = "toolrouter_test_template"
+# Per test session, so two sessions side by side never drop each other's template.
+PG_TEMPLATE = f"toolrouter_test_template_{os.getpid()}"
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
@@ -86,6 +87,10 @@ def make_pg_template() -> None:
     engine = make_engine(pg_url(PG_TEMPLATE))
     upgrade(engine)
     engine.dispose()
+
+
+def drop_pg_template() -> None:
+    _admin_execute(f"DROP DATABASE IF EXISTS {PG_TEMPLATE} WITH (FORCE)")
 
 
 def fresh_pg_database() -> str:

@@ -748,3 +748,11 @@ def test_a_new_key_is_its_own_identity(stack: Stack) -> None:
     assert body["value"]["requested_by"] == name
     with stack.client("agent") as http:
         assert_error_body(http.get(f"/v1/calls/{body['call_id']}"), 404)
+
+
+@pytest.mark.parametrize("key", ["operator", "approver", "finance"])
+def test_only_agent_keys_submit_calls(stack: Stack, key: str) -> None:
+    with stack.client(key) as http:
+        response = http.post("/v1/calls", json={"tool": "echo", "args": {}})
+    assert response.status_code == 403
+    assert response.json() == {"ok": False, "error": "agent role required to submit calls"}

@@ -129,3 +129,45 @@ def test_old_segments_are_pruned_after_the_archive_window(
     again = archive.archive(runtime.store, tmp_path, clock=clock, hot_days=90, archive_days=400)
     assert again.pruned == [first.segment]
     assert not (tmp_path / first.segment).exists()
+
+
+def test_the_chain_continues_after_the_hot_table_was_archived_empty(
+    runtime: Runtime, clock: FakeClock, tmp_path: Path
+) -> None:
+    append(runtime, 3)
+    clock.advance(91 * DAY_MS)
+    archive.archive(runtime.store, tmp_path, clock=clock, hot_days=90, archive_days=400)
+    append(runtime, 2)
+    with runtime.store.reading() as conn:
+        assert [row["seq"] for row in audit.query(conn)] == [4, 5]
+    assert verify(runtime) == (2, None, None)
+    with pytest.raises(DBAPIError, match="append-only"), runtime.engine.begin() as conn:
+        conn.execute(text("DELETE FROM audit_log"))
+
+
+def test_a_forged_checkpoint_cannot_open_the_log_to_deletion(runtime: Runtime) -> None:
+    append(runtime, 3)
+    forged = (
+        "INSERT INTO audit_checkpoints (through_seq, last_hash, rows, segment, "
+        "segment_sha256, at) VALUES (3, 'x', 0, 'none', '', 0)"
+    )
+    with pytest.raises(DBAPIError, match="does not match"), runtime.engine.begin() as conn:
+        conn.execute(text(forged))
+    with pytest.raises(DBAPIError, match="append-only"), runtime.engine.begin() as conn:
+        conn.execute(text("DELETE FROM audit_log"))
+
+
+def test_verify_reports_a_missing_segment_within_retention(
+    runtime: Runtime, clock: FakeClock, tmp_path: Path
+) -> None:
+    append(runtime, 2)
+    clock.advance(91 * DAY_MS)
+    result = archive.archive(runtime.store, tmp_path, clock=clock, hot_days=90, archive_days=400)
+    assert result.segment is not None
+    with runtime.store.reading() as conn:
+        lines, problems = archive.verify_archives(conn, tmp_path, now=clock.now, archive_days=400)
+    assert problems == [] and lines == [f"segment {result.segment}: 2 rows ok"]
+    (tmp_path / result.segment).unlink()
+    with runtime.store.reading() as conn:
+        _, problems = archive.verify_archives(conn, tmp_path, now=clock.now, archive_days=400)
+    assert problems == [f"segment {result.segment} is missing"]

@@ -615,11 +615,11 @@ def test_bad_audit_query_is_422(stack: Stack, params: dict[str, str]) -> None:
         assert watch.events() == []
 
 
-def test_audit_query_with_long_filters_is_empty_not_an_error(stack: Stack) -> None:
+def test_audit_query_with_long_filters_is_a_clear_error(stack: Stack) -> None:
     with stack.client("operator") as http:
         response = http.get("/v1/audit", params={"tool": LONG, "call_id": LONG})
-    assert response.status_code == 200, response.text[:500]
-    assert response.json()["rows"] == []
+    assert response.status_code in (404, 422), response.text[:500]
+    assert response.json()["ok"] is False
 
 
 # -- nothing above changed the log ---------------------------------------------------------
@@ -634,3 +634,15 @@ def test_audit_chain_still_verifies_after_bad_input(stack: Stack) -> None:
         runtime.close()
     assert bad_seq is None, reason
     assert checked > 0
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"tool": "a\x00b"}, {"call_id": "a\x00b"}, {"call_id": "x" * 10_000}, {"tool": "t" * 300}],
+)
+def test_audit_filters_that_name_nothing_are_422(stack: Stack, params: dict[str, str]) -> None:
+    with stack.client("operator") as http:
+        response = http.get("/v1/audit", params=params)
+    assert response.status_code in (404, 422)
+    body = response.json()
+    assert body["ok"] is False and body["error"]

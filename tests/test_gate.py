@@ -6,14 +6,16 @@ import threading
 
 import pytest
 import redis
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from approvals.gate import Gate
 from router import audit
 from router.clock import FakeClock
+from router.keys import Principal
 from router.notify import Notifier
 from router.runtime import Runtime
 from router.schema import audit_log
+from workers.execution import Executor
 
 APPROVER = frozenset({"approver"})
 
@@ -239,3 +241,39 @@ def test_32_concurrent_approvers_release_exactly_once(runtime: Runtime, round_: 
     assert all(a.http_status == 404 for a in refused) and len(refused) == 31
     assert queue_length(runtime) == 1
     assert [e[0] for e in events(runtime, call_id)] == ["pending", "approved"]
+
+
+def test_a_call_whose_arguments_changed_after_issue_is_not_released(runtime: Runtime) -> None:
+    call_id, request_id = submit_gated(runtime)
+    with runtime.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE calls SET args = :args WHERE id = :id"), {"args": '{"n":2}', "id": call_id}
+        )
+    answer = gate_for(runtime).decide(request_id, "approver", APPROVER, "approve")
+    assert answer.http_status == 409
+    assert answer.error == f"the arguments of {call_id} changed after the request was issued"
+    assert call_status(runtime, call_id) == "pending"
+    assert queue_length(runtime) == 0
+
+
+def test_a_worker_refuses_arguments_changed_after_approval(runtime: Runtime) -> None:
+    call_id, request_id = submit_gated(runtime)
+    assert gate_for(runtime).decide(request_id, "approver", APPROVER, "approve").released
+    with runtime.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE calls SET args = :args WHERE id = :id"), {"args": '{"n":2}', "id": call_id}
+        )
+    executor = Executor(runtime, Notifier(runtime.redis_url), actor="test-worker")
+    assert executor.run(call_id) == "error"
+    row = runtime.calls.read(call_id)
+    assert (row.status, row.error_type) == ("failed", "TamperedArguments")
+
+
+def test_an_approver_no_longer_sees_what_it_already_approved(runtime: Runtime) -> None:
+    _, request_id = submit_gated(runtime, tool="two_man")
+    approver = Principal("approver", APPROVER)
+    assert request_id in [r["request_id"] for r in runtime.approvals_view.list(approver)]
+    assert gate_for(runtime).decide(request_id, "approver", APPROVER, "approve").ok
+    assert request_id not in [r["request_id"] for r in runtime.approvals_view.list(approver)]
+    other = Principal("approver2", APPROVER)
+    assert request_id in [r["request_id"] for r in runtime.approvals_view.list(other)]

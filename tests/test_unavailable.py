@@ -41,3 +41,12 @@ def test_a_database_that_is_down_gives_unavailable_not_an_exception(runtime: Run
         assert result.http_status == 503
         assert result.to_dict()["error"].startswith("unavailable: database: ")
     engine.dispose()
+
+
+def test_an_idempotency_key_is_free_again_after_a_503(runtime: Runtime) -> None:
+    dead = Publisher(make_celery(f"redis://127.0.0.1:{free_port()}/0"))
+    down = Dispatcher(runtime.store, runtime.registry, dead, clock=runtime.clock)
+    assert down.submit("agent", "echo", {"x": 1}, "key-1").http_status == 503
+    # The retry the caller was invited to make creates the call, it does not replay the 503.
+    retry = runtime.dispatcher.submit("agent", "echo", {"x": 1}, "key-1")
+    assert retry.status == "queued" and retry.http_status == 200

@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from router import audit
+from router import audit, pending
 from router.audit import AuditEntry
+from router.canonical import sha256_hex
 from router.constants import POISON_CAP
 from router.context import CallContext
 from router.dispatcher import message_for
@@ -38,7 +39,10 @@ class Executor:
     def lease_ms(self, tool_name: str | None) -> int:
         tool = self.registry.get(tool_name)
         timeout = tool.spec.timeout_s if tool else DEFAULT_TIMEOUT_S
-        return int((timeout + self.runtime.settings.lease_grace_s) * 1000)
+        # The lease must outlast the hard time limit, or the reaper gives up on a run that
+        # its worker is still about to kill (and re-runs it, if idempotent, in parallel).
+        hard_limit = timeout + self.runtime.publisher.hard_limit_grace_s
+        return int((hard_limit + self.runtime.settings.lease_grace_s) * 1000)
 
     def run(self, call_id: str, tool_hint: str | None = None) -> str:
         """Run one call if it is still queued. Returns what happened, for the worker log."""
@@ -46,11 +50,19 @@ class Executor:
             row = self.store.claim(
                 conn, call_id, now=self.clock(), lease_ms=self.lease_ms(tool_hint)
             )
+            approved_digest = pending.approved_digest(conn, row.request_id) if row else None
         if row is None:
             # Not queued any more: a duplicate or redelivered message, or a cancelled call.
             return "dropped"
         tool = self.registry.get(row.tool)
-        if tool is None:
+        if sha256_hex(row.args) != (approved_digest or row.args_sha256):
+            # Run only the arguments that were accepted (and, if gated, approved).
+            outcome = Outcome(
+                ok=False,
+                error="arguments changed after they were accepted",
+                error_type="TamperedArguments",
+            )
+        elif tool is None:
             outcome = Outcome(
                 ok=False, error=f"unknown tool: {row.tool}", error_type="ToolNotFound"
             )

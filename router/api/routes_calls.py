@@ -7,9 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
+from ..errors import Forbidden
 from ..keys import Principal
 from ..results import CallResult
-from ..status import TERMINAL_STATES
+from ..status import TERMINAL_STATES, Role
 from .bodies import check_call_id, object_body, optional_string, wait_seconds
 from .deps import blocking, principal, runtime_of
 from .models import CALL_REQUEST_SCHEMA, CALL_RESULT_RESPONSES
@@ -39,6 +40,8 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
     """Submit a tool call. Any well-formed request gets 200 and a call result."""
     runtime = runtime_of(request)
     settings = runtime.settings
+    if not who.has(Role.AGENT):
+        raise Forbidden("agent role required to submit calls")
     # The body may carry JSON punctuation around the arguments; allow a little slack.
     body = object_body(
         await request.body(), limit=settings.max_args_bytes + 16 * 1024, allowed=CALL_FIELDS

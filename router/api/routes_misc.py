@@ -14,6 +14,7 @@ from ..dispatcher import echo_name
 from ..errors import BadRequest, NotFound
 from ..keys import Principal
 from ..status import AuditEvent
+from .bodies import check_call_id
 from .deps import blocking, principal, require_operator, runtime_of
 from .responses import AsciiJSONResponse
 
@@ -64,6 +65,10 @@ async def read_audit(
     require_operator(who)
     if event is not None and event not in AuditEvent.__members__.values():
         raise BadRequest(f"unknown event: {echo_name(event)}")
+    if tool is not None and (len(tool) > 256 or not tool.isprintable()):
+        raise BadRequest("tool must be 1-256 printable characters")
+    if call_id is not None:
+        check_call_id(call_id)
     after = _int_param(after_seq, "after_seq", default=0, low=0, high=2**62)
     count = _int_param(limit, "limit", default=100, low=1, high=AUDIT_PAGE_MAX)
     store = runtime_of(request).store

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import NoReturn
 
@@ -16,12 +17,13 @@ from . import calls as calls_cli
 from . import processes
 
 
-def runtime(prepare: bool = True) -> Runtime:
-    """A runtime on the shared settings; schema checked (or upgraded, on SQLite) first."""
+def runtime(prepare: bool = True, *, tools: bool = True) -> Runtime:
+    """A runtime on the shared settings; schema checked (or upgraded, on SQLite) first, and
+    the tool config loaded unless the command has no use for it (keys, audit, db)."""
     rt = Runtime(get_settings())
     if prepare:
         try:
-            rt.prepare()
+            rt.prepare(check_tools=tools)
         except (ConfigError, SchemaOutdated, Unavailable) as exc:
             fail(str(exc))
     return rt
@@ -35,6 +37,10 @@ def fail(message: str) -> NoReturn:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """toolrouter: the router between agents and their tools."""
+    # Like `python -m`, let handlers in the working directory ("mypkg.tools:hello") import:
+    # the console script alone would not, while the processes it starts would.
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
 
 
 # -- processes ---------------------------------------------------------------------------
@@ -98,7 +104,7 @@ def beat() -> None:
 def flower() -> None:
     """Run Flower on TOOLROUTER_FLOWER_PORT with basic auth."""
     settings = get_settings()
-    processes.exec_argv(processes.flower_argv(settings))
+    processes.exec_argv(processes.flower_argv(settings), processes.flower_env(settings))
 
 
 @main.command()
@@ -144,7 +150,7 @@ def keys() -> None:
 )
 def keys_create(name: str, roles: tuple[str, ...]) -> None:
     """Create a key; its token is printed once, alone on the last line."""
-    rt = runtime()
+    rt = runtime(tools=False)
     try:
         token = rt.keys.create(name, list(roles))
     except (ValueError, ToolrouterError) as exc:
@@ -158,7 +164,7 @@ def keys_create(name: str, roles: tuple[str, ...]) -> None:
 @click.argument("name")
 def keys_revoke(name: str) -> None:
     """Revoke a key by name."""
-    rt = runtime()
+    rt = runtime(tools=False)
     try:
         rt.keys.revoke(name)
     except ToolrouterError as exc:
@@ -169,7 +175,7 @@ def keys_revoke(name: str) -> None:
 @keys.command("list")
 def keys_list() -> None:
     """List keys (never their tokens)."""
-    for key in runtime().keys.list():
+    for key in runtime(tools=False).keys.list():
         state = "revoked" if key["revoked"] else "active"
         click.echo(f"{key['name']}\t{','.join(key['roles'])}\t{state}")  # type: ignore[arg-type]
 
@@ -211,7 +217,7 @@ def audit_list(
     """Print audit rows as JSON lines."""
     from .. import audit as audit_log
 
-    rt = runtime()
+    rt = runtime(tools=False)
     with rt.store.reading() as conn:
         rows = audit_log.query(
             conn, tool=tool, event=event, call_id=call_id, after_seq=after_seq, limit=limit
@@ -221,30 +227,27 @@ def audit_list(
 
 
 @audit.command("verify")
-@click.option("--archives", is_flag=True, help="Also check every archived segment file")
-def audit_verify(archives: bool) -> None:
-    """Check the hash chain (from the latest archival checkpoint); names the first bad row."""
+def audit_verify() -> None:
+    """Check the hash chain, every archival checkpoint and segment; names the first bad row."""
     from .. import archive
     from .. import audit as audit_log
 
-    rt = runtime()
+    rt = runtime(tools=False)
+    settings = rt.settings
     with rt.store.reading() as conn:
         checked, bad_seq, reason = audit_log.verify(conn)
-        checkpoints = archive.checkpoints(conn) if archives else []
+        lines, problems = archive.verify_archives(
+            conn,
+            settings.state_dir / "audit-archive",
+            now=rt.clock(),
+            archive_days=settings.audit_archive_days,
+        )
+    for line in lines:
+        click.echo(line)
     if bad_seq is not None:
         fail(f"audit chain broken at seq {bad_seq}: {reason} ({checked} rows verified before it)")
-    prev_hash = audit_log.GENESIS_HASH
-    folder = rt.settings.state_dir / "audit-archive"
-    for checkpoint in checkpoints:
-        path = folder / checkpoint.segment
-        if path.exists():
-            problem = archive.verify_segment(path, checkpoint, prev_hash)
-            if problem:
-                fail(f"audit archive broken: {problem}")
-            click.echo(f"segment {checkpoint.segment}: {checkpoint.rows} rows ok")
-        else:
-            click.echo(f"segment {checkpoint.segment}: pruned (checkpoint kept)")
-        prev_hash = checkpoint.last_hash
+    if problems:
+        fail("audit archive broken: " + "; ".join(problems))
     click.echo(f"audit chain ok: {checked} rows verified")
 
 
@@ -261,7 +264,7 @@ def audit_export(after_seq: int, output: str) -> None:
     """Write the hot audit rows as JSON lines (a copy; the log is unchanged)."""
     from .. import archive
 
-    rt = runtime()
+    rt = runtime(tools=False)
     with click.open_file(output, "w") as handle, rt.store.reading() as conn:
         count = archive.export(conn, handle, after_seq=after_seq)
     click.echo(f"exported {count} rows", err=True)
@@ -272,7 +275,7 @@ def audit_archive() -> None:
     """Move rows older than the hot window to a compressed segment (the one archival path)."""
     from .. import archive
 
-    rt = runtime()
+    rt = runtime(tools=False)
     settings = rt.settings
     result = archive.archive(
         rt.store,

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from typing import NoReturn
 
@@ -78,16 +79,32 @@ def beat_argv(settings: Settings) -> list[str]:
     return celery("beat", "-s", str(schedule), "-l", "INFO")
 
 
-def flower_argv(settings: Settings, password: str | None = None) -> list[str]:
-    argv = celery("flower", f"--port={settings.flower_port}", f"--address={settings.flower_host}")
-    secret = password or settings.flower_password
-    if secret:
-        argv.append(f"--basic-auth={settings.flower_user}:{secret}")
-    return argv
+def flower_argv(settings: Settings) -> list[str]:
+    return celery("flower", f"--port={settings.flower_port}", f"--address={settings.flower_host}")
 
 
-def exec_argv(argv: list[str]) -> NoReturn:
+def flower_password(settings: Settings) -> str:
+    """``TOOLROUTER_FLOWER_PASSWORD``, else one generated once and kept in the state dir."""
+    if settings.flower_password:
+        return settings.flower_password
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    path = settings.state_dir / "flower-password"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(secrets.token_urlsafe(12))
+    return path.read_text(encoding="utf-8").strip()
+
+
+def flower_env(settings: Settings) -> dict[str, str]:
+    """Basic auth for Flower, passed in its environment rather than on a visible argv."""
+    return {"FLOWER_BASIC_AUTH": f"{settings.flower_user}:{flower_password(settings)}"}
+
+
+def exec_argv(argv: list[str], env: dict[str, str] | None = None) -> NoReturn:
     """Replace this process with ``argv``, so signals reach the real server directly."""
     sys.stdout.flush()
     sys.stderr.flush()
+    if env:
+        os.execve(argv[0], argv, {**os.environ, **env})
     os.execv(argv[0], argv)

@@ -7,7 +7,6 @@ pool processes it forked; nothing is left behind.
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -70,17 +69,6 @@ def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
         pass
 
 
-def _flower_password(settings: Settings) -> str:
-    if settings.flower_password:
-        return settings.flower_password
-    path = settings.state_dir / "flower-password"
-    if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(secrets.token_urlsafe(12))
-    return path.read_text(encoding="utf-8").strip()
-
-
 def run_up(settings: Settings) -> int:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     state_dir = settings.state_dir.resolve()
@@ -121,20 +109,20 @@ def run_up(settings: Settings) -> int:
             return 2
         finally:
             runtime.close()
-        password = _flower_password(settings)
+        password = processes.flower_password(settings)
         specs = [("api", processes.api_argv(settings))]
         specs += [(f"worker-{risk}", processes.worker_argv(settings, risk)) for risk in RISK_LEVELS]
         specs += [
             ("approvals", processes.approvals_argv(settings)),
             ("beat", processes.beat_argv(settings)),
-            ("flower", processes.flower_argv(settings, password)),
+            ("flower", processes.flower_argv(settings)),
         ]
         width = max(len(name) for name, _ in specs)
         for name, argv in specs:
             child = Child(name, argv)
             child.process = subprocess.Popen(
                 argv,
-                env=env,
+                env={**env, **processes.flower_env(settings)} if name == "flower" else env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -18,6 +18,7 @@ branch_labels = None
 depends_on = None
 
 APPEND_ONLY = "audit log is append-only"
+BAD_CHECKPOINT = "audit checkpoint does not match the log"
 
 
 def upgrade() -> None:
@@ -81,6 +82,25 @@ def upgrade() -> None:
             BEGIN RAISE EXCEPTION 'audit checkpoints are append-only'; END;
             $$ LANGUAGE plpgsql
         """)
+        # A checkpoint must name a real row, by its hash, past every earlier checkpoint:
+        # a forged one cannot open the log to deletion without the row it claims.
+        op.execute(f"""
+            CREATE FUNCTION audit_checkpoints_check() RETURNS trigger AS $$
+            BEGIN
+              IF NEW.last_hash IS DISTINCT FROM
+                   (SELECT hash FROM audit_log WHERE seq = NEW.through_seq)
+                 OR NEW.through_seq <= COALESCE(
+                   (SELECT max(through_seq) FROM audit_checkpoints), 0) THEN
+                RAISE EXCEPTION '{BAD_CHECKPOINT}';
+              END IF;
+              RETURN NEW;
+            END;
+            $$ LANGUAGE plpgsql
+        """)
+        op.execute("""
+            CREATE TRIGGER audit_checkpoints_valid BEFORE INSERT ON audit_checkpoints
+            FOR EACH ROW EXECUTE FUNCTION audit_checkpoints_check()
+        """)
         op.execute("""
             CREATE TRIGGER audit_checkpoints_no_change
             BEFORE UPDATE OR DELETE ON audit_checkpoints
@@ -92,6 +112,12 @@ def upgrade() -> None:
             CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log
             WHEN OLD.seq > COALESCE((SELECT max(through_seq) FROM audit_checkpoints), 0)
             BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY}'); END
+        """)
+        op.execute(f"""
+            CREATE TRIGGER audit_checkpoints_valid BEFORE INSERT ON audit_checkpoints
+            WHEN NEW.last_hash IS NOT (SELECT hash FROM audit_log WHERE seq = NEW.through_seq)
+              OR NEW.through_seq <= COALESCE((SELECT max(through_seq) FROM audit_checkpoints), 0)
+            BEGIN SELECT RAISE(ABORT, '{BAD_CHECKPOINT}'); END
         """)
         for action in ("UPDATE", "DELETE"):
             op.execute(f"""
