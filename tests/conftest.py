@@ -44,22 +44,10 @@ def pg_template() -> Iterator[None]:
     services.drop_pg_template()
 
 
-def _database(backend: str, tmp: Path, request: pytest.FixtureRequest) -> Iterator[str]:
-    if backend == "sqlite":
-        yield services.fresh_sqlite_url(tmp)
-        return
-    request.getfixturevalue("pg_template")
-    name = services.fresh_pg_database()
-    try:
-        yield services.pg_url(name)
-    finally:
-        services.drop_pg_database(name)
-
-
 @pytest.fixture(params=BACKENDS)
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh, migrated database per test, on each backend."""
-    yield from _database(request.param, tmp_path, request)
+    yield from services.database_for(request.param, tmp_path, request)
 
 
 @pytest.fixture
@@ -91,7 +79,7 @@ def stack(
     """A running toolrouter (API + one worker on every tool queue) per backend."""
     backend = request.param
     state_dir = tmp_path_factory.mktemp(f"stack-{backend}")
-    databases = _database(backend, state_dir, request)
+    databases = services.database_for(backend, state_dir, request)
     database_url = next(databases)
     redis_url = f"{redis_base}/{services.REDIS_DBS[backend]}"
     services.flush(redis_url)

@@ -109,3 +109,16 @@ def fresh_sqlite_url(tmp: Path) -> str:
     upgrade(engine)
     engine.dispose()
     return f"sqlite:///{path}"
+
+
+def database_for(backend: str, tmp: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh migrated database URL on ``backend``, dropped when the generator closes."""
+    if backend == "sqlite":
+        yield fresh_sqlite_url(tmp)
+        return
+    request.getfixturevalue("pg_template")
+    name = fresh_pg_database()
+    try:
+        yield pg_url(name)
+    finally:
+        drop_pg_database(name)

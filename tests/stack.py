@@ -75,22 +75,7 @@ class Stack:
         queues: str = "tools.low,tools.medium,tools.high",
         concurrency: int = 2,
     ) -> subprocess.Popen[bytes]:
-        argv = processes.celery(
-            "worker",
-            "-Q",
-            queues,
-            "-n",
-            f"{name}@%h",
-            "-P",
-            "prefork",
-            "-c",
-            str(concurrency),
-            "-l",
-            "INFO",
-            "--without-mingle",
-            "--without-gossip",
-        )
-        process = self.start(name, argv)
+        process = self.start(name, worker_argv(name, queues, concurrency=concurrency))
         wait_for_log(self.state_dir / f"{name}.log", "ready.", process)
         return process
 
@@ -105,6 +90,25 @@ class Stack:
     def log(self, name: str) -> str:
         path = self.state_dir / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
+
+
+def worker_argv(name: str, queues: str, *, concurrency: int) -> list[str]:
+    """A Celery worker on ``queues``, as the tests run it."""
+    return processes.celery(
+        "worker",
+        "-Q",
+        queues,
+        "-n",
+        f"{name}@%h",
+        "-P",
+        "prefork",
+        "-c",
+        str(concurrency),
+        "-l",
+        "INFO",
+        "--without-mingle",
+        "--without-gossip",
+    )
 
 
 def stop_group(

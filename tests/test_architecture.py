@@ -64,5 +64,10 @@ def test_no_module_reads_the_environment_but_settings() -> None:
             if "os.environ" in text or "os.getenv" in text:
                 readers.append(str(path.relative_to(REPO)))
     # config.py reads it only for ${VAR} interpolation in the tool config (SPEC §3);
-    # up.py hands the environment on to the processes it starts.
-    assert sorted(readers) == ["router/cli/up.py", "router/config.py", "router/settings.py"]
+    # up.py and processes.py hand the environment on to the processes they start.
+    assert sorted(readers) == [
+        "router/cli/processes.py",
+        "router/cli/up.py",
+        "router/config.py",
+        "router/settings.py",
+    ]

@@ -31,7 +31,7 @@ from router.status import TERMINAL_STATES, AuditEvent, CallStatus
 from router.store import CallRow
 
 from . import services
-from .stack import Stack, stack_env, wait_for_log
+from .stack import Stack, stack_env, wait_for_log, worker_argv
 
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 # Redis dbs of the fault stacks: apart from the session stacks (11, 12) and unit tests (13).
@@ -256,37 +256,6 @@ class FaultStack:
         return psutil.Process(self.stack.processes["tools"].pid)
 
 
-def worker_argv(name: str, queues: str, *, concurrency: int) -> list[str]:
-    """The same worker command line as ``Stack.start_worker``."""
-    return processes.celery(
-        "worker",
-        "-Q",
-        queues,
-        "-n",
-        f"{name}@%h",
-        "-P",
-        "prefork",
-        "-c",
-        str(concurrency),
-        "-l",
-        "INFO",
-        "--without-mingle",
-        "--without-gossip",
-    )
-
-
-def fresh_database(backend: str, tmp: Path, request: pytest.FixtureRequest) -> Iterator[str]:
-    if backend == "sqlite":
-        yield services.fresh_sqlite_url(tmp)
-        return
-    request.getfixturevalue("pg_template")
-    name = services.fresh_pg_database()
-    try:
-        yield services.pg_url(name)
-    finally:
-        services.drop_pg_database(name)
-
-
 @pytest.fixture(scope="module", params=BACKENDS)
 def fault_stack(
     request: pytest.FixtureRequest, redis_base: str, tmp_path_factory: pytest.TempPathFactory
@@ -295,7 +264,7 @@ def fault_stack(
     reaper and the reconciler twice a second, with the shortest leases allowed."""
     backend = request.param
     state_dir = tmp_path_factory.mktemp(f"faults-{backend}")
-    databases = fresh_database(backend, state_dir, request)
+    databases = services.database_for(backend, state_dir, request)
     database_url = next(databases)
     redis_url = f"{redis_base}/{FAULT_REDIS_DBS[backend]}"
     services.flush(redis_url)
