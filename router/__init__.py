@@ -3,6 +3,7 @@
 The core imports neither ``workers`` nor ``approvals``; it reaches them by Celery task name.
 """
 
+from .client import AsyncClient, Client
 from .clock import FakeClock, wall_clock_ms
 from .context import CallContext
 from .errors import (
@@ -22,6 +23,9 @@ from .settings import Settings, get_settings
 from .status import AuditEvent, CallStatus, Role
 
 __all__ = [
+    # agents and approvers
+    "AsyncClient",
+    "Client",
     # handlers
     "CallContext",
     "RetryableError",

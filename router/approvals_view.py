@@ -24,7 +24,7 @@ class ApprovalsView:
     def __init__(self, store: Store, *, clock: Clock = wall_clock_ms) -> None:
         self.store, self.clock = store, clock
 
-    def list(
+    def list_requests(
         self, who: Principal, status: str = "pending", limit: int = 200
     ) -> list[dict[str, Any]]:
         """Requests this key may decide (operators: all), with their call's arguments."""
@@ -50,6 +50,17 @@ class ApprovalsView:
             pending.to_public(r, args=args.get(r.call_id), decided=decided[r.id], now=now)
             for r in visible
         ]
+
+    def history(self, who: Principal, limit: int = 20) -> list[dict[str, Any]]:
+        """Recently decided requests of the tools this key approves, newest first."""
+        with self.store.reading() as conn:
+            rows = [
+                r
+                for r in pending.recent(conn, limit=limit * 5)
+                if who.is_operator or set(r.approvers) & who.roles
+            ][:limit]
+            decided = {r.id: pending.decisions(conn, r.id) for r in rows}
+        return [pending.to_public(r, decided=decided[r.id]) for r in rows]
 
     def get(self, who: Principal, request_id: str) -> dict[str, Any]:
         request = self._load(request_id)

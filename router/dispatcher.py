@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from . import audit, pending
@@ -24,7 +27,7 @@ from .ids import new_call_id, new_request_id
 from .registry import Tool, ToolRegistry
 from .results import CallResult, error_message, rejected, unavailable
 from .status import AuditEvent, CallStatus
-from .store import Store
+from .store import CallRow, Store
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,36 @@ def echo_name(name: object) -> str:
     if not text.isprintable():
         text = json.dumps(text)[1:-1]  # escapes control characters and lone surrogates
     return text if len(text) <= MAX_ECHOED_NAME else text[:MAX_ECHOED_NAME] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A call that passed every check: its tool and its arguments in canonical form."""
+
+    tool: Tool
+    canonical: str
+    digest: str
+    idempotency_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A call refused before storage. ``audit`` is set for rejections (unknown tool, invalid
+    arguments), which are audited; malformed requests (413, 422) are not attempts."""
+
+    result: CallResult
+    audit: AuditEntry | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewCall:
+    """The rows and the message that accept one call."""
+
+    row: dict[str, Any]
+    request: dict[str, Any] | None
+    audit: AuditEntry
+    message: RunMessage | None
+    result: CallResult
 
 
 class Dispatcher:
@@ -73,40 +106,61 @@ class Dispatcher:
     def _submit(
         self, requested_by: str, name: object, args: object, idempotency_key: str | None
     ) -> CallResult:
+        checked = self.check(requested_by, name, args, idempotency_key)
+        if isinstance(checked, Refused):
+            if checked.audit is not None:
+                # Rejected calls are not stored as calls, but the attempt is audited.
+                with self.store.transaction() as conn:
+                    audit.append(conn, [checked.audit], at=self.clock())
+            return checked.result
+        if idempotency_key is not None:
+            replay = self._replay(requested_by, checked)
+            if replay is not None:
+                return replay
+        try:
+            return self._accept(requested_by, checked)
+        except IntegrityError:
+            # Two submissions with one idempotency key raced; the other one won.
+            if idempotency_key is None:
+                raise
+            replay = self._replay(requested_by, checked)
+            if replay is None:
+                raise
+            return replay
+
+    def check(
+        self, requested_by: str, name: object, args: object, idempotency_key: str | None
+    ) -> Checked | Refused:
+        """Every check that needs no database: the tool, the arguments, the key's shape.
+
+        Shared by single and bulk submission, so both refuse exactly the same calls.
+        """
         tool = self.registry.get(name)
         if tool is None:
             label = echo_name(name)
-            return self._reject(requested_by, label, AuditEvent.UNKNOWN, f"unknown tool: {label}")
+            return _rejection(requested_by, label, AuditEvent.UNKNOWN, f"unknown tool: {label}")
         problem, canonical = self._check_arguments(tool, args)
         if problem is not None and problem.startswith(TOO_LARGE):
-            return CallResult(status="bad_request", tool=tool.name, http_status=413, error=problem)
+            return Refused(
+                CallResult(status="bad_request", tool=tool.name, http_status=413, error=problem)
+            )
         if problem is not None:
-            return self._reject(
+            return _rejection(
                 requested_by, tool.name, AuditEvent.INVALID, f"invalid arguments: {problem}"
             )
         assert canonical is not None
-        digest = sha256_hex(canonical)
-        if idempotency_key is not None:
-            if not idempotency_key or len(idempotency_key) > IDEMPOTENCY_KEY_MAX:
-                return CallResult(
+        if idempotency_key is not None and (
+            not idempotency_key or len(idempotency_key) > IDEMPOTENCY_KEY_MAX
+        ):
+            return Refused(
+                CallResult(
                     status="bad_request",
                     tool=tool.name,
                     http_status=422,
                     error=f"idempotency key must be 1-{IDEMPOTENCY_KEY_MAX} characters",
                 )
-            replay = self._replay(requested_by, idempotency_key, tool.name, digest)
-            if replay is not None:
-                return replay
-        try:
-            return self._accept(requested_by, tool, canonical, digest, idempotency_key)
-        except IntegrityError:
-            # Two submissions with one idempotency key raced; the other one won.
-            if idempotency_key is None:
-                raise
-            replay = self._replay(requested_by, idempotency_key, tool.name, digest)
-            if replay is None:
-                raise
-            return replay
+            )
+        return Checked(tool, canonical, sha256_hex(canonical), idempotency_key)
 
     def _check_arguments(self, tool: Tool, args: object) -> tuple[str | None, str | None]:
         if not isinstance(args, dict):
@@ -116,45 +170,35 @@ class Dispatcher:
         except (TypeError, ValueError) as exc:
             return f"arguments are not JSON: {error_message(exc)}", None
         # Measured as UTF-8, not as the ASCII-escaped stored form, so non-ASCII text is not
-        # counted up to six times over.
-        size = len(json.dumps(args, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-        if size > self.max_args_bytes:
-            return f"{TOO_LARGE}{size} bytes, over the limit of {self.max_args_bytes}", None
+        # counted up to six times over. The escaped canonical form is never shorter than the
+        # UTF-8 text, and the measured form adds at most one space per separator, so small
+        # arguments skip the second serialization.
+        if 2 * len(canonical) > self.max_args_bytes:
+            size = len(json.dumps(args, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+            if size > self.max_args_bytes:
+                return f"{TOO_LARGE}{size} bytes, over the limit of {self.max_args_bytes}", None
         return tool.argument_errors(args), canonical
 
-    def _reject(self, actor: str, tool: str, event: AuditEvent, error: str) -> CallResult:
-        # Rejected calls are not stored as calls, but the attempt is audited.
-        with self.store.transaction() as conn:
-            audit.append(
-                conn,
-                [AuditEntry(event=event, actor=actor, tool=tool, detail={"error": error})],
-                at=self.clock(),
-            )
-        return rejected(tool, error)
-
-    def _replay(self, requested_by: str, key: str, tool: str, digest: str) -> CallResult | None:
+    def _replay(self, requested_by: str, checked: Checked) -> CallResult | None:
+        assert checked.idempotency_key is not None
         with self.store.reading() as conn:
-            existing = self.store.find_by_idempotency_key(conn, requested_by, key)
-        if existing is None:
-            return None
-        if existing.tool != tool or existing.args_sha256 != digest:
-            return CallResult(
-                status="conflict",
-                tool=tool,
-                http_status=409,
-                error="idempotency key reused with different arguments",
+            existing = self.store.find_by_idempotency_key(
+                conn, requested_by, checked.idempotency_key
             )
-        return existing.result()
+        return None if existing is None else replay_of(existing, checked)
 
-    def _accept(
+    def new_call(
         self,
         requested_by: str,
-        tool: Tool,
-        canonical: str,
-        digest: str,
-        idempotency_key: str | None,
-    ) -> CallResult:
-        now = self.clock()
+        checked: Checked,
+        *,
+        now: int,
+        batch_id: str | None = None,
+        batch_index: int | None = None,
+    ) -> NewCall:
+        """The rows that accept one checked call: the call, its request if gated, its audit
+        entry, and (ungated) the message to publish after commit."""
+        tool = checked.tool
         call_id = new_call_id()
         gated = tool.spec.gated
         status = CallStatus.PENDING if gated else CallStatus.QUEUED
@@ -163,61 +207,82 @@ class Dispatcher:
             "id": call_id,
             "tool": tool.name,
             "risk": tool.spec.risk,
-            "args": canonical,
-            "args_sha256": digest,
+            "args": checked.canonical,
+            "args_sha256": checked.digest,
             "status": status,
             "requested_by": requested_by,
-            "idempotency_key": idempotency_key,
+            "idempotency_key": checked.idempotency_key,
             "attempt": 0,
+            "lease_until": None,
             "created_at": now,
             "updated_at": now,
-            "request_id": request_id,
-            # Set before the publish: if this process dies in between, the reconciler
-            # sees an old publish time and sends it again.
             "published_at": None if gated else now,
+            "started_at": None,
+            "finished_at": None,
+            "value": None,
+            "error": None,
+            "error_type": None,
+            "request_id": request_id,
+            "batch_id": batch_id,
+            "batch_index": batch_index,
         }
-        event = AuditEvent.PENDING if gated else AuditEvent.QUEUED
-        with self.store.transaction() as conn:
-            self.store.insert(conn, [row])
-            if request_id is not None:
-                # The request is bound now, to this call, these arguments, this requester.
-                pending.insert(
-                    conn,
-                    [
-                        pending.issue_row(
-                            request_id=request_id,
-                            call_id=call_id,
-                            tool=tool.name,
-                            args_sha256=digest,
-                            requested_by=requested_by,
-                            approvers=tool.spec.approvers,
-                            approvals_required=tool.spec.approvals_required,
-                            now=now,
-                            timeout_ms=int(tool.spec.approval_timeout_s * 1000),
-                        )
-                    ],
-                )
-            audit.append(
-                conn,
-                [
-                    AuditEntry(
-                        event=event,
-                        actor=requested_by,
-                        tool=tool.name,
-                        call_id=call_id,
-                        request_id=request_id,
-                    )
-                ],
-                at=now,
+        request = None
+        if request_id is not None:
+            # The request is bound now, to this call, these arguments, this requester.
+            request = pending.issue_row(
+                request_id=request_id,
+                call_id=call_id,
+                tool=tool.name,
+                args_sha256=checked.digest,
+                requested_by=requested_by,
+                approvers=tool.spec.approvers,
+                approvals_required=tool.spec.approvals_required,
+                now=now,
+                timeout_ms=int(tool.spec.approval_timeout_s * 1000),
             )
-        if gated:
-            return CallResult(status=status, tool=tool.name, call_id=call_id, request_id=request_id)
+        entry = AuditEntry(
+            event=AuditEvent.PENDING if gated else AuditEvent.QUEUED,
+            actor=requested_by,
+            tool=tool.name,
+            call_id=call_id,
+            request_id=request_id,
+        )
+        return NewCall(
+            row=row,
+            request=request,
+            audit=entry,
+            message=None if gated else message_for(tool, call_id),
+            result=CallResult(
+                status=status, tool=tool.name, call_id=call_id, request_id=request_id
+            ),
+        )
+
+    def store_new(
+        self, conn: Connection, new: Sequence[NewCall], entries: Sequence[AuditEntry], *, at: int
+    ) -> None:
+        """Insert accepted calls, their requests and the audit rows ``entries`` (which the
+        caller orders; it includes the new calls' own entries) in the caller's transaction."""
+        if new:
+            self.store.insert(conn, [item.row for item in new])
+            pending.insert(conn, [item.request for item in new if item.request is not None])
+        audit.append(conn, list(entries), at=at)
+
+    def _accept(self, requested_by: str, checked: Checked) -> CallResult:
+        now = self.clock()
+        # published_at is set before the publish: if this process dies in between, the
+        # reconciler sees an old publish time and sends it again.
+        new = self.new_call(requested_by, checked, now=now)
+        with self.store.transaction() as conn:
+            self.store_new(conn, [new], [new.audit], at=now)
+        if new.message is None:
+            return new.result
         # Enqueue after commit: the row exists before any worker can look for it.
         try:
-            self.publisher.publish([message_for(tool, call_id)])
+            self.publisher.publish([new.message])
         except BrokerUnavailable as exc:
-            return self._fail_unpublished(requested_by, tool, call_id, str(exc))
-        return CallResult(status=status, tool=tool.name, call_id=call_id)
+            assert new.result.call_id is not None
+            return self._fail_unpublished(requested_by, checked.tool, new.result.call_id, str(exc))
+        return new.result
 
     def _fail_unpublished(self, actor: str, tool: Tool, call_id: str, error: str) -> CallResult:
         """The broker refused the message: fail the call now rather than run it behind the
@@ -239,6 +304,25 @@ class Dispatcher:
                     at=now,
                 )
         return unavailable(error, tool=tool.name)
+
+
+def replay_of(existing: CallRow, checked: Checked) -> CallResult:
+    """The answer to a call whose idempotency key is already taken by ``existing``."""
+    if existing.tool != checked.tool.name or existing.args_sha256 != checked.digest:
+        return CallResult(
+            status="conflict",
+            tool=checked.tool.name,
+            http_status=409,
+            error="idempotency key reused with different arguments",
+        )
+    return existing.result()
+
+
+def _rejection(actor: str, tool: str, event: AuditEvent, error: str) -> Refused:
+    return Refused(
+        rejected(tool, error),
+        AuditEntry(event=event, actor=actor, tool=tool, detail={"error": error}),
+    )
 
 
 def message_for(tool: Tool, call_id: str) -> RunMessage:

@@ -8,11 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .status import CallStatus
+from .status import ACTIVE_STATES, CallStatus
 
 REJECTED = "rejected"
 # Answers where the service refused to take the call at all: only ``ok`` and ``error``.
 REFUSALS = frozenset({"unavailable", "conflict", "bad_request"})
+_REFUSAL_BY_CODE = {409: "conflict", 413: "bad_request", 422: "bad_request", 503: "unavailable"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,41 @@ class CallResult:
     @property
     def ok(self) -> bool:
         return self.status == CallStatus.SUCCEEDED
+
+    @property
+    def pending(self) -> bool:
+        return self.status == CallStatus.PENDING
+
+    @property
+    def denied(self) -> bool:
+        return self.status == CallStatus.DENIED
+
+    @property
+    def expired(self) -> bool:
+        return self.status == CallStatus.EXPIRED
+
+    @property
+    def terminal(self) -> bool:
+        """True once the call can change no more (and for answers that were never calls)."""
+        return self.status not in ACTIVE_STATES
+
+    @classmethod
+    def from_dict(cls, body: dict[str, Any], *, http_status: int = 200) -> CallResult:
+        """A wire answer back into a value (the Python client's half of ``to_dict``)."""
+        status = body.get("status")
+        if not isinstance(status, str):
+            # ``{"ok": false, "error"}``: the service refused to take the call.
+            status = _REFUSAL_BY_CODE.get(http_status, "unavailable")
+        return cls(
+            status=status,
+            tool=body.get("tool"),
+            call_id=body.get("call_id"),
+            value=body.get("value"),
+            error=body.get("error"),
+            error_type=body.get("error_type"),
+            request_id=body.get("request_id"),
+            http_status=http_status,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The wire shape, with exactly the fields SPEC §4 names for this status."""

@@ -50,9 +50,12 @@ calls = Table(
     Column("error_type", String(128), nullable=True),
     Column("request_id", String(64), nullable=True),
     Column("batch_id", String(40), nullable=True),
+    # The call's place in its batch (migration 0003): results come back in this order.
+    Column("batch_index", BigInteger, nullable=True),
     UniqueConstraint("requested_by", "idempotency_key", name="uq_calls_requested_by_idem"),
     Index("ix_calls_status_lease", "status", "lease_until"),
     Index("ix_calls_batch_id", "batch_id"),
+    Index("ix_calls_batch_id_index", "batch_id", "batch_index"),
 )
 
 audit_log = Table(
@@ -126,4 +129,21 @@ audit_checkpoints = Table(
     Column("segment", Text, nullable=False),
     Column("segment_sha256", String(64), nullable=False),
     Column("at", BigInteger, nullable=False),
+)
+
+# Batches (migration 0003): the calls point at their batch with ``calls.batch_id``.
+batches = Table(
+    "batches",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    # The submitting key owns the batch; operators read every batch.
+    Column("requested_by", String(128), nullable=False),
+    # Set when the submitter names the batch, so a re-run adds to the same batch.
+    Column("idempotency_key", String(256), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    # Calls received (accepted or not), and of them rejected, over every submission.
+    Column("submitted", BigInteger, nullable=False, default=0),
+    Column("rejected", BigInteger, nullable=False, default=0),
+    UniqueConstraint("requested_by", "idempotency_key", name="uq_batches_requested_by_idem"),
 )

@@ -32,9 +32,16 @@ class Settings(BaseSettings):
     flower_user: str = "admin"
     flower_password: str = ""
 
+    # Signs inbox session cookies; empty: generated once and kept in the state dir.
+    ui_secret: str = ""
+    ui_session_hours: float = Field(default=8.0, gt=0, le=24 * 7)
+
     worker_concurrency: int = Field(default=2, ge=1)
     # Bodies larger than this are refused with 413 before they are parsed.
     max_args_bytes: int = Field(default=256 * 1024, ge=1024)
+    # A batch takes at most this many calls, and a batch body at most this many bytes (413).
+    max_batch_calls: int = Field(default=100_000, ge=1)
+    max_batch_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     # Longest `wait_s` a caller may ask for; longer is a 422, not a silent clamp.
     max_wait_s: float = Field(default=300.0, gt=0)
     # Added to a tool's timeout to form the lease on a running call.

@@ -46,6 +46,7 @@ class CallRow:
     error_type: str | None
     request_id: str | None
     batch_id: str | None
+    batch_index: int | None
 
     @classmethod
     def from_row(cls, row: Any) -> CallRow:
@@ -104,6 +105,26 @@ class Store:
             )
         ).first()
         return CallRow.from_row(row) if row else None
+
+    def find_by_idempotency_keys(
+        self, conn: Connection, requested_by: str, keys: Sequence[str]
+    ) -> dict[str, CallRow]:
+        """The calls of ``requested_by`` stored under any of ``keys``, by key."""
+        found: dict[str, CallRow] = {}
+        unique = sorted(set(keys))
+        for start in range(0, len(unique), 500):  # keeps the IN list within every driver's limit
+            rows = conn.execute(
+                select(calls).where(
+                    and_(
+                        calls.c.requested_by == requested_by,
+                        calls.c.idempotency_key.in_(unique[start : start + 500]),
+                    )
+                )
+            )
+            for row in rows:
+                call = CallRow.from_row(row)
+                found[str(call.idempotency_key)] = call
+        return found
 
     def stale_queued(self, conn: Connection, *, published_before: int, limit: int) -> list[CallRow]:
         """Queued calls whose last publish is older than ``published_before``."""

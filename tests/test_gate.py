@@ -272,8 +272,10 @@ def test_a_worker_refuses_arguments_changed_after_approval(runtime: Runtime) -> 
 def test_an_approver_no_longer_sees_what_it_already_approved(runtime: Runtime) -> None:
     _, request_id = submit_gated(runtime, tool="two_man")
     approver = Principal("approver", APPROVER)
-    assert request_id in [r["request_id"] for r in runtime.approvals_view.list(approver)]
+    assert request_id in [r["request_id"] for r in runtime.approvals_view.list_requests(approver)]
     assert gate_for(runtime).decide(request_id, "approver", APPROVER, "approve").ok
-    assert request_id not in [r["request_id"] for r in runtime.approvals_view.list(approver)]
+    assert request_id not in [
+        r["request_id"] for r in runtime.approvals_view.list_requests(approver)
+    ]
     other = Principal("approver2", APPROVER)
-    assert request_id in [r["request_id"] for r in runtime.approvals_view.list(other)]
+    assert request_id in [r["request_id"] for r in runtime.approvals_view.list_requests(other)]

@@ -8,13 +8,16 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .. import ui
 from ..errors import RequestError, SchemaOutdated, Unavailable
 from ..notify import CompletionListener, Notifier
 from ..runtime import Runtime
-from . import routes_approvals, routes_calls, routes_misc
+from ..ui.headers import InboxHeaders
+from . import routes_approvals, routes_batches, routes_calls, routes_misc
 from .responses import AsciiJSONResponse
 
 log = logging.getLogger(__name__)
@@ -92,7 +95,14 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.state.notifier = Notifier(runtime.redis_url)
     app.include_router(routes_calls.router)
     app.include_router(routes_approvals.router)
+    app.include_router(routes_batches.router)
     app.include_router(routes_misc.router)
+    app.include_router(ui.router)
+    app.mount("/ui/static", StaticFiles(directory=ui.STATIC_DIR), name="ui-static")
+    app.add_api_route(
+        "/ui", lambda: RedirectResponse("/ui/", status_code=307), include_in_schema=False
+    )
+    app.add_middleware(InboxHeaders)
     return app
 
 

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
-
-from anyio import to_thread
 from fastapi import Request
 
 from ..errors import Forbidden
 from ..keys import Principal
 from ..runtime import Runtime
+from ..threads import blocking
 
-T = TypeVar("T")
+__all__ = ["blocking", "bearer_token", "principal", "require_operator", "runtime_of"]
 
 
 def runtime_of(request: Request) -> Runtime:
     return request.app.state.runtime
-
-
-async def blocking(fn: Callable[..., T], *args: Any) -> T:
-    """Database work runs in the thread pool so one slow query does not stall the loop."""
-    return await to_thread.run_sync(fn, *args)
 
 
 def bearer_token(request: Request) -> str | None:

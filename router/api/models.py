@@ -75,3 +75,38 @@ DECISION_RESPONSES: dict[int | str, dict[str, Any]] = {
     422: _ERROR,
     503: _ERROR,
 }
+
+
+class BatchCall(BaseModel):
+    """One call of a batch (a JSON object in ``calls``, or one NDJSON line)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: str = Field(description="Name of a registered tool")
+    args: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: str | None = Field(default=None, max_length=256)
+
+
+class BatchRejection(BaseModel):
+    index: int
+    error: str
+
+
+class BatchReceipt(BaseModel):
+    ok: bool
+    batch_id: str
+    total: int
+    accepted: int
+    replayed: int
+    rejected: list[BatchRejection]
+
+
+BATCH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": BatchReceipt},
+    401: _ERROR,
+    403: _ERROR,
+    404: _ERROR,
+    413: _ERROR,
+    422: _ERROR,
+    503: _ERROR,
+}

@@ -31,7 +31,10 @@ async def list_requests(
 ) -> dict[str, Any]:
     """Requests this key may decide (operators see all), oldest first."""
     view = runtime_of(request).approvals_view
-    return {"ok": True, "requests": await blocking(view.list, who, status, max(1, min(limit, 500)))}
+    return {
+        "ok": True,
+        "requests": await blocking(view.list_requests, who, status, max(1, min(limit, 500))),
+    }
 
 
 @router.get("/{request_id}")

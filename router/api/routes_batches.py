@@ -1,0 +1,148 @@
+"""``/v1/batches``: submit many calls at once (JSON or NDJSON), read counts and results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import StreamingResponse
+
+from ..batches import BatchService, Malformed
+from ..errors import BadRequest, Forbidden, PayloadTooLarge
+from ..keys import Principal
+from ..status import Role
+from .bodies import object_body, optional_string, parse_json
+from .deps import blocking, principal, runtime_of
+from .models import BATCH_RESPONSES
+
+router = APIRouter(prefix="/v1/batches", tags=["batches"])
+
+BATCH_FIELDS = frozenset({"calls", "idempotency_key"})
+NDJSON_TYPES = ("application/x-ndjson", "application/jsonl", "application/ndjson")
+MAX_OFFSET = 2**53
+
+
+def service(request: Request) -> BatchService:
+    runtime = runtime_of(request)
+    return BatchService(runtime.store, runtime.dispatcher, clock=runtime.clock)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it passes ``limit`` (not after reading it all)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"body is {declared} bytes, over the limit of {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(f"body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def ndjson_calls(raw: bytes, *, line_limit: int) -> list[object]:
+    """One call per non-blank line; a line that is not JSON is rejected at its index."""
+    items: list[object] = []
+    for line in raw.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            items.append(parse_json(line, limit=line_limit))
+        except (BadRequest, PayloadTooLarge) as exc:
+            items.append(Malformed(str(exc)))
+    return items
+
+
+def offset_param(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not value.isdigit() or int(value) > MAX_OFFSET:
+        raise BadRequest(f"offset must be an integer between 0 and {MAX_OFFSET}")
+    return int(value)
+
+
+@router.post(
+    "",
+    responses=BATCH_RESPONSES,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["calls"],
+                        "properties": {
+                            "calls": {
+                                "type": "array",
+                                "items": {"$ref": "#/components/schemas/BatchCall"},
+                            },
+                            "idempotency_key": {"type": "string", "maxLength": 256},
+                        },
+                    }
+                },
+                "application/x-ndjson": {"schema": {"$ref": "#/components/schemas/BatchCall"}},
+            },
+        }
+    },
+)
+async def submit_batch(
+    request: Request, offset: str | None = None, who: Principal = Depends(principal)
+) -> dict[str, Any]:
+    """Submit up to ``TOOLROUTER_MAX_BATCH_CALLS`` calls: ``{"calls": [...]}`` or one call
+    per NDJSON line. Each call is checked, stored and audited on its own; the answer names
+    the rejected ones by index. ``Idempotency-Key`` (or ``idempotency_key``) names the batch,
+    so a re-run adds to it; ``offset`` places this request's calls within the batch."""
+    settings = runtime_of(request).settings
+    if not who.has(Role.AGENT):
+        raise Forbidden("agent role required to submit calls")
+    start = offset_param(offset)
+    raw = await read_body(request, settings.max_batch_bytes)
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    key: str | None = None
+    if content_type in NDJSON_TYPES:
+        items = ndjson_calls(raw, line_limit=settings.max_args_bytes + 16 * 1024)
+    else:
+        body = object_body(raw, limit=settings.max_batch_bytes, allowed=BATCH_FIELDS)
+        if "calls" not in body:
+            raise BadRequest("missing field: calls")
+        if not isinstance(body["calls"], list):
+            raise BadRequest("calls must be a list")
+        items = body["calls"]
+        key = optional_string(body, "idempotency_key", max_len=256)
+    header_key = request.headers.get("idempotency-key")
+    if key is None and header_key is not None:
+        key = optional_string({"Idempotency-Key": header_key}, "Idempotency-Key", max_len=256)
+    if not items:
+        raise BadRequest("a batch needs at least one call")
+    if len(items) > settings.max_batch_calls:
+        raise PayloadTooLarge(
+            f"too many calls: {len(items)}, over the limit of {settings.max_batch_calls}"
+        )
+    batches = service(request)
+    receipt = await blocking(lambda: batches.submit(who.name, items, key=key, offset=start))
+    return receipt.to_dict()
+
+
+@router.get("/{batch_id}", responses=BATCH_RESPONSES)
+async def batch_status(
+    request: Request, batch_id: str, who: Principal = Depends(principal)
+) -> dict[str, Any]:
+    """Counts of the batch's calls by status; ``done`` once none is queued, running or pending."""
+    return await blocking(service(request).status, who, batch_id)
+
+
+@router.get(
+    "/{batch_id}/results",
+    responses={
+        **BATCH_RESPONSES,
+        200: {"content": {"application/x-ndjson": {}}, "description": "One call result a line"},
+    },
+)
+async def batch_results(
+    request: Request, batch_id: str, who: Principal = Depends(principal)
+) -> StreamingResponse:
+    """NDJSON, one call result (SPEC §4) a line in batch order, each with its ``index``."""
+    lines = await blocking(service(request).results, who, batch_id)
+    return StreamingResponse(lines, media_type="application/x-ndjson")

@@ -1,0 +1,210 @@
+"""``/ui/``: sign in, the inbox, decisions (one or several), sign out.
+
+Pages are server-rendered (Jinja2, autoescaped: arguments may hold HTML or script). Every
+state-changing form carries a CSRF token bound to the session; decisions go through the
+same pre-checks and the same approval worker as ``POST /v1/approvals/…``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from starlette.datastructures import FormData
+
+from ..errors import NotAuthenticated, RequestError, Unavailable
+from ..keys import Principal
+from ..pending import Decision
+from ..runtime import Runtime
+from ..status import Role
+from ..threads import blocking
+from . import session as sessions
+from .session import COOKIE, FLASH_COOKIE, Session
+
+TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
+# Roles that are not approver roles: a key with only these cannot use the inbox.
+NON_APPROVER_ROLES = frozenset({Role.AGENT, Role.OPERATOR, Role.ADMIN})
+MAX_SELECTED = 100
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+
+def _runtime(request: Request) -> Runtime:
+    return request.app.state.runtime
+
+
+def _secret(request: Request) -> bytes:
+    return sessions.ui_secret(_runtime(request).settings)
+
+
+def may_use_inbox(who: Principal) -> bool:
+    return bool(who.roles - NON_APPROVER_ROLES)
+
+
+async def _signed_in(request: Request) -> tuple[Session, Principal] | None:
+    runtime = _runtime(request)
+    current = sessions.decode(request.cookies.get(COOKIE), _secret(request), now_ms=runtime.clock())
+    if current is None:
+        return None
+    try:
+        who = await blocking(runtime.keys.authenticate, current.token)
+    except NotAuthenticated:
+        return None
+    return current, who
+
+
+def _page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    response = TEMPLATES.TemplateResponse(request, name, context, status_code=status)
+    return response
+
+
+def _redirect_with_flash(request: Request, message: str) -> RedirectResponse:
+    response = RedirectResponse("/ui/", status_code=303)
+    response.set_cookie(
+        FLASH_COOKIE,
+        sessions.sign_flash(message, _secret(request)),
+        httponly=True,
+        samesite="strict",
+        path="/ui",
+        max_age=60,
+    )
+    return response
+
+
+@router.get("/", response_class=HTMLResponse)
+async def inbox(request: Request) -> Response:
+    signed_in = await _signed_in(request)
+    if signed_in is None:
+        return _page(request, "login.html")
+    current, who = signed_in
+    if not may_use_inbox(who):
+        return _page(request, "forbidden.html", 403, who=who)
+    runtime = _runtime(request)
+    pending = await blocking(runtime.approvals_view.list_requests, who, "pending", 200)
+    history = await blocking(runtime.approvals_view.history, who, 20)
+    for item in pending:
+        tool = runtime.registry.get(item["tool"])
+        item["risk"] = tool.spec.risk if tool else "unknown"
+        item["args_pretty"] = json.dumps(item["args"], indent=2, sort_keys=True)
+    flash = sessions.read_flash(request.cookies.get(FLASH_COOKIE), _secret(request))
+    page = _page(
+        request,
+        "inbox.html",
+        who=who,
+        pending=pending,
+        history=history,
+        csrf=current.csrf(_secret(request)),
+        flash=flash,
+        expires_ms=current.expires_ms,
+        now_ms=runtime.clock(),
+    )
+    if flash is not None:
+        page.delete_cookie(FLASH_COOKIE, path="/ui")
+    return page
+
+
+@router.get("/pending.json")
+async def pending_ids(request: Request) -> Response:
+    """What the page polls to know when new requests arrived (ids only, no arguments)."""
+    signed_in = await _signed_in(request)
+    if signed_in is None or not may_use_inbox(signed_in[1]):
+        return Response(
+            json.dumps({"ok": False, "error": "not signed in"}),
+            status_code=401,
+            media_type="application/json",
+        )
+    items = await blocking(
+        _runtime(request).approvals_view.list_requests, signed_in[1], "pending", 200
+    )
+    body = {"ok": True, "request_ids": [item["request_id"] for item in items]}
+    return Response(json.dumps(body), media_type="application/json")
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    form = await request.form()
+    token = str(form.get("key") or "").strip()
+    runtime = _runtime(request)
+    try:
+        who = await blocking(runtime.keys.authenticate, token)
+    except NotAuthenticated:
+        return _page(request, "login.html", 401, error="That key was not accepted.")
+    if not may_use_inbox(who):
+        return _page(request, "forbidden.html", 403, who=who)
+    hours = runtime.settings.ui_session_hours
+    current = Session(token=token, expires_ms=runtime.clock() + int(hours * 3_600_000))
+    response = RedirectResponse("/ui/", status_code=303)
+    response.set_cookie(
+        COOKIE,
+        sessions.encode(current, _secret(request)),
+        httponly=True,
+        samesite="strict",
+        path="/ui",
+        max_age=int(hours * 3600),
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    signed_in = await _signed_in(request)
+    form = await request.form()
+    if signed_in is not None and not _csrf_ok(request, signed_in[0], form):
+        return _page(request, "forbidden.html", 403, reason="The form was stale; reload it.")
+    response = RedirectResponse("/ui/", status_code=303)
+    response.delete_cookie(COOKIE, path="/ui")
+    return response
+
+
+def _csrf_ok(request: Request, current: Session, form: FormData) -> bool:
+    sent = str(form.get("csrf") or "")
+    return hmac.compare_digest(sent, current.csrf(_secret(request)))
+
+
+@router.post("/decide")
+async def decide(request: Request) -> Response:
+    """Approve or deny one request, or several explicitly selected ones: each is its own
+    decision, sent to the approval worker and audited on its own."""
+    signed_in = await _signed_in(request)
+    if signed_in is None:
+        return RedirectResponse("/ui/", status_code=303)
+    current, who = signed_in
+    if not may_use_inbox(who):
+        return _page(request, "forbidden.html", 403, who=who)
+    form = await request.form()
+    if not _csrf_ok(request, current, form):
+        return _page(request, "forbidden.html", 403, reason="The form was stale; reload it.")
+    decision = str(form.get("decision") or "")
+    if decision not in (Decision.APPROVE, Decision.DENY):
+        return _redirect_with_flash(request, "Choose approve or deny.")
+    request_ids = [str(value) for value in form.getlist("request_id")][:MAX_SELECTED]
+    if not request_ids:
+        return _redirect_with_flash(request, "Select at least one request.")
+    reason = str(form.get("reason") or "").strip()[:2000] or None
+    runtime = _runtime(request)
+    lines = []
+    for request_id in request_ids:
+        try:
+            await blocking(runtime.approvals_view.precheck, who, request_id)
+            answer = await blocking(
+                runtime.decisions.send, request_id, who.name, who.roles, decision, reason
+            )
+        except (RequestError, Unavailable) as exc:
+            lines.append(f"{request_id}: {exc}")
+            continue
+        if answer.get("ok"):
+            status = answer.get("status")
+            if status == "approved" and not answer.get("released"):
+                status = (
+                    f"approved ({answer.get('approvals')} of {answer.get('approvals_required')})"
+                )
+            lines.append(f"{request_id}: {status}")
+        else:
+            lines.append(f"{request_id}: {answer.get('error')}")
+    return _redirect_with_flash(request, "\n".join(lines))
