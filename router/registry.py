@@ -10,7 +10,7 @@ import importlib
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jsonschema import exceptions as schema_errors
 from jsonschema import validators
@@ -18,6 +18,10 @@ from jsonschema import validators
 from .config import TOOL_NAME_RE, ToolConfig, ToolSpec
 from .constants import queue_for
 from .errors import ConfigError
+from .mcp_import import import_mcp_tools, merge_imported
+
+if TYPE_CHECKING:
+    from .mcp_client import McpConnections
 
 Handler = Callable[[dict[str, Any], Any], Any]
 
@@ -108,9 +112,19 @@ class ToolRegistry:
             self._tools[tool.name] = tool
 
     @classmethod
-    def from_config(cls, config: ToolConfig, *, file: str = "<config>") -> ToolRegistry:
+    def from_config(
+        cls, config: ToolConfig, *, file: str = "<config>", mcp: McpConnections | None = None
+    ) -> ToolRegistry:
+        """Check every tool; import the tools of each MCP server in ``config`` through ``mcp``."""
         tools: dict[str, Tool] = {}
-        for spec in config.tools:
+        specs = list(config.tools)
+        if config.mcp_servers:
+            if mcp is None:
+                raise ConfigError(
+                    "mcp_servers are configured but no MCP client was given", file=file
+                )
+            specs = merge_imported(specs, import_mcp_tools(mcp, file=file), file=file)
+        for spec in specs:
             if not TOOL_NAME_RE.match(spec.name):
                 raise ConfigError(
                     "bad name: must match ^[A-Za-z0-9_.-]{1,64}$", file=file, tool=spec.name
@@ -159,9 +173,8 @@ def build_tool(spec: ToolSpec, *, file: str) -> Tool:
             handler = resolve_callable(spec.handler.python)
         except ValueError as exc:
             raise ConfigError(f"unresolvable handler: {exc}", file=file, tool=spec.name) from None
-    elif spec.handler.mcp is not None:
-        # MCP handlers arrive with the MCP client (issue 4); refuse rather than fail per call.
-        raise ConfigError("mcp handlers are not supported yet", file=file, tool=spec.name)
     elif spec.handler.http is not None:
-        raise ConfigError("http handlers are not supported yet", file=file, tool=spec.name)
+        url = spec.handler.http.url
+        if not (url.startswith("http://") or url.startswith("https://")):
+            raise ConfigError(f"http handler url must be http(s): {url}", file=file, tool=spec.name)
     return Tool(spec=spec, validator=validator_class(spec.input_schema), python_handler=handler)

@@ -12,15 +12,23 @@ from functools import cached_property
 from celery import Celery
 from sqlalchemy import Engine
 
+from . import guards
 from .approvals_view import ApprovalsView
-from .broker import Publisher, make_celery, resolve_redis_url
+from .broker import (
+    HARD_LIMIT_GRACE_S,
+    VISIBILITY_TIMEOUT_S,
+    Publisher,
+    make_celery,
+    resolve_redis_url,
+)
 from .calls import CallService
 from .clock import Clock, wall_clock_ms
-from .config import load_config
+from .config import ToolConfig, load_config
 from .decisions import DecisionClient
 from .dispatcher import Dispatcher
 from .engine import make_engine
 from .keys import KeyStore
+from .mcp_client import McpConnections, parse_servers
 from .migrate import ensure_schema
 from .registry import ToolRegistry
 from .settings import Settings
@@ -47,9 +55,21 @@ class Runtime:
         return Store(self.engine)
 
     @cached_property
+    def tool_config(self) -> ToolConfig:
+        return load_config(self.settings.config)
+
+    @cached_property
+    def mcp(self) -> McpConnections:
+        """Sessions to the configured MCP servers, opened on first use and kept."""
+        return McpConnections(
+            parse_servers(self.tool_config.mcp_servers, file=str(self.settings.config))
+        )
+
+    @cached_property
     def registry(self) -> ToolRegistry:
-        config = load_config(self.settings.config)
-        return ToolRegistry.from_config(config, file=str(self.settings.config))
+        return ToolRegistry.from_config(
+            self.tool_config, file=str(self.settings.config), mcp=self.mcp
+        )
 
     @cached_property
     def celery(self) -> Celery:
@@ -93,9 +113,16 @@ class Runtime:
     def prepare(self, *, check_tools: bool = True) -> None:
         """Fail fast at start-up: load the tools and check (or, on SQLite, upgrade) the schema."""
         if check_tools:
-            _ = self.registry
+            # Also refuses a tool whose hard time limit reaches the broker's visibility timeout.
+            guards.check_time_limits(
+                self.registry,
+                visibility_timeout_s=VISIBILITY_TIMEOUT_S,
+                hard_limit_grace_s=HARD_LIMIT_GRACE_S,
+            )
         ensure_schema(self.engine)
 
     def close(self) -> None:
         if "engine" in self.__dict__:
             self.engine.dispose()
+        if "mcp" in self.__dict__:
+            self.mcp.close()

@@ -74,7 +74,7 @@ class Executor:
                 requested_by=row.requested_by,
                 tool=row.tool,
             )
-            outcome = invoke(tool, row.arguments, ctx)
+            outcome = invoke(tool, row.arguments, ctx, mcp=self.runtime.mcp)
         return self.finish(row, outcome)
 
     def finish(

@@ -1,4 +1,4 @@
-"""Handler adapters: one module per kind of tool (Python callable; HTTP and MCP to come).
+"""Handler adapters: one module per kind of tool (Python callable, HTTP endpoint, MCP tool).
 
 Each adapter turns one run into an ``Outcome`` and never raises.
 """
@@ -8,14 +8,28 @@ from __future__ import annotations
 from typing import Any
 
 from router.context import CallContext
+from router.mcp_client import McpConnections
 from router.registry import Tool
 
+from .http import run_http
+from .mcp import run_mcp
 from .outcome import Outcome
 from .python import run_python
 
 
-def invoke(tool: Tool, args: dict[str, Any], ctx: CallContext) -> Outcome:
-    """Run ``tool``'s handler once, whatever its kind."""
+def invoke(
+    tool: Tool, args: dict[str, Any], ctx: CallContext, *, mcp: McpConnections | None = None
+) -> Outcome:
+    """Run ``tool``'s handler once, whatever its kind (MCP tools use ``mcp``'s sessions)."""
+    kind = tool.spec.handler.kind
+    if kind == "http":
+        return run_http(tool, args, ctx)
+    if kind == "mcp":
+        if mcp is None:
+            return Outcome(
+                ok=False, error="no MCP connections in this process", error_type="ConfigError"
+            )
+        return run_mcp(tool, args, ctx, mcp)
     return run_python(tool, args, ctx)
 
 

@@ -17,6 +17,8 @@ class Outcome:
     error: str | None = None
     error_type: str | None = None
     retryable: bool = False
+    # From a 429/503's Retry-After: how long the service asked us to wait.
+    retry_after_s: float | None = None
 
     @classmethod
     def of_value(cls, value: object) -> Outcome:

@@ -1,0 +1,109 @@
+"""HTTP endpoint handlers: the arguments go out as JSON, a JSON answer is the value.
+
+One pooled ``httpx.Client`` per worker process. A non-2xx answer is an error carrying the
+remote message and status; 429, 5xx and connection errors are marked retryable (the
+retry policy decides what to do with that).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+from celery.exceptions import SoftTimeLimitExceeded
+
+from router.context import CallContext
+from router.registry import Tool
+
+from .outcome import Outcome
+
+_client: httpx.Client | None = None
+_client_pid: int | None = None
+MAX_ERROR_TEXT = 500
+
+
+def client() -> httpx.Client:
+    """This process's pooled client (a forked child makes its own)."""
+    global _client, _client_pid
+    if _client is None or _client_pid != os.getpid():
+        _client = httpx.Client(follow_redirects=False)
+        _client_pid = os.getpid()
+    return _client
+
+
+def run_http(tool: Tool, args: dict[str, Any], ctx: CallContext) -> Outcome:
+    spec = tool.spec.handler.http
+    assert spec is not None
+    headers = {
+        **spec.headers,
+        "Idempotency-Key": ctx.idempotency_key,
+        "X-Toolrouter-Call-Id": ctx.call_id,
+    }
+    request: dict[str, Any] = {"params": _query(args)} if spec.method == "GET" else {"json": args}
+    try:
+        response = client().request(
+            spec.method, spec.url, headers=headers, timeout=tool.spec.timeout_s, **request
+        )
+    except SoftTimeLimitExceeded:
+        return Outcome.timed_out(tool.spec.timeout_s)
+    except httpx.TimeoutException:
+        return Outcome(
+            ok=False,
+            error=f"timeout after {tool.spec.timeout_s:g} s",
+            error_type="TimeoutError",
+            retryable=True,
+        )
+    except httpx.HTTPError as exc:
+        # Connection refused, reset, DNS: the service may be back in a moment.
+        return Outcome(
+            ok=False,
+            error=str(exc) or type(exc).__name__,
+            error_type=type(exc).__name__,
+            retryable=True,
+        )
+    if response.is_success:
+        try:
+            return Outcome.of_value(response.json())
+        except ValueError:
+            return Outcome.of_value(response.text)
+    status = response.status_code
+    return Outcome(
+        ok=False,
+        error=f"HTTP {status}: {_remote_message(response)}",
+        error_type="HTTPError",
+        retryable=status == 429 or status >= 500,
+        retry_after_s=_retry_after(response),
+    )
+
+
+def _query(args: dict[str, Any]) -> dict[str, str]:
+    return {
+        key: value if isinstance(value, str) else httpx.QueryParams({key: value})[key]
+        for key, value in args.items()
+        if isinstance(value, str | int | float | bool)
+    }
+
+
+def _remote_message(response: httpx.Response) -> str:
+    """The service's own words: a JSON body's error/message/detail, else its text."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        for key in ("error", "message", "detail"):
+            if isinstance(body.get(key), str) and body[key]:
+                return str(body[key])[:MAX_ERROR_TEXT]
+    text = response.text.strip()
+    return text[:MAX_ERROR_TEXT] if text else response.reason_phrase
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
