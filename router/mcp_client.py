@@ -196,10 +196,22 @@ class McpConnections:
             self._drop(name)
             raise ConnectionError(f"MCP server {name}: {exc}") from None
         except Exception as exc:
-            if type(exc).__name__ in {"ClosedResourceError", "BrokenResourceError", "EndOfStream"}:
+            if self._lost(name, exc):
+                # The next call opens a fresh session; this one may or may not have reached
+                # the server, so it fails (retryably) rather than being sent twice.
                 self._drop(name)
-                raise ConnectionError(f"MCP server {name}: connection lost") from None
+                raise ConnectionError(f"MCP server {name}: connection lost ({exc})") from None
             raise
+
+    def _lost(self, name: str, exc: Exception) -> bool:
+        session = self._sessions.get(name)
+        if session is not None and session.done.is_set():
+            return True
+        return type(exc).__name__ in {
+            "ClosedResourceError",
+            "BrokenResourceError",
+            "EndOfStream",
+        } or "Connection closed" in str(exc)
 
 
 def _http_transport(spec: HttpServer) -> Any:

@@ -271,3 +271,23 @@ def test_a_claude_desktop_json_file_is_a_config(tmp_path: Path) -> None:
         assert runtime.registry.get("everything.get-sum") is not None
     finally:
         runtime.close()
+
+
+def test_a_dropped_mcp_session_is_opened_again(mcp_stack: tuple[Stack, Path]) -> None:
+    stack, _ = mcp_stack
+    assert call(stack, "everything.echo", {"message": "before"})["ok"]
+    worker = psutil.Process(stack.processes["worker"].pid)
+    servers = [
+        p
+        for p in worker.children(recursive=True)
+        if "mcp-server-everything" in " ".join(p.cmdline())
+    ]
+    assert servers
+    for server in servers:
+        server.kill()
+    psutil.wait_procs(servers, timeout=10)
+    # The call that finds the session gone may fail (retryably); the next one reconnects.
+    outcomes = [call(stack, "everything.echo", {"message": f"after {i}"}) for i in range(2)]
+    assert outcomes[-1].get("value") == "Echo: after 1", outcomes
+    if not outcomes[0]["ok"]:
+        assert outcomes[0]["error_type"] == "ConnectionError"
