@@ -19,6 +19,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .errors import ConfigError
 
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*$")
+PERIOD_S = {
+    "s": 1,
+    "sec": 1,
+    "second": 1,
+    "m": 60,
+    "min": 60,
+    "minute": 60,
+    "h": 3600,
+    "hour": 3600,
+}
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 EXAMPLE_CONFIG = "example_tools.yaml"
 
@@ -94,12 +105,27 @@ class ToolSpec(_Strict):
             data = {**data, "handler": {"python": data["handler"]}}
         return data
 
+    @model_validator(mode="after")
+    def _rate_limit_is_well_formed(self) -> ToolSpec:
+        if self.rate_limit is not None:
+            parse_rate(self.rate_limit)
+        return self
+
     @property
     def gated(self) -> bool:
         """Whether a call waits for approval: explicit, else true for high risk."""
         if self.requires_approval is None:
             return self.risk == "high"
         return self.requires_approval
+
+
+def parse_rate(text: str) -> tuple[float, float]:
+    """``"10/s"`` → (capacity 10, 10 tokens per second). ``ValueError`` if malformed."""
+    match = RATE_RE.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"rate_limit {text!r} is not N/s, N/m or N/h")
+    count = float(match.group(1))
+    return count, count / PERIOD_S[match.group(2)]
 
 
 class ToolConfig(_Strict):

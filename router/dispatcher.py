@@ -325,7 +325,11 @@ def _rejection(actor: str, tool: str, event: AuditEvent, error: str) -> Refused:
     )
 
 
-def message_for(tool: Tool, call_id: str) -> RunMessage:
+def message_for(tool: Tool, call_id: str, *, countdown: float | None = None) -> RunMessage:
     return RunMessage(
-        call_id=call_id, tool=tool.name, queue=tool.queue, timeout_s=tool.spec.timeout_s
+        call_id=call_id,
+        tool=tool.name,
+        queue=tool.queue,
+        timeout_s=tool.spec.timeout_s,
+        countdown=countdown,
     )

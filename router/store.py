@@ -228,6 +228,39 @@ class Store:
         )
         return result.rowcount == 1
 
+    def retry_later(
+        self, conn: Connection, call_id: str, *, attempt: int, now: int, due_at: int
+    ) -> bool:
+        """``running -> queued`` after a retryable failure (fenced on the attempt); the
+        publish time is set to when it is due, so the reconciler leaves it alone until then."""
+        result = conn.execute(
+            update(calls)
+            .where(
+                and_(
+                    calls.c.id == call_id,
+                    calls.c.status == CallStatus.RUNNING,
+                    calls.c.attempt == attempt,
+                )
+            )
+            .values(
+                status=CallStatus.QUEUED,
+                lease_until=None,
+                published_at=due_at,
+                updated_at=now,
+                error=None,
+                error_type=None,
+            )
+        )
+        return result.rowcount == 1
+
+    def defer(self, conn: Connection, call_id: str, *, due_at: int) -> None:
+        """A queued call held back (rate limit): tell the reconciler when it is due."""
+        conn.execute(
+            update(calls)
+            .where(and_(calls.c.id == call_id, calls.c.status == CallStatus.QUEUED))
+            .values(published_at=due_at)
+        )
+
     def cancel(self, conn: Connection, call_id: str, *, now: int) -> bool:
         """``queued -> cancelled``; False if the call had moved on. (Pending calls are
         cancelled through the approval worker.)"""

@@ -95,3 +95,10 @@ def kill_worker(args: dict[str, Any], ctx: CallContext) -> Any:
         handle.write(f"{ctx.call_id} {ctx.attempt}\n")
     os.kill(os.getpid(), signal.SIGKILL)
     return None
+
+
+def flaky(args: dict[str, Any], ctx: CallContext) -> Any:
+    """Fails retryably until attempt ``args["succeed_on"]`` (never, by default)."""
+    if ctx.attempt >= int(args.get("succeed_on", 10**9)):
+        return {"attempt": ctx.attempt}
+    raise RetryableError(f"flaky on attempt {ctx.attempt}", retry_after_s=args.get("retry_after_s"))

@@ -18,11 +18,13 @@ from router.context import CallContext
 from router.dispatcher import message_for
 from router.errors import Unavailable
 from router.notify import Notifier
+from router.registry import Tool
 from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 from router.store import CallRow
 
 from .handlers import Outcome, invoke
+from .policies import Limiter, ResultCache, backoff_s, should_retry
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,8 @@ class Executor:
     def __init__(self, runtime: Runtime, notifier: Notifier, *, actor: str) -> None:
         self.runtime, self.notifier, self.actor = runtime, notifier, actor
         self.store, self.registry, self.clock = runtime.store, runtime.registry, runtime.clock
+        self.limiter = Limiter(notifier.client)
+        self.cache = ResultCache(notifier.client)
 
     def lease_ms(self, tool_name: str | None) -> int:
         tool = self.registry.get(tool_name)
@@ -46,6 +50,12 @@ class Executor:
 
     def run(self, call_id: str, tool_hint: str | None = None) -> str:
         """Run one call if it is still queued. Returns what happened, for the worker log."""
+        hinted = self.registry.get(tool_hint)
+        if hinted is not None and hinted.spec.rate_limit:
+            wait = self.limiter.wait_s(hinted)
+            if wait > 0:
+                # Over the limit: the call waits in the broker, not in a worker slot.
+                return self._defer(hinted, call_id, wait)
         with self.store.transaction() as conn:
             row = self.store.claim(
                 conn, call_id, now=self.clock(), lease_ms=self.lease_ms(tool_hint)
@@ -74,8 +84,58 @@ class Executor:
                 requested_by=row.requested_by,
                 tool=row.tool,
             )
+            cached = self.cache.get(tool, row.args_sha256)
+            if cached is not None:
+                return self.finish(row, Outcome(ok=True, value_json=cached), cached=True)
             outcome = invoke(tool, row.arguments, ctx, mcp=self.runtime.mcp)
+            if outcome.ok and outcome.value_json is not None:
+                self.cache.put(tool, row.args_sha256, outcome.value_json)
+            elif should_retry(tool, row.attempt, outcome):
+                return self._retry_later(tool, row, outcome)
         return self.finish(row, outcome)
+
+    def _defer(self, tool: Tool, call_id: str, wait_s: float) -> str:
+        due_at = self.clock() + int(wait_s * 1000)
+        self.runtime.publisher.publish([message_for(tool, call_id, countdown=wait_s)])
+        with self.store.transaction() as conn:
+            self.store.defer(conn, call_id, due_at=due_at)
+        return "deferred"
+
+    def _retry_later(self, tool: Tool, row: CallRow, outcome: Outcome) -> str:
+        """Put the call back in its queue after a backoff; the retry is audited."""
+        now = self.clock()
+        delay = backoff_s(tool, row.attempt, outcome)
+        due_at = now + int(delay * 1000)
+        with self.store.transaction() as conn:
+            if not self.store.retry_later(
+                conn, row.id, attempt=row.attempt, now=now, due_at=due_at
+            ):
+                return "fenced"
+            audit.append(
+                conn,
+                [
+                    AuditEntry(
+                        event=AuditEvent.RETRY,
+                        actor=self.actor,
+                        tool=row.tool,
+                        call_id=row.id,
+                        request_id=row.request_id,
+                        detail={
+                            "attempt": row.attempt,
+                            "error": outcome.error,
+                            "error_type": outcome.error_type,
+                            "delay_s": round(delay, 3),
+                        },
+                    )
+                ],
+                at=now,
+            )
+        try:
+            self.runtime.publisher.publish([message_for(tool, row.id, countdown=delay)])
+        except Unavailable as exc:
+            # Queued and due at ``due_at``: the reconciler sends it once Redis is back.
+            log.warning("retry of %s not published: %s", row.id, exc)
+        return "retry"
 
     def finish(
         self,
@@ -84,6 +144,7 @@ class Executor:
         *,
         status: CallStatus | None = None,
         event: AuditEvent | None = None,
+        cached: bool = False,
     ) -> str:
         """Record ``outcome`` for ``row``'s attempt; "fenced" if that attempt lost the call."""
         now = self.clock()
@@ -92,6 +153,8 @@ class Executor:
         if event is None:
             event = AuditEvent.OK if outcome.ok else AuditEvent.ERROR
         detail: dict[str, Any] = {"attempt": row.attempt}
+        if cached:
+            detail["cached"] = True
         if not outcome.ok:
             detail.update(error=outcome.error, error_type=outcome.error_type)
         with self.store.transaction() as conn:

@@ -35,7 +35,11 @@ class Outcome:
     @classmethod
     def of_exception(cls, exc: BaseException, *, retryable: bool = False) -> Outcome:
         return cls(
-            ok=False, error=error_message(exc), error_type=type(exc).__name__, retryable=retryable
+            ok=False,
+            error=error_message(exc),
+            error_type=type(exc).__name__,
+            retryable=retryable,
+            retry_after_s=getattr(exc, "retry_after_s", None),
         )
 
     @classmethod
