@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from router import audit, pending
+from router import audit, metrics, pending
 from router.audit import AuditEntry
 from router.canonical import sha256_hex
 from router.dispatcher import message_for
@@ -186,6 +186,8 @@ class Gate:
                     request_id=ids[0],
                     call_id=ids[1],
                 )
+        if answer.ok and (answer.released or answer.status in ("denied", "cancelled")):
+            metrics.decided(request.tool, str(answer.status), (now - request.created_at) / 1000)
         # Committed: the request is spent. Only now does the call reach its queue.
         if released_tool is not None:
             tool = self.runtime.registry.get(released_tool)
@@ -267,5 +269,6 @@ class Gate:
                     at=now,
                 )
             self.notifier.call_done(request.call_id)
+            metrics.decided(request.tool, "expired", (now - request.created_at) / 1000)
             expired += 1
         return expired

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from router import audit, pending
+from router import audit, metrics, pending
 from router.audit import AuditEntry
 from router.canonical import sha256_hex
 from router.constants import POISON_CAP
@@ -191,6 +191,13 @@ class Executor:
             )
             return "fenced"
         self.notifier.call_done(row.id)
+        tool = self.registry.get(row.tool)
+        metrics.call_finished(
+            row.tool,
+            str(status),
+            (now - row.started_at) / 1000 if row.started_at is not None else None,
+            0.0 if cached or tool is None else tool.spec.cost_per_call,
+        )
         return "ok" if outcome.ok else "error"
 
     def fail_hard_timeout(self, call_id: str) -> None:

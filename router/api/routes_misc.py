@@ -6,10 +6,10 @@ from typing import Any
 
 import redis
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 
-from .. import audit
+from .. import audit, metrics, stats
 from ..dispatcher import echo_name
 from ..errors import BadRequest, NotFound
 from ..keys import Principal
@@ -33,10 +33,16 @@ async def list_tools(request: Request, who: Principal = Depends(principal)) -> d
 async def get_tool(
     request: Request, name: str, who: Principal = Depends(principal)
 ) -> dict[str, Any]:
-    tool = runtime_of(request).registry.get(name)
+    runtime = runtime_of(request)
+    tool = runtime.registry.get(name)
     if tool is None:
         raise NotFound(f"unknown tool: {echo_name(name)}")
-    return {"ok": True, "tool": tool.describe()}
+
+    def read() -> dict[str, Any]:
+        with runtime.store.reading() as conn:
+            return stats.tool_stats(conn, runtime.registry, tool.name)
+
+    return {"ok": True, "tool": tool.describe(), "stats": await blocking(read)}
 
 
 def _int_param(value: str | None, name: str, *, default: int, low: int, high: int) -> int:
@@ -81,6 +87,30 @@ async def read_audit(
 
     rows = await blocking(read)
     return {"ok": True, "rows": rows, "next_after_seq": rows[-1]["seq"] if rows else after}
+
+
+@router.get("/metrics", tags=["health"])
+async def prometheus_metrics(request: Request) -> Response:
+    """Prometheus text: calls by tool and outcome, latency, cost, queue depths, pending
+    requests, approval wait time; gathered across the API and every worker."""
+    body, content_type = await blocking(metrics.exposition, runtime_of(request))
+    return Response(body, media_type=content_type)
+
+
+@router.get("/v1/tools/{name}/stats", tags=["tools"])
+async def get_tool_stats(
+    request: Request, name: str, who: Principal = Depends(principal)
+) -> dict[str, Any]:
+    """Calls, success rate, p50/p95 latency, cost and errors by type for one tool."""
+    runtime = runtime_of(request)
+    if runtime.registry.get(name) is None:
+        raise NotFound(f"unknown tool: {echo_name(name)}")
+
+    def read() -> dict[str, Any]:
+        with runtime.store.reading() as conn:
+            return stats.tool_stats(conn, runtime.registry, name)
+
+    return {"ok": True, "stats": await blocking(read)}
 
 
 @router.get("/healthz", tags=["health"])

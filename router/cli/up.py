@@ -7,6 +7,7 @@ pool processes it forked; nothing is left behind.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import httpx
 from ..broker import LOCAL_REDIS_URL, private_redis_url_file
 from ..constants import RISK_LEVELS
 from ..errors import ConfigError, SchemaOutdated, Unavailable
+from ..metrics import metrics_dir
 from ..runtime import Runtime
 from ..settings import Settings
 from . import processes
@@ -76,6 +78,8 @@ def run_up(settings: Settings) -> int:
     private_redis = None
     marker = private_redis_url_file(settings)
     marker.unlink(missing_ok=True)
+    # Metric samples of an earlier run would be summed into this one's.
+    shutil.rmtree(metrics_dir(settings), ignore_errors=True)
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:

@@ -1,0 +1,134 @@
+"""Prometheus metrics gathered across every process (prometheus-client multiprocess mode).
+
+Workers and the approval worker write samples to files under the metrics directory; the
+API's ``/metrics`` merges them and adds what is read at scrape time (queue depths,
+pending requests). Recording a metric never breaks a call: every hook swallows its errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+WAIT_BUCKETS = (1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 86400)
+
+
+def metrics_dir(settings: Settings) -> Path:
+    return (settings.state_dir / "metrics").resolve()
+
+
+def enable(settings: Settings) -> None:
+    """Point prometheus-client at the shared directory; before any metric is created."""
+    path = metrics_dir(settings)
+    path.mkdir(parents=True, exist_ok=True)
+    # prometheus-client reads this variable to choose its multiprocess value class.
+    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(path))
+    # It chooses once, when first imported, and Celery's command line imports it before
+    # our code runs: choose again now, before any metric of ours exists.
+    import sys
+
+    values = sys.modules.get("prometheus_client.values")
+    if values is not None:
+        values.ValueClass = values.get_value_class()  # type: ignore[attr-defined]
+
+
+@cache
+def _instruments() -> dict[str, Any]:
+    from prometheus_client import Counter, Histogram
+
+    return {
+        "calls": Counter(
+            "toolrouter_calls_total", "Calls finished, by tool and outcome", ["tool", "outcome"]
+        ),
+        "latency": Histogram(
+            "toolrouter_call_duration_seconds",
+            "Handler run time, claim to outcome",
+            ["tool"],
+            buckets=LATENCY_BUCKETS,
+        ),
+        "cost": Counter(
+            "toolrouter_cost_total", "Summed cost_per_call of calls that ran", ["tool"]
+        ),
+        "approval_wait": Histogram(
+            "toolrouter_approval_wait_seconds",
+            "From a request's issue to its decision",
+            ["tool", "decision"],
+            buckets=WAIT_BUCKETS,
+        ),
+    }
+
+
+def call_finished(tool: str, outcome: str, duration_s: float | None, cost: float) -> None:
+    try:
+        instruments = _instruments()
+        instruments["calls"].labels(tool, outcome).inc()
+        if duration_s is not None:
+            instruments["latency"].labels(tool).observe(max(0.0, duration_s))
+        if cost:
+            instruments["cost"].labels(tool).inc(cost)
+    except Exception:
+        log.debug("metric not recorded", exc_info=True)
+
+
+def decided(tool: str, decision: str, waited_s: float) -> None:
+    try:
+        _instruments()["approval_wait"].labels(tool, decision).observe(max(0.0, waited_s))
+    except Exception:
+        log.debug("metric not recorded", exc_info=True)
+
+
+class LiveCollector:
+    """What is read at scrape time rather than counted: queue depths, pending requests."""
+
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
+
+    def collect(self) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
+
+        from . import pending
+        from .constants import ALL_QUEUES
+
+        depth = GaugeMetricFamily(
+            "toolrouter_queue_depth", "Messages waiting per queue", labels=["queue"]
+        )
+        try:
+            import redis
+
+            client = redis.Redis.from_url(
+                self.runtime.redis_url, socket_timeout=2, socket_connect_timeout=2
+            )
+            for queue in ALL_QUEUES:
+                depth.add_metric([queue], float(client.llen(queue)))
+            client.close()
+        except Exception:
+            log.debug("queue depths not read", exc_info=True)
+        yield depth
+        waiting = GaugeMetricFamily(
+            "toolrouter_pending_requests", "Approval requests waiting for a decision"
+        )
+        try:
+            with self.runtime.store.reading() as conn:
+                waiting.add_metric([], float(pending.count_pending(conn)))
+        except Exception:
+            log.debug("pending requests not counted", exc_info=True)
+        yield waiting
+
+
+def exposition(runtime: Any) -> tuple[bytes, str]:
+    """The merged text exposition of every process's metrics plus the live ones."""
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(metrics_dir(runtime.settings)))
+    registry.register(LiveCollector(runtime))
+    return generate_latest(registry), CONTENT_TYPE_LATEST
