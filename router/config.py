@@ -131,6 +131,8 @@ def parse_rate(text: str) -> tuple[float, float]:
 class ToolConfig(_Strict):
     tools: tuple[ToolSpec, ...] = ()
     mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # ``{rules: [{pattern, tool, priority, description}]}`` for the ``rules`` strategy.
+    routing: dict[str, Any] = Field(default_factory=dict)
 
 
 def interpolate(value: Any, env: Mapping[str, str], *, file: str, tool: str | None) -> Any:
@@ -169,7 +171,7 @@ def parse_config(text: str, *, file: str, env: Mapping[str, str] | None = None) 
         raise ConfigError(f"not valid YAML: {exc}", file=file) from None
     if not isinstance(raw, dict):
         raise ConfigError("top level must be a mapping with a 'tools' list", file=file)
-    unknown = set(raw) - {"tools", "mcp_servers", "mcpServers"}
+    unknown = set(raw) - {"tools", "mcp_servers", "mcpServers", "routing"}
     if unknown:
         raise ConfigError(f"unknown key: {sorted(unknown)[0]}", file=file)
     raw_tools = raw.get("tools") or []
@@ -188,7 +190,10 @@ def parse_config(text: str, *, file: str, env: Mapping[str, str] | None = None) 
             raise ConfigError(_describe(exc), file=file, tool=label) from None
     servers = raw.get("mcp_servers") or raw.get("mcpServers") or {}
     servers = interpolate(servers, env, file=file, tool=None)
-    return ToolConfig(tools=tuple(tools), mcp_servers=servers)
+    routing = raw.get("routing") or {}
+    if not isinstance(routing, dict) or set(routing) - {"rules"}:
+        raise ConfigError("routing must be a mapping with a 'rules' list", file=file)
+    return ToolConfig(tools=tuple(tools), mcp_servers=servers, routing=routing)
 
 
 def load_config(path: Path, env: Mapping[str, str] | None = None) -> ToolConfig:

@@ -92,11 +92,17 @@ class Dispatcher:
         self.max_args_bytes = max_args_bytes
 
     def submit(
-        self, requested_by: str, tool: object, args: object, idempotency_key: str | None = None
+        self,
+        requested_by: str,
+        tool: object,
+        args: object,
+        idempotency_key: str | None = None,
+        *,
+        chain: Sequence[str] = (),
     ) -> CallResult:
-        """Accept one call. Never raises."""
+        """Accept one call. Never raises. ``chain``: tools to fall back along (capability calls)."""
         try:
-            return self._submit(requested_by, tool, args, idempotency_key)
+            return self._submit(requested_by, tool, args, idempotency_key, chain)
         except Unavailable as exc:
             return unavailable(str(exc), tool=echo_name(tool))
         except Exception as exc:
@@ -104,7 +110,12 @@ class Dispatcher:
             return unavailable(f"internal error: {error_message(exc)}", tool=echo_name(tool))
 
     def _submit(
-        self, requested_by: str, name: object, args: object, idempotency_key: str | None
+        self,
+        requested_by: str,
+        name: object,
+        args: object,
+        idempotency_key: str | None,
+        chain: Sequence[str] = (),
     ) -> CallResult:
         checked = self.check(requested_by, name, args, idempotency_key)
         if isinstance(checked, Refused):
@@ -118,7 +129,7 @@ class Dispatcher:
             if replay is not None:
                 return replay
         try:
-            return self._accept(requested_by, checked)
+            return self._accept(requested_by, checked, chain)
         except IntegrityError:
             # Two submissions with one idempotency key raced; the other one won.
             if idempotency_key is None:
@@ -267,11 +278,13 @@ class Dispatcher:
             pending.insert(conn, [item.request for item in new if item.request is not None])
         audit.append(conn, list(entries), at=at)
 
-    def _accept(self, requested_by: str, checked: Checked) -> CallResult:
+    def _accept(self, requested_by: str, checked: Checked, chain: Sequence[str] = ()) -> CallResult:
         now = self.clock()
         # published_at is set before the publish: if this process dies in between, the
         # reconciler sees an old publish time and sends it again.
         new = self.new_call(requested_by, checked, now=now)
+        if chain:
+            new.row["chain"] = json.dumps(list(chain))
         with self.store.transaction() as conn:
             self.store_new(conn, [new], [new.audit], at=now)
         if new.message is None:
@@ -283,6 +296,41 @@ class Dispatcher:
             assert new.result.call_id is not None
             return self._fail_unpublished(requested_by, checked.tool, new.result.call_id, str(exc))
         return new.result
+
+    def submit_by_capability(
+        self,
+        requested_by: str,
+        capability: str,
+        ranked: Sequence[str],
+        args: object,
+        idempotency_key: str | None = None,
+    ) -> CallResult:
+        """A call by capability: the best-ranked tool that takes these arguments runs it,
+        the rest of the ranking (ungated tools only) is its fallback chain. Never raises."""
+        usable = [
+            name
+            for name in ranked
+            if (tool := self.registry.get(name)) is not None
+            and isinstance(args, dict)
+            and tool.argument_errors(args) is None
+        ]
+        if not usable:
+            label = f"capability:{echo_name(capability)}"
+            refused = _rejection(
+                requested_by,
+                label,
+                AuditEvent.UNKNOWN,
+                f"no tool with capability {echo_name(capability)} takes these arguments",
+            )
+            try:
+                with self.store.transaction() as conn:
+                    audit.append(conn, [refused.audit] if refused.audit else [], at=self.clock())
+            except Unavailable as exc:
+                return unavailable(str(exc), tool=label)
+            return refused.result
+        first, rest = usable[0], usable[1:]
+        chain = [name for name in rest if not self.registry.get(name).spec.gated]  # type: ignore[union-attr]
+        return self.submit(requested_by, first, args, idempotency_key, chain=chain)
 
     def _fail_unpublished(self, actor: str, tool: Tool, call_id: str, error: str) -> CallResult:
         """The broker refused the message: fail the call now rather than run it behind the

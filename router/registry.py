@@ -136,6 +136,13 @@ class ToolRegistry:
             for fallback in tool.spec.fallbacks:
                 if fallback not in tools or fallback == tool.name:
                     raise ConfigError(f"unknown fallback: {fallback}", file=file, tool=tool.name)
+                if tools[fallback].spec.gated:
+                    # A fallback runs without a request of its own: it must not need one.
+                    raise ConfigError(
+                        f"fallback {fallback} needs approval; gated tools cannot be fallbacks",
+                        file=file,
+                        tool=tool.name,
+                    )
         return cls(tools.values())
 
     def get(self, name: object) -> Tool | None:

@@ -27,6 +27,8 @@ class CallResult:
     error: str | None = None
     error_type: str | None = None
     request_id: str | None = None
+    # Set when a fallback answered instead of the tool called.
+    answered_by: str | None = None
     http_status: int = 200
 
     @property
@@ -77,6 +79,8 @@ class CallResult:
             body["call_id"] = self.call_id
         body["tool"] = self.tool
         body["status"] = self.status
+        if self.answered_by is not None and self.answered_by != self.tool:
+            body["answered_by"] = self.answered_by
         if self.ok:
             body["value"] = self.value
             return body

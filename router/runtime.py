@@ -31,6 +31,7 @@ from .keys import KeyStore
 from .mcp_client import McpConnections, parse_servers
 from .migrate import ensure_schema
 from .registry import ToolRegistry
+from .routing import Rule, parse_rules
 from .settings import Settings
 from .store import Store
 
@@ -63,6 +64,12 @@ class Runtime:
         """Sessions to the configured MCP servers, opened on first use and kept."""
         return McpConnections(
             parse_servers(self.tool_config.mcp_servers, file=str(self.settings.config))
+        )
+
+    @cached_property
+    def routing_rules(self) -> list[Rule]:
+        return parse_rules(
+            list(self.tool_config.routing.get("rules") or []), file=str(self.settings.config)
         )
 
     @cached_property

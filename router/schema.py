@@ -52,6 +52,10 @@ calls = Table(
     Column("batch_id", String(40), nullable=True),
     # The call's place in its batch (migration 0003): results come back in this order.
     Column("batch_index", BigInteger, nullable=True),
+    # The tool that answered, when a fallback did (migration 0004).
+    Column("answered_by", String(64), nullable=True),
+    # JSON list of tools to fall back along, for calls by capability (migration 0004).
+    Column("chain", Text, nullable=True),
     UniqueConstraint("requested_by", "idempotency_key", name="uq_calls_requested_by_idem"),
     Index("ix_calls_status_lease", "status", "lease_until"),
     Index("ix_calls_batch_id", "batch_id"),

@@ -47,6 +47,8 @@ class CallRow:
     request_id: str | None
     batch_id: str | None
     batch_index: int | None
+    answered_by: str | None = None
+    chain: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> CallRow:
@@ -67,6 +69,7 @@ class CallRow:
             error=self.error,
             error_type=self.error_type,
             request_id=self.request_id,
+            answered_by=self.answered_by,
         )
 
 
@@ -190,6 +193,7 @@ class Store:
         value: str | None = None,
         error: str | None = None,
         error_type: str | None = None,
+        answered_by: str | None = None,
     ) -> bool:
         """Record the outcome of attempt ``attempt``; False if that attempt no longer owns it."""
         result = conn.execute(
@@ -206,6 +210,7 @@ class Store:
                 value=value,
                 error=error,
                 error_type=error_type,
+                answered_by=answered_by,
                 finished_at=now,
                 updated_at=now,
                 lease_until=None,

@@ -7,6 +7,7 @@ lives here too, since it must agree with the claim and the fence.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -92,7 +93,58 @@ class Executor:
                 self.cache.put(tool, row.args_sha256, outcome.value_json)
             elif should_retry(tool, row.attempt, outcome):
                 return self._retry_later(tool, row, outcome)
+            elif row.chain or tool.spec.fallbacks:
+                outcome, answered_by = self._fall_back(row, tool, outcome)
+                return self.finish(row, outcome, answered_by=answered_by)
         return self.finish(row, outcome)
+
+    def _fall_back(self, row: CallRow, tool: Tool, outcome: Outcome) -> tuple[Outcome, str]:
+        """The call failed for good: try the next tool of its chain, each try audited on the
+        same call, until one answers. Gated tools are never fallen back to: that would run
+        them without their approval."""
+        chain = json.loads(row.chain) if row.chain else list(tool.spec.fallbacks)
+        args, answered = row.arguments, row.tool
+        for name in chain:
+            fallback = self.registry.get(name)
+            if fallback is None or fallback.spec.gated or name == answered:
+                continue
+            with self.store.transaction() as conn:
+                audit.append(
+                    conn,
+                    [
+                        AuditEntry(
+                            event=AuditEvent.ERROR,
+                            actor=self.actor,
+                            tool=answered,
+                            call_id=row.id,
+                            detail={
+                                "attempt": row.attempt,
+                                "error": outcome.error,
+                                "error_type": outcome.error_type,
+                                "fallback": name,
+                            },
+                        )
+                    ],
+                    at=self.clock(),
+                )
+            answered = name
+            problem = fallback.argument_errors(args)
+            if problem is not None:
+                outcome = Outcome(
+                    ok=False, error=f"invalid arguments: {problem}", error_type="InvalidArguments"
+                )
+                continue
+            ctx = CallContext(
+                call_id=row.id,
+                idempotency_key=row.idempotency_key or row.id,
+                attempt=row.attempt,
+                requested_by=row.requested_by,
+                tool=name,
+            )
+            outcome = invoke(fallback, args, ctx, mcp=self.runtime.mcp)
+            if outcome.ok:
+                break
+        return outcome, answered
 
     def _defer(self, tool: Tool, call_id: str, wait_s: float) -> str:
         due_at = self.clock() + int(wait_s * 1000)
@@ -145,6 +197,7 @@ class Executor:
         status: CallStatus | None = None,
         event: AuditEvent | None = None,
         cached: bool = False,
+        answered_by: str | None = None,
     ) -> str:
         """Record ``outcome`` for ``row``'s attempt; "fenced" if that attempt lost the call."""
         now = self.clock()
@@ -167,6 +220,7 @@ class Executor:
                 value=outcome.value_json,
                 error=outcome.error,
                 error_type=outcome.error_type,
+                answered_by=answered_by,
             )
             if landed:
                 audit.append(
@@ -175,7 +229,7 @@ class Executor:
                         AuditEntry(
                             event=event,
                             actor=self.actor,
-                            tool=row.tool,
+                            tool=answered_by or row.tool,
                             call_id=row.id,
                             request_id=row.request_id,
                             detail=detail,

@@ -15,11 +15,12 @@ from .bodies import check_call_id, object_body, optional_string, wait_seconds
 from .deps import blocking, principal, runtime_of
 from .models import CALL_REQUEST_SCHEMA, CALL_RESULT_RESPONSES
 from .responses import AsciiJSONResponse
+from .routes_route import rank
 from .waiting import wait_for_call
 
 router = APIRouter(prefix="/v1/calls", tags=["calls"])
 
-CALL_FIELDS = frozenset({"tool", "args", "idempotency_key", "wait_s"})
+CALL_FIELDS = frozenset({"tool", "capability", "args", "idempotency_key", "wait_s"})
 
 
 def answer(result: CallResult) -> JSONResponse:
@@ -46,13 +47,32 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
     body = object_body(
         await request.body(), limit=settings.max_args_bytes + 16 * 1024, allowed=CALL_FIELDS
     )
-    if "tool" not in body:
+    if "capability" in body and "tool" in body:
+        return answer(
+            CallResult(
+                status="bad_request",
+                tool=None,
+                http_status=422,
+                error="give either tool or capability, not both",
+            )
+        )
+    by_capability = "capability" in body
+    if by_capability and not isinstance(body["capability"], str):
+        return answer(
+            CallResult(
+                status="bad_request",
+                tool=None,
+                http_status=422,
+                error="capability must be a string",
+            )
+        )
+    if "tool" not in body and not by_capability:
         return answer(
             CallResult(
                 status="bad_request", tool=None, http_status=422, error="missing field: tool"
             )
         )
-    if not isinstance(body["tool"], str):
+    if not by_capability and not isinstance(body["tool"], str):
         return answer(
             CallResult(
                 status="bad_request", tool=None, http_status=422, error="tool must be a string"
@@ -64,7 +84,21 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
     if key is None and header_key is not None:
         key = optional_string({"Idempotency-Key": header_key}, "Idempotency-Key", max_len=256)
     args: Any = body.get("args", {})
-    result = await blocking(runtime.dispatcher.submit, who.name, body["tool"], args, key)
+    if by_capability:
+        capability = body["capability"]
+        ranked = await blocking(
+            rank, runtime, {"strategy": "capability", "capability": capability, "task": ""}
+        )
+        result = await blocking(
+            runtime.dispatcher.submit_by_capability,
+            who.name,
+            capability,
+            [c.tool for c in ranked],
+            args,
+            key,
+        )
+    else:
+        result = await blocking(runtime.dispatcher.submit, who.name, body["tool"], args, key)
     unfinished = result.http_status == 200 and result.status not in TERMINAL_STATES
     if wait_s > 0 and result.call_id is not None and unfinished:
         call_id = result.call_id
