@@ -15,12 +15,18 @@ from typing import Any
 from celery import Celery
 from kombu import Exchange, Queue
 
+from .bulk import publish_many
 from .constants import ALL_QUEUES, RUN_CALL_TASK
 from .errors import BrokerUnavailable
 from .settings import Settings
 
 LOCAL_REDIS_URL = "redis://127.0.0.1:6379/0"
 PRIVATE_REDIS_FILE = "redis.url"
+# Unacked messages come back after this long; every task's hard limit must stay below it
+# (``router.guards.check_time_limits`` refuses a tool that would not).
+VISIBILITY_TIMEOUT_S = 2 * 3600
+# The hard time limit of a run is its tool's ``timeout_s`` (the soft limit) plus this.
+HARD_LIMIT_GRACE_S = 10.0
 
 
 def private_redis_url_file(settings: Settings) -> Path:
@@ -64,8 +70,7 @@ def celery_settings(redis_url: str) -> dict[str, Any]:
             "interval_max": 0.5,
         },
         "broker_transport_options": {
-            # Unacked messages come back after this long; must exceed any task's hard limit.
-            "visibility_timeout": 3600 * 2,
+            "visibility_timeout": VISIBILITY_TIMEOUT_S,
             "socket_timeout": 5.0,
             "socket_connect_timeout": 2.0,
         },
@@ -86,12 +91,14 @@ class RunMessage:
     tool: str
     queue: str
     timeout_s: float
+    # Seconds to hold the message before it runs (a retry's backoff, a rate limit's wait).
+    countdown: float | None = None
 
 
 class Publisher:
     """Publishes run messages by task name. Raises ``BrokerUnavailable`` when Redis is down."""
 
-    def __init__(self, app: Celery, *, hard_limit_grace_s: float = 10.0) -> None:
+    def __init__(self, app: Celery, *, hard_limit_grace_s: float = HARD_LIMIT_GRACE_S) -> None:
         self.app = app
         self.hard_limit_grace_s = hard_limit_grace_s
 
@@ -99,6 +106,9 @@ class Publisher:
         if not messages:
             return
         try:
+            if len(messages) > 1:
+                publish_many(self.app, messages, hard_limit_grace_s=self.hard_limit_grace_s)
+                return
             with self.app.producer_or_acquire() as producer:
                 for message in messages:
                     self.app.send_task(
@@ -110,6 +120,7 @@ class Publisher:
                         routing_key=message.queue,
                         soft_time_limit=message.timeout_s,
                         time_limit=message.timeout_s + self.hard_limit_grace_s,
+                        countdown=message.countdown,
                         producer=producer,
                     )
         except Exception as exc:  # kombu and redis-py raise many types for "Redis is down"

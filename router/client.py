@@ -15,195 +15,22 @@ batch (``NotFound``), a malformed batch (``BadRequest``, ``PayloadTooLarge``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from .errors import (
-    BadRequest,
-    Conflict,
-    Forbidden,
-    NotAuthenticated,
-    NotFound,
-    PayloadTooLarge,
-    RequestError,
-    Unavailable,
-)
+from . import wire
+from .errors import Unavailable
 from .results import CallResult, unavailable
+from .wire import BATCH_TIMEOUT_S, BatchReceipt, BatchStatus, Decided
+
+__all__ = ["AsyncClient", "BatchReceipt", "BatchStatus", "Client", "Decided"]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_WAIT_S = 30.0
 # The HTTP timeout is the server-side wait plus this.
 TIMEOUT_MARGIN_S = 30.0
-# Bulk submissions of 100,000 calls take a while to store.
-BATCH_TIMEOUT_S = 600.0
-_ERRORS: dict[int, type[RequestError]] = {
-    401: NotAuthenticated,
-    403: Forbidden,
-    404: NotFound,
-    409: Conflict,
-    413: PayloadTooLarge,
-    422: BadRequest,
-}
-# Answers about a call that are still values (SPEC §4); other codes raise.
-_CALL_VALUE_CODES = frozenset({200, 409, 413, 422, 503})
-_DECISIONS = frozenset({"approved", "denied", "cancelled"})
-
-
-@dataclass(frozen=True, slots=True)
-class BatchReceipt:
-    """What ``POST /v1/batches`` answered: ``rejected`` holds ``(index, error)`` pairs."""
-
-    batch_id: str
-    total: int
-    accepted: int
-    replayed: int
-    rejected: tuple[tuple[int, str], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class BatchStatus:
-    """Counts of a batch's calls by status; ``done`` once none is queued, running or pending."""
-
-    batch_id: str
-    total: int
-    counts: Mapping[str, int]
-    rejected: int
-    done: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Decided:
-    """An approver's decision as the approval worker took it. With ``approve(wait_s=…)`` on
-    a released call, ``result`` is the call's outcome."""
-
-    status: str
-    request_id: str | None
-    call_id: str | None
-    approvals: int | None = None
-    approvals_required: int | None = None
-    released: bool = False
-    result: CallResult | None = None
-
-
-# -- the requests and the reading of their answers, shared by both clients -----------------
-
-
-def _call_body(
-    tool: str, args: Mapping[str, Any] | None, wait_s: float, key: str | None
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"tool": tool, "args": dict(args or {})}
-    if wait_s:
-        body["wait_s"] = wait_s
-    if key is not None:
-        body["idempotency_key"] = key
-    return body
-
-
-def _raise_for(response: httpx.Response, body: Any) -> None:
-    """The caller's error as an exception from ``router.errors``."""
-    message = body.get("error") if isinstance(body, dict) else None
-    message = str(message or f"HTTP {response.status_code}")
-    if response.status_code == 503:
-        raise Unavailable(message.removeprefix("unavailable: "))
-    raise _ERRORS.get(response.status_code, RequestError)(message)
-
-
-def _json(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        return None
-
-
-def _call_answer(response: httpx.Response) -> CallResult:
-    body = _json(response)
-    if response.status_code in _CALL_VALUE_CODES and isinstance(body, dict):
-        return CallResult.from_dict(body, http_status=response.status_code)
-    if response.status_code in (401, 403, 404):
-        _raise_for(response, body)
-    return unavailable(f"HTTP {response.status_code} from the API")
-
-
-def _checked(response: httpx.Response) -> dict[str, Any]:
-    body = _json(response)
-    if response.status_code != 200 or not isinstance(body, dict):
-        _raise_for(response, body)
-    return dict(body)
-
-
-def _receipt(body: dict[str, Any]) -> BatchReceipt:
-    return BatchReceipt(
-        batch_id=body["batch_id"],
-        total=body["total"],
-        accepted=body.get("accepted", 0),
-        replayed=body.get("replayed", 0),
-        rejected=tuple((r["index"], r["error"]) for r in body.get("rejected", [])),
-    )
-
-
-def _status(body: dict[str, Any]) -> BatchStatus:
-    return BatchStatus(
-        batch_id=body["batch_id"],
-        total=body["total"],
-        counts=dict(body["counts"]),
-        rejected=body.get("rejected", 0),
-        done=bool(body["done"]),
-    )
-
-
-def _decided(body: dict[str, Any]) -> Decided:
-    if body.get("status") not in _DECISIONS:
-        # approve(wait_s=…) on a released call answers with the call's result.
-        result = CallResult.from_dict(body)
-        return Decided(
-            "approved", body.get("request_id"), result.call_id, released=True, result=result
-        )
-    return Decided(
-        status=body["status"],
-        request_id=body.get("request_id"),
-        call_id=body.get("call_id"),
-        approvals=body.get("approvals"),
-        approvals_required=body.get("approvals_required"),
-        released=bool(body.get("released", False)),
-    )
-
-
-def _result_line(line: str) -> tuple[int, CallResult] | None:
-    if not line.strip():
-        return None
-    body = json.loads(line)
-    return int(body.get("index", -1)), CallResult.from_dict(body)
-
-
-def _batch_body(calls: Iterable[Mapping[str, Any]], key: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"calls": [dict(call) for call in calls]}
-    if key is not None:
-        body["idempotency_key"] = key
-    return body
-
-
-def _offset(offset: int | None) -> dict[str, str]:
-    return {} if offset is None else {"offset": str(offset)}
-
-
-def _decision_body(reason: str | None, wait_s: float | None) -> dict[str, Any]:
-    body: dict[str, Any] = {}
-    if reason is not None:
-        body["reason"] = reason
-    if wait_s:
-        body["wait_s"] = wait_s
-    return body
-
-
-def _headers(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
-
-
-_LIMITS = httpx.Limits(max_connections=200, max_keepalive_connections=200)
 
 
 class Client:
@@ -211,7 +38,7 @@ class Client:
 
     def __init__(self, base_url: str = DEFAULT_URL, key: str = "", *, timeout: float = 60.0):
         self._http = httpx.Client(
-            base_url=base_url, headers=_headers(key), timeout=timeout, limits=_LIMITS
+            base_url=base_url, headers=wire.auth_headers(key), timeout=timeout, limits=wire.LIMITS
         )
 
     def __enter__(self) -> Client:
@@ -228,14 +55,14 @@ class Client:
             response = self._http.request(method, path, timeout=wait_s + TIMEOUT_MARGIN_S, **kw)
         except httpx.HTTPError as exc:
             return unavailable(f"cannot reach the API: {exc}")
-        return _call_answer(response)
+        return wire.call_answer(response)
 
     def _request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         try:
             response = self._http.request(method, path, **kw)
         except httpx.HTTPError as exc:
             raise Unavailable(f"cannot reach the API: {exc}") from None
-        return _checked(response)
+        return wire.checked(response)
 
     # -- agents ----------------------------------------------------------------------
 
@@ -248,7 +75,7 @@ class Client:
         idempotency_key: str | None = None,
     ) -> CallResult:
         """Submit a call and wait up to ``wait_s`` for its outcome."""
-        body = _call_body(tool, args, wait_s, idempotency_key)
+        body = wire.call_body(tool, args, wait_s, idempotency_key)
         return self._call_request("POST", "/v1/calls", wait_s, json=body)
 
     def submit(
@@ -278,15 +105,29 @@ class Client:
         offset: int | None = None,
     ) -> BatchReceipt:
         """Submit calls (``{"tool", "args", "idempotency_key"?}`` each) as one batch."""
-        body = _batch_body(calls, idempotency_key)
-        return _receipt(
+        body = wire.batch_body(calls, idempotency_key)
+        return wire.receipt(
             self._request(
-                "POST", "/v1/batches", json=body, params=_offset(offset), timeout=BATCH_TIMEOUT_S
+                "POST",
+                "/v1/batches",
+                json=body,
+                params=wire.offset_params(offset),
+                timeout=BATCH_TIMEOUT_S,
+            )
+        )
+
+    def batch_lines(
+        self, lines: Iterable[str], *, idempotency_key: str | None = None, offset: int | None = None
+    ) -> BatchReceipt:
+        """Submit NDJSON lines as they are: a line that is not JSON is rejected at its index."""
+        return wire.receipt(
+            self._request(
+                "POST", "/v1/batches", **wire.ndjson_request(lines, idempotency_key, offset)
             )
         )
 
     def batch_status(self, batch_id: str) -> BatchStatus:
-        return _status(self._request("GET", f"/v1/batches/{batch_id}"))
+        return wire.batch_status(self._request("GET", f"/v1/batches/{batch_id}"))
 
     def batch_results(self, batch_id: str) -> Iterator[tuple[int, CallResult]]:
         """``(index, result)`` for every call of the batch, in batch order, streamed."""
@@ -295,9 +136,9 @@ class Client:
         ) as response:
             if response.status_code != 200:
                 response.read()
-                _raise_for(response, _json(response))
+                wire.raise_for(response, wire.body_of(response))
             for line in response.iter_lines():
-                item = _result_line(line)
+                item = wire.result_line(line)
                 if item is not None:
                     yield item
 
@@ -311,19 +152,19 @@ class Client:
         self, request_id: str, reason: str | None = None, wait_s: float | None = None
     ) -> Decided:
         """Approve; with ``wait_s``, also wait for the released call's outcome."""
-        return _decided(
+        return wire.decided(
             self._request(
                 "POST",
                 f"/v1/approvals/{request_id}/approve",
-                json=_decision_body(reason, wait_s),
+                json=wire.decision_body(reason, wait_s),
                 timeout=(wait_s or 0.0) + TIMEOUT_MARGIN_S,
             )
         )
 
     def deny(self, request_id: str, reason: str | None = None) -> Decided:
-        return _decided(
+        return wire.decided(
             self._request(
-                "POST", f"/v1/approvals/{request_id}/deny", json=_decision_body(reason, None)
+                "POST", f"/v1/approvals/{request_id}/deny", json=wire.decision_body(reason, None)
             )
         )
 
@@ -333,7 +174,7 @@ class AsyncClient:
 
     def __init__(self, base_url: str = DEFAULT_URL, key: str = "", *, timeout: float = 60.0):
         self._http = httpx.AsyncClient(
-            base_url=base_url, headers=_headers(key), timeout=timeout, limits=_LIMITS
+            base_url=base_url, headers=wire.auth_headers(key), timeout=timeout, limits=wire.LIMITS
         )
 
     async def __aenter__(self) -> AsyncClient:
@@ -352,14 +193,14 @@ class AsyncClient:
             )
         except httpx.HTTPError as exc:
             return unavailable(f"cannot reach the API: {exc}")
-        return _call_answer(response)
+        return wire.call_answer(response)
 
     async def _request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         try:
             response = await self._http.request(method, path, **kw)
         except httpx.HTTPError as exc:
             raise Unavailable(f"cannot reach the API: {exc}") from None
-        return _checked(response)
+        return wire.checked(response)
 
     async def call(
         self,
@@ -369,7 +210,7 @@ class AsyncClient:
         wait_s: float = DEFAULT_WAIT_S,
         idempotency_key: str | None = None,
     ) -> CallResult:
-        body = _call_body(tool, args, wait_s, idempotency_key)
+        body = wire.call_body(tool, args, wait_s, idempotency_key)
         return await self._call_request("POST", "/v1/calls", wait_s, json=body)
 
     async def submit(
@@ -395,15 +236,28 @@ class AsyncClient:
         idempotency_key: str | None = None,
         offset: int | None = None,
     ) -> BatchReceipt:
-        body = _batch_body(calls, idempotency_key)
-        return _receipt(
+        body = wire.batch_body(calls, idempotency_key)
+        return wire.receipt(
             await self._request(
-                "POST", "/v1/batches", json=body, params=_offset(offset), timeout=BATCH_TIMEOUT_S
+                "POST",
+                "/v1/batches",
+                json=body,
+                params=wire.offset_params(offset),
+                timeout=BATCH_TIMEOUT_S,
+            )
+        )
+
+    async def batch_lines(
+        self, lines: Iterable[str], *, idempotency_key: str | None = None, offset: int | None = None
+    ) -> BatchReceipt:
+        return wire.receipt(
+            await self._request(
+                "POST", "/v1/batches", **wire.ndjson_request(lines, idempotency_key, offset)
             )
         )
 
     async def batch_status(self, batch_id: str) -> BatchStatus:
-        return _status(await self._request("GET", f"/v1/batches/{batch_id}"))
+        return wire.batch_status(await self._request("GET", f"/v1/batches/{batch_id}"))
 
     async def batch_results(self, batch_id: str) -> AsyncIterator[tuple[int, CallResult]]:
         async with self._http.stream(
@@ -411,9 +265,9 @@ class AsyncClient:
         ) as response:
             if response.status_code != 200:
                 await response.aread()
-                _raise_for(response, _json(response))
+                wire.raise_for(response, wire.body_of(response))
             async for line in response.aiter_lines():
-                item = _result_line(line)
+                item = wire.result_line(line)
                 if item is not None:
                     yield item
 
@@ -424,18 +278,18 @@ class AsyncClient:
     async def approve(
         self, request_id: str, reason: str | None = None, wait_s: float | None = None
     ) -> Decided:
-        return _decided(
+        return wire.decided(
             await self._request(
                 "POST",
                 f"/v1/approvals/{request_id}/approve",
-                json=_decision_body(reason, wait_s),
+                json=wire.decision_body(reason, wait_s),
                 timeout=(wait_s or 0.0) + TIMEOUT_MARGIN_S,
             )
         )
 
     async def deny(self, request_id: str, reason: str | None = None) -> Decided:
-        return _decided(
+        return wire.decided(
             await self._request(
-                "POST", f"/v1/approvals/{request_id}/deny", json=_decision_body(reason, None)
+                "POST", f"/v1/approvals/{request_id}/deny", json=wire.decision_body(reason, None)
             )
         )

@@ -36,6 +36,12 @@ class Settings(BaseSettings):
     ui_secret: str = ""
     ui_session_hours: float = Field(default=8.0, gt=0, le=24 * 7)
 
+    # Host header values /mcp accepts besides localhost and the API's own host:port
+    # (comma-separated; `name:*` for any port). Every other Host is refused (DNS rebinding).
+    mcp_allowed_hosts: str = ""
+    # How long an MCP tools/call waits for an ungated call before answering with its call id.
+    mcp_call_wait_s: float = Field(default=30.0, ge=0, le=300)
+
     worker_concurrency: int = Field(default=2, ge=1)
     # Bodies larger than this are refused with 413 before they are parsed.
     max_args_bytes: int = Field(default=256 * 1024, ge=1024)

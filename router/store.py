@@ -177,10 +177,11 @@ class Store:
                 started_at=now,
                 updated_at=now,
             )
+            # The claimed row comes back with the update: one round trip, not two.
+            .returning(*calls.c)
         )
-        if result.rowcount != 1:
-            return None
-        return self.get(conn, call_id)
+        row = result.first()
+        return CallRow.from_row(row) if row is not None else None
 
     def finish(
         self,

@@ -10,7 +10,17 @@ import pytest
 from .stack import REPO
 
 CHECKS = {
-    "ruff-lint": [sys.executable, "-m", "ruff", "check", "router", "workers", "approvals", "tests"],
+    "ruff-lint": [
+        sys.executable,
+        "-m",
+        "ruff",
+        "check",
+        "router",
+        "workers",
+        "approvals",
+        "tests",
+        "bench",
+    ],
     "ruff-format": [
         sys.executable,
         "-m",
@@ -21,6 +31,7 @@ CHECKS = {
         "workers",
         "approvals",
         "tests",
+        "bench",
     ],
     "mypy": [sys.executable, "-m", "mypy"],
 }

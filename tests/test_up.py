@@ -293,6 +293,9 @@ def assert_flower_answers(url: str, password: str) -> None:
             pytest.fail(f"Flower at {url} did not answer 200 within {START_TIMEOUT_S} s: {last}")
         assert http.get(f"{url}/").status_code == 401
         assert http.get(f"{url}/", auth=("admin", password + "x")).status_code == 401
+        # Flower's own Prometheus metrics, behind the same basic auth.
+        metrics = http.get(f"{url}/metrics", auth=("admin", password))
+        assert metrics.status_code == 200 and "flower_" in metrics.text
 
 
 def test_private_redis_answers_keeps_an_append_only_file_and_stops(tmp_path: Path) -> None:

@@ -25,8 +25,11 @@ def worker_settings(settings: Settings, redis_url: str) -> dict[str, Any]:
             "task_reject_on_worker_lost": False,
             # Fresh pool processes now and then: handlers may leak.
             "worker_max_tasks_per_child": 10_000,
-            # Send task events so Flower can show tasks (name, call id, tool).
-            "worker_send_task_events": True,
+            # Task events cost a Redis publish each, made synchronously in the worker's
+            # consumer loop (43 % of it in the benchmark's profile): off unless someone
+            # watches. Flower switches them on (``enable_events``) while it runs, and then
+            # shows each task with its call id and tool.
+            "worker_send_task_events": False,
             "task_send_sent_event": True,
             "worker_hijack_root_logger": False,
             "beat_schedule": {

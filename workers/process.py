@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from dataclasses import dataclass
@@ -9,9 +10,14 @@ from typing import Any
 
 from celery import signals
 
+from router import guards, metrics
+from router.broker import HARD_LIMIT_GRACE_S
+from router.errors import ConfigError
 from router.notify import Notifier
 from router.runtime import Runtime
 from router.settings import get_settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -29,7 +35,9 @@ def current() -> ProcessState:
     """This process's runtime (settings, database, broker) and notifier."""
     global _state
     if _state is None:
-        runtime = Runtime(get_settings())
+        settings = get_settings()
+        metrics.enable(settings)
+        runtime = Runtime(settings)
         runtime.prepare()
         _state = ProcessState(
             runtime,
@@ -44,3 +52,27 @@ def _fresh_after_fork(**_: Any) -> None:
     # Never share a parent's database connections with a forked child.
     global _state
     _state = None
+
+
+@signals.worker_init.connect
+def _refuse_unsafe_start(sender: Any = None, **_: Any) -> None:
+    """In the worker's main process, before the pool starts: refuse limits that could
+    lose or double a call, and warn once about a Redis that may evict messages."""
+    runtime = Runtime(get_settings())
+    try:
+        # The visibility timeout actually in force for this worker's broker connection.
+        options = sender.app.conf.broker_transport_options if sender is not None else {}
+        visibility = options.get("visibility_timeout")
+        if visibility is not None:
+            guards.check_time_limits(
+                runtime.registry,
+                visibility_timeout_s=float(visibility),
+                hard_limit_grace_s=HARD_LIMIT_GRACE_S,
+            )
+    except ConfigError as exc:
+        log.critical("refusing to start the worker: %s", exc)
+        # SystemExit, not an Exception: Celery's signal dispatch logs and swallows those.
+        raise SystemExit(2) from None
+    finally:
+        runtime.close()
+    guards.warn_if_redis_may_evict(runtime.redis_url)

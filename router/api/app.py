@@ -12,12 +12,13 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .. import ui
+from .. import metrics, ui
 from ..errors import RequestError, SchemaOutdated, Unavailable
+from ..mcp import McpEndpoint
 from ..notify import CompletionListener, Notifier
 from ..runtime import Runtime
 from ..ui.headers import InboxHeaders
-from . import routes_approvals, routes_batches, routes_calls, routes_misc
+from . import routes_approvals, routes_batches, routes_calls, routes_misc, routes_route
 from .responses import AsciiJSONResponse
 
 log = logging.getLogger(__name__)
@@ -74,11 +75,14 @@ def create_app(runtime: Runtime) -> FastAPI:
         runtime.prepare()
         app.state.listener.start()
         try:
-            yield
+            async with app.state.mcp.run():
+                yield
         finally:
             await app.state.listener.stop()
             runtime.close()
 
+    # Before any metric exists in this process: samples go to the shared directory.
+    metrics.enable(runtime.settings)
     app = FastAPI(
         title="toolrouter",
         version="1",
@@ -93,10 +97,14 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.state.runtime = runtime
     app.state.listener = CompletionListener(runtime.redis_url)
     app.state.notifier = Notifier(runtime.redis_url)
+    # MCP over streamable HTTP (SPEC §11); its session manager runs in the lifespan above.
+    app.state.mcp = McpEndpoint(runtime, app.state.listener)
+    app.add_route("/mcp", app.state.mcp, include_in_schema=False)
     app.include_router(routes_calls.router)
     app.include_router(routes_approvals.router)
     app.include_router(routes_batches.router)
     app.include_router(routes_misc.router)
+    app.include_router(routes_route.router)
     app.include_router(ui.router)
     app.mount("/ui/static", StaticFiles(directory=ui.STATIC_DIR), name="ui-static")
     app.add_api_route(

@@ -13,6 +13,7 @@ from ..errors import ConfigError, SchemaOutdated, ToolrouterError, Unavailable
 from ..runtime import Runtime
 from ..settings import get_settings
 from . import approvals as approvals_cli
+from . import batch as batch_cli
 from . import calls as calls_cli
 from . import processes
 
@@ -108,9 +109,33 @@ def flower() -> None:
 
 
 @main.command()
-def mcp() -> None:
-    """(Not yet available) serve toolrouter over MCP stdio."""
-    fail("the MCP server is not built yet")
+@click.option(
+    "--key",
+    envvar="TOOLROUTER_KEY",
+    default=None,
+    help="Agent key the calls are made with (default: $TOOLROUTER_KEY, else the demo agent key)",
+)
+def mcp(key: str | None) -> None:
+    """Serve the tools over MCP on stdin/stdout, for clients that launch their servers.
+
+    Calls go through the same dispatcher, approvals and audit log as the HTTP API, as the
+    key's name. Over HTTP, MCP clients connect to /mcp on the API instead.
+    """
+    from ..mcp import run_stdio
+    from .demo import demo_key
+
+    rt = runtime()
+    token = key or demo_key(rt.settings, "agent")
+    if not token:
+        fail("no key: pass --key or set TOOLROUTER_KEY")
+    try:
+        rt.keys.authenticate(token)
+    except ToolrouterError as exc:
+        fail(str(exc))
+    try:
+        run_stdio(rt, token)
+    finally:
+        rt.close()
 
 
 # -- database and keys -------------------------------------------------------------------
@@ -198,6 +223,40 @@ def tools(as_json: bool) -> None:
     for tool in registry:
         gate = "gated" if tool.spec.gated else "ungated"
         click.echo(f"{tool.name}\t{tool.spec.risk}\t{gate}\t{tool.spec.description}")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="As JSON")
+def stats(as_json: bool) -> None:
+    """Per tool: calls, success rate, p50/p95 latency, cost, errors by type; cost per key."""
+    from .. import stats as tool_stats
+
+    rt = runtime()
+    with rt.store.reading() as conn:
+        rows = [tool_stats.tool_stats(conn, rt.registry, tool.name) for tool in rt.registry]
+        spent = tool_stats.cost_by_key(conn, rt.registry)
+    if as_json:
+        click.echo(json.dumps({"tools": rows, "cost_by_key": spent}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("tool", "calls", "success", "p50 s", "p95 s", "cost", "errors")
+    for row in rows:
+        rate = row["success_rate"]
+        table.add_row(
+            row["tool"],
+            str(row["calls"]),
+            "-" if rate is None else f"{rate:.0%}",
+            "-" if row["latency_p50_s"] is None else f"{row['latency_p50_s']:.3f}",
+            "-" if row["latency_p95_s"] is None else f"{row['latency_p95_s']:.3f}",
+            f"{row['cost']:g}",
+            ", ".join(f"{k}:{v}" for k, v in row["errors_by_type"].items()),
+        )
+    console = Console()
+    console.print(table)
+    if spent:
+        console.print("cost by key: " + ", ".join(f"{k} {v:g}" for k, v in spent.items()))
 
 
 @main.group()
@@ -298,6 +357,7 @@ def audit_archive() -> None:
 # -- calls through the HTTP API -------------------------------------------------------------
 
 main.add_command(calls_cli.call)
+main.add_command(batch_cli.batch)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,5 @@
+"""``python -m bench [--smoke]``."""
+
+from .run import main
+
+main()

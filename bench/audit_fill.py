@@ -1,0 +1,73 @@
+"""Growing the audit table fast, with a chain ``verify`` accepts: rows generated in bulk with
+``router.audit.row_hash``, inserted with COPY (PostgreSQL) or executemany (SQLite)."""
+
+from __future__ import annotations
+
+import io
+import secrets
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+
+from router import audit
+from router.canonical import canonical_json
+from router.engine import make_engine
+from router.schema import audit_log
+
+COLUMNS = ("seq", "at", "tool", "event", "call_id", "request_id", "actor", "detail")
+BLOCK = 50_000
+
+
+def fill(database_url: str, total_rows: int, *, at: int) -> int:
+    """Append rows until the hot audit table holds ``total_rows``; returns how many were added."""
+    engine = make_engine(database_url)
+    try:
+        with engine.begin() as conn:
+            audit.lock_chain(conn)
+            have = int(conn.execute(select(func.count()).select_from(audit_log)).scalar_one())
+            seq, prev_hash = audit.chain_head(conn)
+            wanted = max(0, total_rows - have)
+            added = 0
+            while added < wanted:
+                rows = []
+                for _ in range(min(BLOCK, wanted - added)):
+                    seq += 1
+                    row: dict[str, Any] = {
+                        "seq": seq,
+                        "at": at,
+                        "tool": "noop",
+                        "event": "ok",
+                        "call_id": "call_" + secrets.token_hex(16),
+                        "request_id": None,
+                        "actor": "bench-fill",
+                        "detail": canonical_json({"attempt": 1}),
+                        "prev_hash": prev_hash,
+                    }
+                    row["hash"] = prev_hash = audit.row_hash(row)
+                    rows.append(row)
+                _insert(conn, rows)
+                added += len(rows)
+        return added
+    finally:
+        engine.dispose()
+
+
+def _insert(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    if conn.dialect.name != "postgresql":
+        conn.execute(audit_log.insert(), rows)
+        return
+    names = (*COLUMNS, "prev_hash", "hash")
+    buffer = io.StringIO()
+    for row in rows:
+        buffer.write("\t".join(_copy_text(row[name]) for name in names) + "\n")
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    with cursor.copy(f"COPY audit_log ({', '.join(names)}) FROM STDIN") as copy:
+        copy.write(buffer.getvalue())
+
+
+def _copy_text(value: Any) -> str:
+    if value is None:
+        return "\\N"
+    # Canonical JSON is ASCII with no tabs or newlines; only backslashes need escaping.
+    return str(value).replace("\\", "\\\\")

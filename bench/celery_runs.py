@@ -1,0 +1,56 @@
+"""Measuring the baseline: raw Celery's no-op task on the same Redis and concurrency."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .params import Params
+from .procs import REPO, Processes
+from .stats import latency_ms, rate
+
+
+def run_baseline(params: Params, redis_url: str, log_dir: Path) -> dict[str, Any]:
+    """Start a Celery worker on ``bench.noop`` and measure it; always stops the worker."""
+    os.environ["BENCH_REDIS_URL"] = redis_url  # read by bench.baseline, imported below
+    from .baseline import QUEUE, app, noop
+
+    env = {**os.environ, "BENCH_REDIS_URL": redis_url, "PYTHONPATH": str(REPO)}
+    procs = Processes(log_dir, env)
+    argv = [sys.executable, "-m", "celery", "-A", "bench.baseline", "worker", "-Q", QUEUE]
+    argv += ["-n", "bench-baseline@%h", "-P", "prefork", "-c", str(params.concurrency)]
+    argv += ["-l", "WARNING", "--without-mingle", "--without-gossip"]
+    procs.start("celery-baseline", argv)
+    try:
+        noop.delay(0).get(timeout=60)  # ready: a task went all the way round
+        for i in range(params.warmup):
+            noop.delay(i).get(timeout=30)
+
+        # End to end: every task submitted with delay(), every result collected.
+        started = time.perf_counter()
+        results = [noop.delay(i) for i in range(params.throughput_calls)]
+        app.ResultSet(results).join_native(timeout=600)
+        e2e = rate(params.throughput_calls, time.perf_counter() - started)
+
+        # Submission: one delay() per task, nothing else timed; then let the worker drain.
+        started = time.perf_counter()
+        pending = [noop.delay(i) for i in range(params.batch_calls)]
+        submit = rate(params.batch_calls, time.perf_counter() - started)
+        app.ResultSet(pending).join_native(timeout=600)
+
+        # Latency: one task at a time, delay().get().
+        samples = []
+        for i in range(params.latency_samples):
+            t0 = time.perf_counter()
+            noop.delay(i).get(timeout=30)
+            samples.append(time.perf_counter() - t0)
+        return {
+            "e2e_throughput_per_s": e2e,
+            "submit_rate_per_s": submit,
+            "latency": latency_ms(samples),
+        }
+    finally:
+        procs.stop_all()

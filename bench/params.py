@@ -1,0 +1,34 @@
+"""How much of everything a run does: the full benchmark, or the smoke."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Params:
+    throughput_calls: int = 5000
+    batch_calls: int = 10_000
+    latency_samples: int = 500
+    approval_samples: int = 200
+    audit_rows: int = 1_000_000
+    warmup: int = 100
+    # Worker pool processes, the same for Celery and toolrouter.
+    concurrency: int = 2
+    # Calls in flight from the Python client during the throughput runs.
+    in_flight: int = 64
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+FULL = Params()
+SMOKE = Params(
+    throughput_calls=200,
+    batch_calls=500,
+    latency_samples=20,
+    approval_samples=5,
+    audit_rows=20_000,
+    warmup=10,
+)

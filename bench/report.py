@@ -1,0 +1,100 @@
+"""The figures as ratios to the baseline, judged against SPEC §15, and printed as a table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# (key, label, where the baseline figure is, if there is one)
+ROWS = [
+    ("e2e", "end-to-end throughput, ungated no-op (calls/s)", "e2e_throughput_per_s"),
+    ("batch", "batch submission, 10,000 calls (calls/s)", "submit_rate_per_s"),
+    ("latency_p50", "POST /v1/calls wait_s latency p50 (ms)", "latency.p50_ms"),
+    ("latency_p99", "POST /v1/calls wait_s latency p99 (ms)", "latency.p99_ms"),
+    ("approval_p50", "approval to handler start p50 (ms)", None),
+    ("approval_p99", "approval to handler start p99 (ms)", None),
+    ("audit", "throughput with the full audit table (calls/s)", None),
+]
+
+
+def _get(data: dict[str, Any], dotted: str) -> float:
+    value: Any = data
+    for part in dotted.split("."):
+        value = value[part]
+    return float(value)
+
+
+def figures(tr: dict[str, Any]) -> dict[str, float]:
+    return {
+        "e2e": tr["e2e_throughput_per_s"],
+        "batch": tr["batch_submit_per_s"],
+        "latency_p50": tr["latency"]["p50_ms"],
+        "latency_p99": tr["latency"]["p99_ms"],
+        "approval_p50": tr["approval_to_start"]["p50_ms"],
+        "approval_p99": tr["approval_to_start"]["p99_ms"],
+        "audit": tr["e2e_throughput_full_audit_per_s"],
+    }
+
+
+def judge(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One verdict per SPEC §15 target and backend."""
+    base = report["baseline"]
+    verdicts = []
+    for backend, tr in report["toolrouter"].items():
+        f = figures(tr)
+        checks = [
+            ("e2e throughput >= 1.0 x Celery", f["e2e"] / base["e2e_throughput_per_s"], ">=", 1.0),
+            ("batch >= 10 x Celery delay() rate", f["batch"] / base["submit_rate_per_s"], ">=", 10),
+            (
+                "latency p50 <= 1.5 x Celery delay().get()",
+                f["latency_p50"] / base["latency"]["p50_ms"],
+                "<=",
+                1.5,
+            ),
+            ("approval to start p50 <= 50 ms", f["approval_p50"], "<=", 50),
+            ("approval to start p99 <= 250 ms", f["approval_p99"], "<=", 250),
+            ("full audit table within 20 %", f["audit"] / f["e2e"], ">=", 0.8),
+        ]
+        for name, value, op, target in checks:
+            met = value >= target if op == ">=" else value <= target
+            verdicts.append(
+                {
+                    "backend": backend,
+                    "target": name,
+                    "value": round(value, 3),
+                    "met": bool(met),
+                }
+            )
+    return verdicts
+
+
+def table(report: dict[str, Any]) -> str:
+    base = report["baseline"]
+    backends = list(report["toolrouter"])
+    header = ["", "raw Celery", *backends]
+    lines = []
+    for key, label, base_key in ROWS:
+        row = [label, f"{_get(base, base_key):,.1f}" if base_key else "—"]
+        for backend in backends:
+            tr = report["toolrouter"][backend]
+            value = figures(tr)[key]
+            if base_key:
+                ratio = f" ({value / _get(base, base_key):.2f}x)"
+            elif key == "audit":
+                ratio = f" ({value / figures(tr)['e2e']:.2f}x empty)"
+            else:
+                ratio = ""
+            row.append(f"{value:,.1f}{ratio}")
+        lines.append(row)
+    widths = [max(len(str(r[i])) for r in [header, *lines]) for i in range(len(header))]
+
+    def fmt(row: list[str]) -> str:
+        return " | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row))
+
+    out = [fmt(header), "-+-".join("-" * w for w in widths), *(fmt(r) for r in lines)]
+    out.append("")
+    for verdict in report["targets"]:
+        mark = "met" if verdict["met"] else "NOT met"
+        out.append(
+            f"{verdict['backend']:<10} {verdict['target']:<42} {verdict['value']:>10} {mark}"
+        )
+    return "\n".join(out)

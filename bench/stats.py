@@ -1,0 +1,28 @@
+"""Percentiles and rates."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100), nearest rank."""
+    if not samples:
+        return math.nan
+    ordered = sorted(samples)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def latency_ms(samples: Sequence[float]) -> dict[str, float]:
+    """p50 and p99 of samples in seconds, in milliseconds."""
+    return {
+        "p50_ms": round(percentile(samples, 50) * 1000, 2),
+        "p99_ms": round(percentile(samples, 99) * 1000, 2),
+        "samples": len(samples),
+    }
+
+
+def rate(count: int, seconds: float) -> float:
+    return round(count / seconds, 1) if seconds > 0 else math.inf

@@ -1,0 +1,164 @@
+"""Measuring toolrouter: API and workers as real processes, driven through the Python client."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from router.cli import processes
+from router.client import AsyncClient, Client
+from router.clock import wall_clock_ms
+from router.runtime import Runtime
+from router.settings import Settings
+
+from . import audit_fill
+from .params import Params
+from .procs import REPO, Processes
+from .stats import latency_ms, rate
+
+CONFIG = Path(__file__).resolve().parent / "toolrouter.yaml"
+QUEUES = "tools.low,tools.medium,tools.high"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Stack:
+    """One toolrouter: the API, a worker on every tool queue, the approval worker."""
+
+    def __init__(self, database_url: str, redis_url: str, state_dir: Path, concurrency: int):
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.database_url = database_url
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLROUTER_")}
+        env.update(
+            TOOLROUTER_DATABASE_URL=database_url,
+            TOOLROUTER_REDIS_URL=redis_url,
+            TOOLROUTER_STATE_DIR=str(state_dir),
+            TOOLROUTER_CONFIG=str(CONFIG),
+            TOOLROUTER_API_PORT=str(self.port),
+            PYTHONPATH=str(REPO),
+        )
+        self.settings = Settings(
+            database_url=database_url, redis_url=redis_url, state_dir=state_dir, config=CONFIG
+        )
+        self.procs = Processes(state_dir, env)
+        self.concurrency = concurrency
+        self.keys: dict[str, str] = {}
+
+    def start(self) -> None:
+        runtime = Runtime(self.settings)
+        runtime.prepare()
+        self.keys = {
+            "agent": runtime.keys.create("bench-agent", ["agent"]),
+            "approver": runtime.keys.create("bench-approver", ["approver"]),
+        }
+        runtime.close()
+        self.procs.start("api", processes.api_argv(self.settings, port=self.port))
+        for name, queues, concurrency in (
+            ("worker", QUEUES, self.concurrency),
+            ("approvals", "approvals,maintenance", 1),
+        ):
+            argv = processes.celery("worker", "-Q", queues, "-n", f"bench-{name}@%h")
+            argv += ["-P", "prefork", "-c", str(concurrency), "-l", "WARNING"]
+            self.procs.start(name, [*argv, "--without-mingle", "--without-gossip"])
+        self.procs.wait_http(f"{self.base_url}/healthz")
+
+    def client(self, who: str = "agent") -> Client:
+        return Client(self.base_url, self.keys[who])
+
+    def async_client(self, who: str = "agent") -> AsyncClient:
+        return AsyncClient(self.base_url, self.keys[who])
+
+    def stop(self) -> None:
+        self.procs.stop_all()
+
+
+def _ok(result: Any, what: str) -> None:
+    if not result.ok:
+        raise RuntimeError(f"{what} did not succeed: {result}")
+
+
+async def _throughput(stack: Stack, count: int, in_flight: int) -> float:
+    """Ungated no-op calls through the AsyncClient, ``in_flight`` at a time, each waited on."""
+    gate = asyncio.Semaphore(in_flight)
+    async with stack.async_client() as client:
+
+        async def one(i: int) -> None:
+            async with gate:
+                _ok(await client.call("noop", {"i": i}, wait_s=120), "a throughput call")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(count)))
+        return rate(count, time.perf_counter() - started)
+
+
+def throughput(stack: Stack, params: Params) -> float:
+    return asyncio.run(_throughput(stack, params.throughput_calls, params.in_flight))
+
+
+def run_toolrouter(
+    params: Params, database_url: str, redis_url: str, state_dir: Path
+) -> dict[str, Any]:
+    """Every toolrouter figure on one database; always stops the processes."""
+    stack = Stack(database_url, redis_url, state_dir, params.concurrency)
+    stack.start()
+    try:
+        with stack.client() as agent, stack.client("approver") as approver:
+            for i in range(params.warmup):
+                _ok(agent.call("noop", {"i": i}, wait_s=60), "a warm-up call")
+            figures: dict[str, Any] = {"e2e_throughput_per_s": throughput(stack, params)}
+
+            samples = []
+            for i in range(params.latency_samples):
+                t0 = time.perf_counter()
+                _ok(agent.call("noop", {"i": i}, wait_s=30), "a latency call")
+                samples.append(time.perf_counter() - t0)
+            figures["latency"] = latency_ms(samples)
+
+            release = []
+            for i in range(params.approval_samples):
+                gated = agent.submit("stamp", {"i": i})
+                assert gated.request_id is not None and gated.call_id is not None, gated
+                approved_at = time.time()
+                approver.approve(gated.request_id)
+                done = agent.result(gated.call_id, wait_s=30)
+                _ok(done, "an approved call")
+                release.append(done.value["started"] - approved_at)
+            figures["approval_to_start"] = latency_ms(release)
+
+            calls = [{"tool": "noop", "args": {"i": i}} for i in range(params.batch_calls)]
+            started = time.perf_counter()
+            receipt = agent.batch(calls)
+            elapsed = time.perf_counter() - started
+            if receipt.accepted != params.batch_calls:
+                raise RuntimeError(f"batch not fully accepted: {receipt}")
+            figures["batch_submit_per_s"] = rate(params.batch_calls, elapsed)
+            deadline = time.monotonic() + 1800
+            while not agent.batch_status(receipt.batch_id).done:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("batch did not finish")
+                time.sleep(0.2)
+            figures["batch_end_to_end_per_s"] = rate(
+                params.batch_calls, time.perf_counter() - started
+            )
+
+        started = time.perf_counter()
+        added = audit_fill.fill(database_url, params.audit_rows, at=wall_clock_ms())
+        figures["audit_fill"] = {
+            "rows_added": added,
+            "rows_total": params.audit_rows,
+            "seconds": round(time.perf_counter() - started, 1),
+        }
+        figures["e2e_throughput_full_audit_per_s"] = throughput(stack, params)
+        return figures
+    finally:
+        stack.stop()

@@ -1,0 +1,191 @@
+"""``/mcp``: the MCP server over streamable HTTP (the SDK's session manager, stateless).
+
+In front of the SDK, in this order: the Host/Origin check against DNS rebinding (the SDK's
+own rules, answered as JSON), POST only (405: being stateless, there is no event stream to
+GET and no session to DELETE), then the bearer key (401 without a valid one). Whatever the
+SDK answers as plain text (wrong content type, body too large) is rewritten as the API's
+``{"ok": false, "error"}``; an unexpected exception is a JSON 500, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import AbstractAsyncContextManager
+from http import HTTPStatus
+from typing import Any
+
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import (
+    DEFAULT_MAX_REQUEST_BODY_SIZE,
+    TransportSecurityMiddleware,
+    TransportSecuritySettings,
+)
+from starlette.requests import Request
+from starlette.types import Message, Receive, Scope, Send
+
+from ..errors import NotAuthenticated, Unavailable
+from ..keys import Principal
+from ..notify import CompletionListener
+from ..runtime import Runtime
+from ..settings import Settings
+from ..threads import blocking
+from .server import Context, ToolrouterMcp
+
+log = logging.getLogger(__name__)
+
+# Where the endpoint leaves the authenticated key for the MCP handlers (the ASGI scope
+# travels with the request into the SDK, which hands it back as ``ctx.request``).
+PRINCIPAL_SCOPE_KEY = "toolrouter.principal"
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+ANY_ADDRESS = ("", "0.0.0.0", "::")
+
+
+def transport_security(settings: Settings) -> TransportSecuritySettings:
+    """Hosts: localhost on any port, the API's own host:port, ``mcp_allowed_hosts``.
+    Origins: the same hosts over http and https (a request without an Origin passes)."""
+    hosts = [pattern for host in LOCAL_HOSTS for pattern in (host, f"{host}:*")]
+    if settings.api_host not in ANY_ADDRESS:
+        host = f"[{settings.api_host}]" if ":" in settings.api_host else settings.api_host
+        hosts.append(f"{host}:{settings.api_port}")
+    hosts += [part.strip() for part in settings.mcp_allowed_hosts.split(",") if part.strip()]
+    hosts = list(dict.fromkeys(hosts))
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"{scheme}://{host}" for host in hosts for scheme in ("http", "https")],
+    )
+
+
+async def principal_in_scope(ctx: Context) -> Principal:
+    """The key ``McpEndpoint`` authenticated for this request."""
+    scope = getattr(ctx.request, "scope", None) or {}
+    principal = scope.get(PRINCIPAL_SCOPE_KEY)
+    if not isinstance(principal, Principal):
+        raise NotAuthenticated("missing bearer key")
+    return principal
+
+
+def bearer_token(scope: Scope) -> str | None:
+    header = Request(scope).headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+class McpEndpoint:
+    """The ASGI app mounted at ``/mcp``. ``run()`` must be entered in the app's lifespan."""
+
+    def __init__(self, runtime: Runtime, listener: CompletionListener) -> None:
+        self.runtime = runtime
+        self.security = transport_security(runtime.settings)
+        self.mcp = ToolrouterMcp(runtime, listener, principal_in_scope)
+        self.manager = StreamableHTTPSessionManager(
+            app=self.mcp.server,
+            # No session state in the process: any API process can answer any request.
+            stateless=True,
+            security_settings=self.security,
+            # Arguments are measured (and refused) by the dispatcher; the body may carry
+            # them escaped, up to six bytes a character.
+            max_request_body_size=max(
+                DEFAULT_MAX_REQUEST_BODY_SIZE, 6 * runtime.settings.max_args_bytes + 65536
+            ),
+        )
+
+    def run(self) -> AbstractAsyncContextManager[None]:
+        """The session manager's task group, for the application's lifespan."""
+        return self.manager.run()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        guarded = JsonErrors(send)
+        try:
+            refusal = await TransportSecurityMiddleware(self.security).validate_request(
+                Request(scope)
+            )
+            if refusal is not None:
+                await guarded.error(refusal.status_code, bytes(refusal.body).decode())
+                return
+            if scope["method"] != "POST":
+                # Stateless: no stream to open with GET, no session to end with DELETE.
+                await guarded.error(
+                    405, "method not allowed: /mcp takes POST", [(b"allow", b"POST")]
+                )
+                return
+            try:
+                who = await blocking(self.runtime.keys.authenticate, bearer_token(scope))
+            except NotAuthenticated as exc:
+                await guarded.error(401, str(exc), [(b"www-authenticate", b"Bearer")])
+                return
+            except Unavailable as exc:
+                await guarded.error(503, str(exc))
+                return
+            await self.manager.handle_request({**scope, PRINCIPAL_SCOPE_KEY: who}, receive, guarded)
+        except Exception:
+            # Last resort: log the traceback here, never send it.
+            log.exception("unhandled error at /mcp")
+            if not guarded.started:
+                await guarded.error(500, "internal error")
+
+
+class JsonErrors:
+    """An ASGI ``send`` that turns plain-text error responses into ``{"ok": false, "error"}``.
+
+    JSON answers (JSON-RPC errors included) and every success pass through untouched.
+    """
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+        self._held: Message | None = None
+        self._body = b""
+
+    async def error(
+        self, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
+        text = message.strip() or HTTPStatus(status).phrase
+        # The SDK capitalises its messages; the API's are lower case ("invalid Host header").
+        text = text[:1].lower() + text[1:]
+        payload = json.dumps({"ok": False, "error": text}).encode("ascii")
+        self.started = True
+        await self.send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    *(headers or []),
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode("ascii")),
+                ],
+            }
+        )
+        await self.send({"type": "http.response.body", "body": payload, "more_body": False})
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            if message["status"] >= 400 and not _is_json(message):
+                self._held = message
+                self.started = True
+                return
+            self.started = True
+        elif message["type"] == "http.response.body" and self._held is not None:
+            self._body += message.get("body", b"")
+            if message.get("more_body", False):
+                return
+            held, self._held = self._held, None
+            kept = [
+                (name, value)
+                for name, value in held.get("headers", [])
+                if name.lower() not in (b"content-type", b"content-length")
+            ]
+            await self.error(held["status"], self._body.decode("utf-8", "replace"), kept)
+            return
+        await self.send(message)
+
+
+def _is_json(start: Message) -> bool:
+    headers: Any = start.get("headers", [])
+    for name, value in headers:
+        if name.lower() == b"content-type":
+            return bool(value.lower().startswith(b"application/json"))
+    return False

@@ -1,0 +1,155 @@
+"""The Python client (``router.Client`` and ``router.AsyncClient``) against the real stack."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+
+import pytest
+
+from router import AsyncClient, CallResult, Client
+from router.client import BatchStatus
+from router.errors import Forbidden, NotAuthenticated, NotFound
+
+from .stack import Stack, free_port
+
+WAIT_S = 30
+
+
+def client(stack: Stack, key: str = "agent") -> Client:
+    return Client(stack.base_url, stack.keys[key])
+
+
+def test_call_returns_a_typed_frozen_result(stack: Stack) -> None:
+    with client(stack) as agent:
+        result = agent.call("echo", {"x": 1}, wait_s=WAIT_S)
+    assert isinstance(result, CallResult)
+    assert (result.ok, result.status, result.tool, result.value) == (
+        True,
+        "succeeded",
+        "echo",
+        {"x": 1},
+    )
+    assert result.call_id is not None and result.call_id.startswith("call_")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        result.status = "failed"  # type: ignore[misc]
+
+
+def test_submit_then_result_waits_for_the_outcome(stack: Stack) -> None:
+    with client(stack) as agent:
+        queued = agent.submit("value", {"value": None})
+        assert queued.status in ("queued", "running", "succeeded")
+        assert queued.call_id is not None
+        done = agent.result(queued.call_id, wait_s=WAIT_S)
+    assert (done.ok, done.value, done.terminal) == (True, None, True)
+
+
+def test_failures_and_refusals_are_values_not_exceptions(stack: Stack) -> None:
+    key = f"client-{uuid.uuid4().hex}"
+    with client(stack) as agent:
+        failed = agent.call("value_error", {"message": "no funds"}, wait_s=WAIT_S)
+        unknown = agent.call("nope", {})
+        first = agent.submit("echo", {"n": 1}, idempotency_key=key)
+        conflict = agent.submit("echo", {"n": 2}, idempotency_key=key)
+    assert (failed.ok, failed.status, failed.error, failed.error_type) == (
+        False,
+        "failed",
+        "no funds",
+        "ValueError",
+    )
+    assert (unknown.status, unknown.error) == ("rejected", "unknown tool: nope")
+    assert first.call_id is not None
+    assert (conflict.status, conflict.http_status) == ("conflict", 409)
+    assert conflict.error == "idempotency key reused with different arguments"
+
+
+def test_an_unreachable_api_is_an_unavailable_value() -> None:
+    with Client(f"http://127.0.0.1:{free_port()}", "key") as agent:
+        result = agent.call("echo", {}, wait_s=1)
+    assert result.status == "unavailable"
+    assert result.error is not None and result.error.startswith("unavailable: ")
+
+
+def test_callers_mistakes_raise(stack: Stack) -> None:
+    with Client(stack.base_url, "not-a-key") as stranger, pytest.raises(NotAuthenticated):
+        stranger.call("echo", {})
+    with client(stack) as agent, pytest.raises(NotFound):
+        agent.result("call_" + "0" * 32)
+    with client(stack) as agent:
+        gated = agent.submit("high_echo", {"own": True})
+        assert gated.request_id is not None
+        with pytest.raises(Forbidden, match="requester cannot approve own request"):
+            agent.approve(gated.request_id)
+
+
+def test_approver_lists_approves_with_wait_and_denies(stack: Stack) -> None:
+    with client(stack) as agent, client(stack, "approver") as approver:
+        gated = agent.submit("high_echo", {"pay": 1})
+        other = agent.submit("high_echo", {"pay": 2})
+        assert gated.pending and gated.request_id is not None
+        assert other.request_id is not None
+        listed = {item["request_id"] for item in approver.approvals()}
+        assert {gated.request_id, other.request_id} <= listed
+        decided = approver.approve(gated.request_id, reason="ok", wait_s=WAIT_S)
+        assert decided.released and decided.status == "approved"
+        assert decided.result is not None and decided.result.value == {"pay": 1}
+        denied = approver.deny(other.request_id, reason="no")
+        assert (denied.status, denied.call_id) == ("denied", other.call_id)
+        assert other.call_id is not None
+        assert agent.result(other.call_id).denied
+        with pytest.raises(NotFound):
+            approver.approve(gated.request_id)
+
+
+def test_batch_status_and_streamed_results(stack: Stack) -> None:
+    with client(stack) as agent:
+        receipt = agent.batch([{"tool": "echo", "args": {"i": i}} for i in range(20)] + [{}])
+        assert (receipt.total, receipt.accepted) == (21, 20)
+        assert receipt.rejected == ((20, "missing field: tool"),)
+        deadline = time.monotonic() + 60
+        current: BatchStatus = agent.batch_status(receipt.batch_id)
+        while not current.done and time.monotonic() < deadline:
+            time.sleep(0.1)
+            current = agent.batch_status(receipt.batch_id)
+        assert current.done and current.counts["succeeded"] == 20
+        items = list(agent.batch_results(receipt.batch_id))
+    assert [index for index, _ in items] == list(range(20))
+    assert [result.value for _, result in items] == [{"i": i} for i in range(20)]
+    with client(stack, "agent2") as other, pytest.raises(NotFound):
+        list(other.batch_results(receipt.batch_id))
+
+
+def test_async_client_does_the_same(stack: Stack) -> None:
+    async def scenario() -> None:
+        async with (
+            AsyncClient(stack.base_url, stack.keys["agent"]) as agent,
+            AsyncClient(stack.base_url, stack.keys["approver"]) as approver,
+        ):
+            results = await asyncio.gather(
+                *(agent.call("echo", {"i": i}, wait_s=WAIT_S) for i in range(10))
+            )
+            assert [r.value for r in results] == [{"i": i} for i in range(10)]
+            queued = await agent.submit("echo", {"later": True})
+            assert queued.call_id is not None
+            assert (await agent.result(queued.call_id, wait_s=WAIT_S)).ok
+            gated = await agent.submit("high_echo", {"a": 1})
+            assert gated.request_id is not None
+            assert gated.request_id in {r["request_id"] for r in await approver.approvals()}
+            decided = await approver.approve(gated.request_id, wait_s=WAIT_S)
+            assert decided.result is not None and decided.result.ok
+            receipt = await agent.batch([{"tool": "echo", "args": {"i": 1}}])
+            for _ in range(600):
+                if (await agent.batch_status(receipt.batch_id)).done:
+                    break
+                await asyncio.sleep(0.1)
+            items = [item async for item in agent.batch_results(receipt.batch_id)]
+            assert [(i, r.value) for i, r in items] == [(0, {"i": 1})]
+            denied_gated = await agent.submit("high_echo", {"a": 2})
+            assert denied_gated.request_id is not None
+            assert (await approver.deny(denied_gated.request_id)).status == "denied"
+            with pytest.raises(NotFound):
+                await agent.result("call_" + "f" * 32)
+
+    asyncio.run(scenario())
