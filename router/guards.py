@@ -16,12 +16,11 @@ never on the hot path:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Mapping
 
 import redis
 
 from .errors import ConfigError
-from .registry import Tool
 
 log = logging.getLogger(__name__)
 
@@ -29,18 +28,19 @@ SAFE_EVICTION_POLICY = "noeviction"
 
 
 def check_time_limits(
-    tools: Iterable[Tool], *, visibility_timeout_s: float, hard_limit_grace_s: float
+    timeouts: Mapping[str, float], *, visibility_timeout_s: float, hard_limit_grace_s: float
 ) -> None:
-    """Refuse a tool whose hard time limit is at or above the broker's visibility timeout."""
-    for tool in tools:
-        hard_limit = tool.spec.timeout_s + hard_limit_grace_s
+    """Refuse a tool (``name -> timeout_s``) whose hard time limit is at or above the
+    broker's visibility timeout."""
+    for name, timeout_s in timeouts.items():
+        hard_limit = timeout_s + hard_limit_grace_s
         if hard_limit >= visibility_timeout_s:
             raise ConfigError(
-                f"hard time limit {hard_limit:g} s (timeout_s {tool.spec.timeout_s:g} + "
+                f"hard time limit {hard_limit:g} s (timeout_s {timeout_s:g} + "
                 f"{hard_limit_grace_s:g} s grace) is at or above the broker's visibility "
                 f"timeout of {visibility_timeout_s:g} s: Redis would deliver the call again "
                 "while it still runs; lower timeout_s",
-                tool=tool.name,
+                tool=name,
             )
 
 

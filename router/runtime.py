@@ -122,7 +122,7 @@ class Runtime:
         if check_tools:
             # Also refuses a tool whose hard time limit reaches the broker's visibility timeout.
             guards.check_time_limits(
-                self.registry,
+                {tool.name: tool.spec.timeout_s for tool in self.registry},
                 visibility_timeout_s=VISIBILITY_TIMEOUT_S,
                 hard_limit_grace_s=HARD_LIMIT_GRACE_S,
             )

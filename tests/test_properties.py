@@ -13,6 +13,7 @@ minute per backend; the shrinker still names the smallest failing input.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,6 +36,21 @@ from router.status import CallStatus
 from workers.execution import Executor
 
 from .stack import Stack
+
+
+@pytest.fixture(scope="module")
+def tally(request: pytest.FixtureRequest) -> Iterator[Counter[str]]:
+    """Answers by suite and status code, printed once the module has run."""
+    counts: Counter[str] = Counter()
+    yield counts
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    operations = sum(1 for key in counts if key.startswith("operation "))
+    summary = " ".join(f"{k}={n}" for k, n in sorted(counts.items()) if " " not in k)
+    if operations:
+        summary += f" schemathesis_method_paths={operations}"
+    if reporter is not None and counts:
+        reporter.write_line(f"\n[properties] {summary}")
+
 
 # -- any JSON body ------------------------------------------------------------------------
 
@@ -62,7 +78,21 @@ call_bodies = st.fixed_dictionaries(
         "wait_s": st.floats(min_value=0, max_value=2) | json_values,
     },
 )
-any_body = call_bodies | json_values | st.dictionaries(st.text(max_size=10), json_values)
+well_formed = st.fixed_dictionaries(
+    {
+        "tool": st.sampled_from([*QUICK_TOOLS, "no-such-tool"]),
+        "args": st.dictionaries(st.text(max_size=10), json_values, max_size=4),
+    },
+    optional={
+        "idempotency_key": st.text(
+            st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=8
+        ),
+        "wait_s": st.floats(min_value=0, max_value=2),
+    },
+)
+any_body = st.one_of(
+    well_formed, call_bodies, json_values, st.dictionaries(st.text(max_size=10), json_values)
+)
 
 FEW = settings(
     max_examples=50,
@@ -81,11 +111,12 @@ def agent_http(stack: Stack) -> Iterator[httpx.Client]:
 @FEW
 @given(body=any_body)
 def test_any_json_body_gets_a_json_answer_with_ok_and_never_a_500(
-    agent_http: httpx.Client, body: Any
+    agent_http: httpx.Client, tally: Counter[str], body: Any
 ) -> None:
     response = agent_http.post(
         "/v1/calls", content=json.dumps(body), headers={"Content-Type": "application/json"}
     )
+    tally[f"any_body_{response.status_code}"] += 1
 
     assert response.status_code in {200, 409, 413, 422}, (response.status_code, response.text)
     assert response.headers["content-type"].startswith("application/json")
@@ -218,6 +249,7 @@ def test_audit_chain_verifies_after_any_sequence_of_operations(
 AGENT_OPERATIONS = {
     ("POST", "/v1/calls"),
     ("POST", "/v1/batches"),
+    ("POST", "/v1/route"),
     ("DELETE", "/v1/calls/{call_id}"),
 }
 APPROVER_OPERATIONS = {
@@ -248,7 +280,7 @@ schema = schemathesis.pytest.from_fixture("api_schema")
     suppress_health_check=list(HealthCheck),
 )
 def test_every_endpoint_answers_within_its_schema_and_never_500(
-    case: Any, stack: Stack, http_session: requests.Session
+    case: Any, stack: Stack, http_session: requests.Session, tally: Counter[str]
 ) -> None:
     operation = (case.method.upper(), case.path)
     key = (
@@ -258,9 +290,11 @@ def test_every_endpoint_answers_within_its_schema_and_never_500(
         if operation in APPROVER_OPERATIONS
         else "operator"
     )
-    case.call_and_validate(
+    tally[f"operation {operation[0]} {operation[1]}"] = 1
+    response = case.call_and_validate(
         session=http_session,
         headers={"Authorization": f"Bearer {stack.keys[key]}"},
         checks=[not_a_server_error, response_schema_conformance],
         timeout=60,
     )
+    tally[f"schemathesis_{response.status_code}"] += 1

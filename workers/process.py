@@ -64,8 +64,10 @@ def _refuse_unsafe_start(sender: Any = None, **_: Any) -> None:
         options = sender.app.conf.broker_transport_options if sender is not None else {}
         visibility = options.get("visibility_timeout")
         if visibility is not None:
+            # The configured tools only: importing MCP servers' tools would start their
+            # sessions in this process, just before the pool forks (theirs default to 30 s).
             guards.check_time_limits(
-                runtime.registry,
+                {spec.name: spec.timeout_s for spec in runtime.tool_config.tools},
                 visibility_timeout_s=float(visibility),
                 hard_limit_grace_s=HARD_LIMIT_GRACE_S,
             )

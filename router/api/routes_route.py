@@ -7,8 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from .. import routing, stats
+from ..errors import Forbidden
 from ..keys import Principal
 from ..runtime import Runtime
+from ..status import Role
 from .bodies import object_body
 from .deps import blocking, principal, runtime_of
 
@@ -49,6 +51,8 @@ async def route(request: Request, who: Principal = Depends(principal)) -> dict[s
     from ..errors import BadRequest
 
     runtime = runtime_of(request)
+    if not who.has(Role.AGENT):
+        raise Forbidden("agent role required to route")
     body = object_body(await request.body(), limit=64 * 1024, allowed=ROUTE_FIELDS)
     for field in ("task", "capability", "strategy"):
         if body.get(field) is not None and not isinstance(body[field], str):
