@@ -222,6 +222,12 @@ def test_the_inbox_fits_a_phone(stack: Stack, browser: Any) -> None:
         sign_in(page, stack)
         card(page, call["request_id"]).wait_for()
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-        assert overflow <= 0
+        widest = page.evaluate(
+            "Array.from(document.querySelectorAll('body *'))"
+            ".filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)"
+            ".slice(0, 3).map(e => e.tagName + '.' + e.className + ' ' +"
+            " e.textContent.slice(0, 60))"
+        )
+        assert overflow <= 0, widest
     finally:
         context.close()
