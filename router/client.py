@@ -15,6 +15,7 @@ batch (``NotFound``), a malformed batch (``BadRequest``, ``PayloadTooLarge``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -173,8 +174,13 @@ class AsyncClient:
     """The same as ``Client``, for asyncio: ``async with AsyncClient(url, key) as client``."""
 
     def __init__(self, base_url: str = DEFAULT_URL, key: str = "", *, timeout: float = 60.0):
-        self._http = httpx.AsyncClient(
-            base_url=base_url, headers=wire.auth_headers(key), timeout=timeout, limits=wire.LIMITS
+        self._pools = _PoolShards(
+            lambda: httpx.AsyncClient(
+                base_url=base_url,
+                headers=wire.auth_headers(key),
+                timeout=timeout,
+                limits=wire.SHARD_LIMITS,
+            )
         )
 
     async def __aenter__(self) -> AsyncClient:
@@ -184,20 +190,20 @@ class AsyncClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._pools.aclose()
 
     async def _call_request(self, method: str, path: str, wait_s: float, **kw: Any) -> CallResult:
         try:
-            response = await self._http.request(
-                method, path, timeout=wait_s + TIMEOUT_MARGIN_S, **kw
-            )
+            with self._pools.lease() as http:
+                response = await http.request(method, path, timeout=wait_s + TIMEOUT_MARGIN_S, **kw)
         except httpx.HTTPError as exc:
             return unavailable(f"cannot reach the API: {exc}")
         return wire.call_answer(response)
 
     async def _request(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         try:
-            response = await self._http.request(method, path, **kw)
+            with self._pools.lease() as http:
+                response = await http.request(method, path, **kw)
         except httpx.HTTPError as exc:
             raise Unavailable(f"cannot reach the API: {exc}") from None
         return wire.checked(response)
@@ -260,7 +266,15 @@ class AsyncClient:
         return wire.batch_status(await self._request("GET", f"/v1/batches/{batch_id}"))
 
     async def batch_results(self, batch_id: str) -> AsyncIterator[tuple[int, CallResult]]:
-        async with self._http.stream(
+        with self._pools.lease() as http:
+            async for item in self._stream_results(http, batch_id):
+                yield item
+
+    @staticmethod
+    async def _stream_results(
+        http: httpx.AsyncClient, batch_id: str
+    ) -> AsyncIterator[tuple[int, CallResult]]:
+        async with http.stream(
             "GET", f"/v1/batches/{batch_id}/results", timeout=BATCH_TIMEOUT_S
         ) as response:
             if response.status_code != 200:
@@ -293,3 +307,39 @@ class AsyncClient:
                 "POST", f"/v1/approvals/{request_id}/deny", json=wire.decision_body(reason, None)
             )
         )
+
+
+class _PoolShards:
+    """The async client's connections, in several small ``httpx`` pools instead of one.
+
+    httpcore's pool walks its whole connection list once per idle connection every time a
+    request starts or ends, which is quadratic in the connections: with 64 calls in flight
+    that cost 6 ms of CPU per call in the benchmark's profile, more than the server spent
+    on the call. Pools of ``SHARD_CONNECTIONS`` keep each walk short; a request goes to
+    the pool with the fewest requests in flight, and a new pool opens only when all are
+    full (so one request at a time uses one pool and one connection, as before).
+    """
+
+    def __init__(self, make: Any) -> None:
+        self._make = make
+        self._pools: list[httpx.AsyncClient] = []
+        self._busy: list[int] = []
+
+    @contextlib.contextmanager
+    def lease(self) -> Iterator[httpx.AsyncClient]:
+        index = min(range(len(self._busy)), key=self._busy.__getitem__, default=-1)
+        full = index < 0 or self._busy[index] >= wire.SHARD_CONNECTIONS
+        if full and len(self._pools) < wire.MAX_SHARDS:
+            self._pools.append(self._make())
+            self._busy.append(0)
+            index = len(self._pools) - 1
+        self._busy[index] += 1
+        try:
+            yield self._pools[index]
+        finally:
+            self._busy[index] -= 1
+
+    async def aclose(self) -> None:
+        pools, self._pools, self._busy = self._pools, [], []
+        for pool in pools:
+            await pool.aclose()

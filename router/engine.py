@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +16,9 @@ from .errors import StoreUnavailable
 
 # SQLite waits this long for a competing writer before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+# Polling for the write lock: first wait, and the longest single wait, in seconds.
+WRITE_LOCK_FIRST_WAIT_S = 0.0001
+WRITE_LOCK_MAX_WAIT_S = 0.002
 
 
 def normalize_url(url: str) -> str:
@@ -51,10 +56,44 @@ def _sqlite_engine(url: str) -> Engine:
     def _on_begin(conn: Connection) -> None:
         # Writers take the write lock up front: a deferred transaction that reads and then
         # writes can fail with SQLITE_BUSY instead of waiting. Readers stay deferred.
-        mode = "BEGIN" if conn.get_execution_options().get("readonly") else "BEGIN IMMEDIATE"
-        conn.exec_driver_sql(mode)
+        if conn.get_execution_options().get("readonly"):
+            conn.exec_driver_sql("BEGIN")
+        else:
+            begin_immediate(conn.connection.dbapi_connection)
 
     return engine
+
+
+def begin_immediate(
+    dbapi_connection: Any, timeout_s: float = SQLITE_BUSY_TIMEOUT_MS / 1000
+) -> None:
+    """``BEGIN IMMEDIATE``, polling for the write lock in steps of 0.1-2 ms.
+
+    SQLite's own busy handler sleeps 1, 2, 5, 10 … 100 ms between tries, so under a steady
+    stream of short write transactions (a few hundred per second from the API and the
+    workers) a writer often sleeps far longer than the lock was held: the benchmark's
+    profile had workers spending 18 % of their time there. The busy timeout is switched
+    off only for this statement and restored before anything else runs.
+    """
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA busy_timeout=0")
+        deadline = time.monotonic() + timeout_s
+        wait = WRITE_LOCK_FIRST_WAIT_S
+        while True:
+            try:
+                cursor.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(wait)
+            wait = min(wait * 2, WRITE_LOCK_MAX_WAIT_S)
+    finally:
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.close()
 
 
 @contextmanager

@@ -201,4 +201,18 @@ def auth_headers(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-LIMITS = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+# Idle connections are dropped after 2 s, before uvicorn's 5 s keep-alive timeout closes
+# them from its side: otherwise a request can go out on a connection the server is just
+# closing, and fail with "server disconnected".
+KEEPALIVE_EXPIRY_S = 2.0
+LIMITS = httpx.Limits(
+    max_connections=200, max_keepalive_connections=200, keepalive_expiry=KEEPALIVE_EXPIRY_S
+)
+# The async client's connections, pooled in groups of this many (see ``router.client``).
+SHARD_CONNECTIONS = 8
+SHARD_LIMITS = httpx.Limits(
+    max_connections=SHARD_CONNECTIONS,
+    max_keepalive_connections=SHARD_CONNECTIONS,
+    keepalive_expiry=KEEPALIVE_EXPIRY_S,
+)
+MAX_SHARDS = 25

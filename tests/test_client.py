@@ -153,3 +153,25 @@ def test_async_client_does_the_same(stack: Stack) -> None:
                 await agent.result("call_" + "f" * 32)
 
     asyncio.run(scenario())
+
+
+def test_async_client_spreads_many_calls_over_small_pools(stack: Stack) -> None:
+    """40 calls in flight: every one answered, over pools of at most 8 connections each
+    (one big httpcore pool costs quadratic CPU in its connections)."""
+
+    async def scenario() -> list[int]:
+        async with AsyncClient(stack.base_url, stack.keys["agent"]) as agent:
+            results = await asyncio.gather(
+                *(agent.call("echo", {"i": i}, wait_s=WAIT_S) for i in range(40))
+            )
+            assert [r.value for r in results] == [{"i": i} for i in range(40)]
+            pools = agent._pools._pools
+            sizes = [len(pool._transport._pool.connections) for pool in pools]  # type: ignore[attr-defined]
+            # One call at a time afterwards reuses the open pools and opens no new one.
+            assert (await agent.call("echo", {"one": 1}, wait_s=WAIT_S)).ok
+            assert len(agent._pools._pools) == len(pools)
+            return sizes
+
+    sizes = asyncio.run(scenario())
+    assert len(sizes) >= 5, sizes
+    assert max(sizes) <= 8, sizes
