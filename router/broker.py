@@ -16,7 +16,7 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 from .bulk import publish_many
-from .constants import ALL_QUEUES, RUN_CALL_TASK
+from .constants import ALL_QUEUES
 from .errors import BrokerUnavailable
 from .settings import Settings
 
@@ -106,22 +106,6 @@ class Publisher:
         if not messages:
             return
         try:
-            if len(messages) > 1:
-                publish_many(self.app, messages, hard_limit_grace_s=self.hard_limit_grace_s)
-                return
-            with self.app.producer_or_acquire() as producer:
-                for message in messages:
-                    self.app.send_task(
-                        RUN_CALL_TASK,
-                        args=[message.call_id],
-                        # The tool name rides along for Flower and logs; arguments never do.
-                        kwargs={"tool": message.tool},
-                        queue=message.queue,
-                        routing_key=message.queue,
-                        soft_time_limit=message.timeout_s,
-                        time_limit=message.timeout_s + self.hard_limit_grace_s,
-                        countdown=message.countdown,
-                        producer=producer,
-                    )
+            publish_many(self.app, messages, hard_limit_grace_s=self.hard_limit_grace_s)
         except Exception as exc:  # kombu and redis-py raise many types for "Redis is down"
             raise BrokerUnavailable(f"broker: {exc}") from None

@@ -1,22 +1,61 @@
 """Completion notifications over Redis pub/sub, so waiting callers wake without polling.
 
-Pub/sub is not durable, so waiters also re-read the database once a second: a lost
-notification delays an answer by at most that, it never loses it.
+A worker's notification carries the call's result (when it is small), so a caller waiting
+on its own call gets the answer without reading the database again. Pub/sub is not
+durable, so waiters also re-read the database once a second: a lost notification delays
+an answer by at most that, it never loses it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
-from collections import defaultdict
+import time
+from collections import OrderedDict, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import redis
 import redis.asyncio as aioredis
 
 from .constants import CALL_DONE_CHANNEL
+from .results import CallResult
 
 log = logging.getLogger(__name__)
+
+# Results larger than this are not sent; waiters read them from the database.
+MAX_RESULT_BYTES = 64 * 1024
+# Completions the listener remembers, for waiters that register just after one: the API
+# registers after its submit returns, and a fast tool can finish before that.
+RECENT_MAX = 10_000
+RECENT_TTL_S = 30.0
+_RESULT_FIELDS = ("status", "tool", "value", "error", "error_type", "request_id", "answered_by")
+
+
+def completion_message(call_id: str, result: CallResult | None) -> str:
+    """The pub/sub message: the call id alone, or ``{"call_id", "result"}``."""
+    if result is None:
+        return call_id
+    fields = {name: getattr(result, name) for name in _RESULT_FIELDS}
+    text = json.dumps({"call_id": call_id, "result": fields}, separators=(",", ":"))
+    return text if len(text) <= MAX_RESULT_BYTES else call_id
+
+
+def parse_completion(data: bytes) -> tuple[str, CallResult | None] | None:
+    """``(call_id, result or None)`` from a message; None for one that makes no sense."""
+    text = data.decode("utf-8", "replace")
+    if not text.startswith("{"):
+        return text, None
+    try:
+        body = json.loads(text)
+        call_id, fields = body["call_id"], body["result"]
+        result = CallResult(call_id=call_id, **{name: fields[name] for name in _RESULT_FIELDS})
+    except (ValueError, KeyError, TypeError):
+        log.warning("ignoring a malformed completion message")
+        return None
+    return (call_id, result) if isinstance(call_id, str) else None
 
 
 class Notifier:
@@ -25,12 +64,21 @@ class Notifier:
     def __init__(self, redis_url: str) -> None:
         self.client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
 
-    def call_done(self, call_id: str) -> None:
+    def call_done(self, call_id: str, result: CallResult | None = None) -> None:
+        """``result``, when given, must be what a read of the committed row would answer."""
         # Best effort: a waiter that misses this finds the result on its next database read.
         try:
-            self.client.publish(CALL_DONE_CHANNEL, call_id)
+            self.client.publish(CALL_DONE_CHANNEL, completion_message(call_id, result))
         except redis.RedisError as exc:
             log.warning("could not announce completion of %s: %s", call_id, exc)
+
+
+@dataclass(eq=False)
+class Waiter:
+    """One caller waiting for one call: woken by ``event``, with the result if it came."""
+
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    result: CallResult | None = None
 
 
 class CompletionListener:
@@ -38,7 +86,8 @@ class CompletionListener:
 
     def __init__(self, redis_url: str) -> None:
         self.redis_url = redis_url
-        self._waiters: dict[str, set[asyncio.Event]] = defaultdict(set)
+        self._waiters: dict[str, set[Waiter]] = defaultdict(set)
+        self._recent: OrderedDict[str, tuple[float, CallResult | None]] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -53,18 +102,40 @@ class CompletionListener:
             self._task = None
 
     @contextlib.contextmanager
-    def waiting_for(self, call_id: str):
-        """Register before reading the database, so a completion in between is not missed."""
-        event = asyncio.Event()
-        self._waiters[call_id].add(event)
+    def waiting_for(self, call_id: str) -> Iterator[Waiter]:
+        """Register before reading the database, so a completion in between is not missed.
+
+        A completion that arrived shortly before is handed over at once: the waiter starts
+        woken, with its result if the message carried one.
+        """
+        waiter = Waiter()
+        recent = self._recent.get(call_id)
+        if recent is not None:
+            waiter.result = recent[1]
+            waiter.event.set()
+        self._waiters[call_id].add(waiter)
         try:
-            yield event
+            yield waiter
         finally:
             waiters = self._waiters.get(call_id)
             if waiters is not None:
-                waiters.discard(event)
+                waiters.discard(waiter)
                 if not waiters:
                     del self._waiters[call_id]
+
+    def deliver(self, call_id: str, result: CallResult | None) -> None:
+        """Wake the waiters of ``call_id`` and remember the completion for a while."""
+        now = time.monotonic()
+        self._recent[call_id] = (now, result)
+        self._recent.move_to_end(call_id)
+        while self._recent:
+            oldest_id, (at, _) = next(iter(self._recent.items()))
+            if len(self._recent) <= RECENT_MAX and now - at <= RECENT_TTL_S:
+                break
+            del self._recent[oldest_id]
+        for waiter in self._waiters.get(call_id, ()):
+            waiter.result = result
+            waiter.event.set()
 
     async def _listen(self) -> None:
         while True:
@@ -75,9 +146,9 @@ class CompletionListener:
                     async for message in pubsub.listen():
                         if message.get("type") != "message":
                             continue
-                        call_id = message["data"].decode("utf-8", "replace")
-                        for event in self._waiters.get(call_id, ()):
-                            event.set()
+                        parsed = parse_completion(message["data"])
+                        if parsed is not None:
+                            self.deliver(*parsed)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

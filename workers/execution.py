@@ -20,6 +20,7 @@ from router.dispatcher import message_for
 from router.errors import Unavailable
 from router.notify import Notifier
 from router.registry import Tool
+from router.results import CallResult
 from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 from router.store import CallRow
@@ -244,7 +245,20 @@ class Executor:
                 row.attempt,
             )
             return "fenced"
-        self.notifier.call_done(row.id)
+        # The answer rides with the notification, so the caller's wait needs no read.
+        self.notifier.call_done(
+            row.id,
+            CallResult(
+                status=status,
+                tool=row.tool,
+                call_id=row.id,
+                value=None if outcome.value_json is None else json.loads(outcome.value_json),
+                error=outcome.error,
+                error_type=outcome.error_type,
+                request_id=row.request_id,
+                answered_by=answered_by,
+            ),
+        )
         tool = self.registry.get(row.tool)
         metrics.call_finished(
             row.tool,

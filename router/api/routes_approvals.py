@@ -10,11 +10,11 @@ from fastapi.responses import JSONResponse
 from ..errors import Conflict, Forbidden, NotFound, Unavailable
 from ..keys import Principal
 from ..pending import Decision
+from ..waiting import wait_for_call
 from .bodies import object_body, optional_string, wait_seconds
 from .deps import blocking, principal, runtime_of
 from .models import DECISION_REQUEST_SCHEMA, DECISION_RESPONSES
 from .responses import AsciiJSONResponse
-from .waiting import wait_for_call
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
 
@@ -69,10 +69,14 @@ async def _decide(
     answer.pop("http_status", None)
     if wait_s > 0 and answer.get("released"):
         call_id = str(answer["call_id"])
-        row = await wait_for_call(
-            request.app.state.listener, call_id, lambda: runtime.calls.read(call_id), wait_s
+        result = await wait_for_call(
+            request.app.state.listener,
+            call_id,
+            lambda: runtime.calls.read(call_id),
+            wait_s,
+            known_unfinished=True,
         )
-        return AsciiJSONResponse(row.result().to_dict())
+        return AsciiJSONResponse(result.to_dict())
     return AsciiJSONResponse(answer)
 
 

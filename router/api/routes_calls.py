@@ -11,12 +11,12 @@ from ..errors import Forbidden
 from ..keys import Principal
 from ..results import CallResult
 from ..status import TERMINAL_STATES, Role
+from ..waiting import wait_for_call
 from .bodies import check_call_id, object_body, optional_string, wait_seconds
 from .deps import blocking, principal, runtime_of
 from .models import CALL_REQUEST_SCHEMA, CALL_RESULT_RESPONSES
 from .responses import AsciiJSONResponse
 from .routes_route import rank
-from .waiting import wait_for_call
 
 router = APIRouter(prefix="/v1/calls", tags=["calls"])
 
@@ -102,10 +102,13 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
     unfinished = result.http_status == 200 and result.status not in TERMINAL_STATES
     if wait_s > 0 and result.call_id is not None and unfinished:
         call_id = result.call_id
-        row = await wait_for_call(
-            request.app.state.listener, call_id, lambda: runtime.calls.get(who, call_id), wait_s
+        result = await wait_for_call(
+            request.app.state.listener,
+            call_id,
+            lambda: runtime.calls.get(who, call_id),
+            wait_s,
+            known_unfinished=True,
         )
-        result = row.result()
     return answer(result)
 
 
@@ -118,12 +121,12 @@ async def get_call(
     check_call_id(call_id)
     seconds = wait_seconds(wait_s, maximum=runtime.settings.max_wait_s)
     if seconds > 0:
-        row = await wait_for_call(
+        result = await wait_for_call(
             request.app.state.listener, call_id, lambda: runtime.calls.get(who, call_id), seconds
         )
     else:
-        row = await blocking(runtime.calls.get, who, call_id)
-    return answer(row.result())
+        result = (await blocking(runtime.calls.get, who, call_id)).result()
+    return answer(result)
 
 
 @router.delete("/{call_id}", responses=CALL_RESULT_RESPONSES)

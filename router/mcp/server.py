@@ -8,8 +8,6 @@ with the key's name as the requester.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable
@@ -25,8 +23,9 @@ from ..keys import Principal
 from ..notify import CompletionListener
 from ..results import CallResult
 from ..runtime import Runtime
-from ..status import TERMINAL_STATES, CallStatus, Role
+from ..status import CallStatus, Role
 from ..threads import blocking
+from ..waiting import wait_for_call
 from .tools import STATUS_TOOL, error_result, mcp_tool, render, status_tool
 
 log = logging.getLogger(__name__)
@@ -36,8 +35,6 @@ Context = ServerRequestContext[Any, Any]
 # Raises ``RequestError`` (no or bad key) or ``Unavailable``.
 Identify = Callable[[Context], Awaitable[Principal]]
 
-# Safety net for a lost completion notification; not the normal way a waiter wakes.
-RECHECK_S = 1.0
 NOT_AN_AGENT = "agent role required to submit calls"
 
 
@@ -100,7 +97,7 @@ class ToolrouterMcp:
         result = await blocking(self.runtime.dispatcher.submit, who.name, params.name, args)
         running = result.status in (CallStatus.QUEUED, CallStatus.RUNNING)
         if running and result.call_id is not None and self.call_wait_s > 0:
-            result = await self.wait(who, result.call_id, self.call_wait_s)
+            result = await self.wait(who, result.call_id, self.call_wait_s, known_unfinished=True)
         return render(result)
 
     async def _status(self, who: Principal, args: Any) -> types.CallToolResult:
@@ -124,21 +121,17 @@ class ToolrouterMcp:
             return error_result(f"unknown call: {echo_name(call_id)}")
         return render(result)
 
-    async def wait(self, who: Principal, call_id: str, wait_s: float) -> CallResult:
-        """The call once it is terminal, or as it stands when ``wait_s`` runs out; woken by
-        the workers' completion notification, with a database re-check each second."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
-        # Registered before the first read, so a completion in between is not missed.
-        with self.listener.waiting_for(call_id) as done:
-            while True:
-                row = await blocking(self.runtime.calls.get, who, call_id)
-                remaining = deadline - loop.time()
-                if row.status in TERMINAL_STATES or remaining <= 0:
-                    return row.result()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(done.wait(), timeout=min(remaining, RECHECK_S))
-                done.clear()
+    async def wait(
+        self, who: Principal, call_id: str, wait_s: float, *, known_unfinished: bool = False
+    ) -> CallResult:
+        """The call once it is terminal, or as it stands when ``wait_s`` runs out."""
+        return await wait_for_call(
+            self.listener,
+            call_id,
+            lambda: self.runtime.calls.get(who, call_id),
+            wait_s,
+            known_unfinished=known_unfinished,
+        )
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         # Lets the SDK check Mcp-Param headers without running tools/list for every call.

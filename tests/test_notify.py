@@ -1,0 +1,82 @@
+"""Completion notifications (the message format, the listener's hand-over to waiters) and
+SQLite's write-lock poll: the pieces of the fast path that need no running stack.
+
+End to end (a worker's notification answering a waiting ``POST /v1/calls``) is covered by
+every waiting call in the suite; these pin the pieces that make it safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from router.engine import begin_immediate
+from router.notify import (
+    MAX_RESULT_BYTES,
+    CompletionListener,
+    completion_message,
+    parse_completion,
+)
+from router.results import CallResult
+
+DONE = CallResult(
+    status="succeeded", tool="echo", call_id="call_1", value={"a": [1, "é"]}, answered_by="b"
+)
+
+
+def test_a_result_survives_the_message_unchanged() -> None:
+    parsed = parse_completion(completion_message("call_1", DONE).encode())
+    assert parsed == ("call_1", DONE)
+
+
+def test_a_large_result_is_left_to_the_database() -> None:
+    big = CallResult(status="succeeded", tool="echo", call_id="c", value="x" * MAX_RESULT_BYTES)
+    assert completion_message("c", big) == "c"
+    assert parse_completion(b"c") == ("c", None)
+
+
+def test_malformed_messages_are_ignored() -> None:
+    assert parse_completion(b"{not json") is None
+    assert parse_completion(b'{"call_id": "c"}') is None
+    assert parse_completion(b'{"call_id": 5, "result": {}}') is None
+
+
+def test_a_waiter_registered_after_the_completion_gets_it_at_once() -> None:
+    async def scenario() -> None:
+        listener = CompletionListener("redis://unused")
+        listener.deliver("call_1", DONE)
+        with listener.waiting_for("call_1") as waiter:
+            assert waiter.event.is_set() and waiter.result == DONE
+        with listener.waiting_for("call_2") as other:
+            assert not other.event.is_set()
+            listener.deliver("call_2", None)
+            assert other.event.is_set() and other.result is None
+        assert not listener._waiters
+
+    asyncio.run(scenario())
+
+
+def test_sqlite_writers_wait_for_the_write_lock_and_time_out(tmp_path: Path) -> None:
+    """``begin_immediate`` polls for the lock: it gets it once released, and gives up at
+    its timeout with SQLite's own error."""
+    path = tmp_path / "lock.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("PRAGMA journal_mode=WAL")
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    waiter = sqlite3.connect(path, isolation_level=None)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        begin_immediate(waiter, timeout_s=0.05)
+    assert waiter.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000
+    threading.Timer(0.1, lambda: holder.execute("COMMIT")).start()
+    started = time.monotonic()
+    begin_immediate(waiter, timeout_s=10)
+    assert time.monotonic() - started >= 0.05
+    waiter.execute("INSERT INTO t VALUES (1)")
+    waiter.execute("COMMIT")
+    assert holder.execute("SELECT count(*) FROM t").fetchone()[0] == 1
