@@ -57,15 +57,19 @@ _HASHED_FIELDS = (
 def lock_chain(conn: Connection) -> None:
     """Serialize appends to the chain until the transaction ends."""
     if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _CHAIN_LOCK_KEY})
+        conn.execute(_CHAIN_LOCK, {"key": _CHAIN_LOCK_KEY})
+
+
+# Built once: every append runs these (see ``router.store`` on why).
+_HEAD = select(audit_log.c.seq, audit_log.c.hash).order_by(audit_log.c.seq.desc()).limit(1)
+_INSERT = audit_log.insert()
+_CHAIN_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
 
 
 def chain_head(conn: Connection) -> tuple[int, str]:
     """The last ``seq`` and hash of the chain: the newest hot row, else the newest archival
     checkpoint (the hot table may have been archived empty), else the genesis."""
-    last = conn.execute(
-        select(audit_log.c.seq, audit_log.c.hash).order_by(audit_log.c.seq.desc()).limit(1)
-    ).first()
+    last = conn.execute(_HEAD).first()
     if last is not None:
         return last.seq, last.hash
     checkpoint = conn.execute(
@@ -100,7 +104,7 @@ def append(conn: Connection, entries: list[AuditEntry], *, at: int) -> list[int]
         }
         row["hash"] = prev_hash = row_hash(row)
         rows.append(row)
-    conn.execute(audit_log.insert(), rows)
+    conn.execute(_INSERT, rows)
     return [row["seq"] for row in rows]
 
 

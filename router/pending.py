@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, bindparam, func, select, update
 from sqlalchemy.engine import Connection
 
 from .schema import approval_decisions, approval_requests, calls
@@ -99,13 +99,16 @@ def get(conn: Connection, request_id: str, *, for_update: bool = False) -> Appro
     return ApprovalRequest.from_row(row) if row else None
 
 
+_APPROVED_DIGEST = select(approval_requests.c.args_sha256).where(
+    approval_requests.c.id == bindparam("request_id")
+)
+
+
 def approved_digest(conn: Connection, request_id: str | None) -> str | None:
     """The argument digest a request was issued (and approved) for; None for ungated calls."""
     if request_id is None:
         return None
-    return conn.execute(
-        select(approval_requests.c.args_sha256).where(approval_requests.c.id == request_id)
-    ).scalar()
+    return conn.execute(_APPROVED_DIGEST, {"request_id": request_id}).scalar()
 
 
 def pending(conn: Connection, *, limit: int = 500) -> list[ApprovalRequest]:
