@@ -15,7 +15,7 @@ from typing import Any
 from celery import Celery
 from kombu import Exchange, Queue
 
-from .bulk import publish_many
+from .bulk import MessageBuilder, publish_many
 from .constants import ALL_QUEUES
 from .errors import BrokerUnavailable
 from .settings import Settings
@@ -101,11 +101,12 @@ class Publisher:
     def __init__(self, app: Celery, *, hard_limit_grace_s: float = HARD_LIMIT_GRACE_S) -> None:
         self.app = app
         self.hard_limit_grace_s = hard_limit_grace_s
+        self.builder = MessageBuilder(app, hard_limit_grace_s)
 
     def publish(self, messages: Sequence[RunMessage]) -> None:
         if not messages:
             return
         try:
-            publish_many(self.app, messages, hard_limit_grace_s=self.hard_limit_grace_s)
+            publish_many(self.builder, messages)
         except Exception as exc:  # kombu and redis-py raise many types for "Redis is down"
             raise BrokerUnavailable(f"broker: {exc}") from None
