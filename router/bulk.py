@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
     from .broker import RunMessage
 
-# Redis commands buffered per pipeline.
-PIPELINE_SIZE = 1000
+# Messages per LPUSH command.
+PUSH_SIZE = 1000
 # A failed publish is tried again this many times: a duplicated message is harmless (a
 # run starts with a conditional claim), a lost one waits for the reconciler.
 TRIES = 2
@@ -156,13 +156,14 @@ def publish_many(builder: MessageBuilder, messages: Sequence[RunMessage]) -> Non
 def _publish(builder: MessageBuilder, messages: Sequence[RunMessage]) -> None:
     with builder.app.producer_or_acquire() as producer:
         channel = producer.channel
-        pushes = [builder.build(channel, message) for message in messages]
-        with channel.conn_or_acquire() as client:
-            if len(pushes) == 1:
-                client.lpush(*pushes[0])
-                return
-            with client.pipeline(transaction=False) as pipe:
-                for start in range(0, len(pushes), PIPELINE_SIZE):
-                    for key, payload in pushes[start : start + PIPELINE_SIZE]:
-                        pipe.lpush(key, payload)
-                    pipe.execute()
+        by_queue: dict[str, list[str]] = {}
+        for message in messages:
+            key, payload = builder.build(channel, message)
+            by_queue.setdefault(key, []).append(payload)
+        with channel.conn_or_acquire() as client, client.pipeline(transaction=False) as pipe:
+            # One LPUSH of many values per queue and chunk: the worker's BRPOP takes them
+            # in the order given, as if pushed one by one.
+            for key, payloads in by_queue.items():
+                for start in range(0, len(payloads), PUSH_SIZE):
+                    pipe.lpush(key, *payloads[start : start + PUSH_SIZE])
+            pipe.execute()
