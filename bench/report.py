@@ -91,6 +91,10 @@ def table(report: dict[str, Any]) -> str:
         return " | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row))
 
     out = [fmt(header), "-+-".join("-" * w for w in widths), *(fmt(r) for r in lines)]
+    load = report.get("load", {})
+    start, end = load.get("start", {}).get("steal_s"), load.get("end", {}).get("steal_s")
+    if start is not None and end is not None:
+        out.append(f"CPU time stolen by the hypervisor during the run: {end - start:.1f} s")
     out.append("")
     for verdict in report["targets"]:
         mark = "met" if verdict["met"] else "NOT met"

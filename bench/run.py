@@ -86,7 +86,21 @@ def load() -> dict[str, Any]:
     if path.exists():
         first = path.read_text().splitlines()[0].split()[1:]
         pressure = {k: float(v) for k, v in (item.split("=") for item in first) if k != "total"}
-    return {"loadavg": [round(x, 2) for x in os.getloadavg()], "cpu_pressure_some": pressure}
+    return {
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "cpu_pressure_some": pressure,
+        "steal_s": _steal_s(),
+    }
+
+
+def _steal_s() -> float | None:
+    """CPU time the hypervisor gave to other guests since boot, in seconds: on a shared
+    virtual machine the difference between two readings shows a run that was starved."""
+    stat = Path("/proc/stat")
+    if not stat.exists():
+        return None
+    fields = stat.read_text().splitlines()[0].split()
+    return round(int(fields[8]) / os.sysconf("SC_CLK_TCK"), 1) if len(fields) > 8 else None
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
