@@ -16,6 +16,7 @@ from sqlalchemy import select, text
 from sqlalchemy.engine import Connection
 
 from .canonical import canonical_json, sha256_hex
+from .engine import insert_rows
 from .schema import audit_checkpoints, audit_log
 
 GENESIS_HASH = "0" * 64
@@ -62,7 +63,6 @@ def lock_chain(conn: Connection) -> None:
 
 # Built once: every append runs these (see ``router.store`` on why).
 _HEAD = select(audit_log.c.seq, audit_log.c.hash).order_by(audit_log.c.seq.desc()).limit(1)
-_INSERT = audit_log.insert()
 _CHAIN_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
 
 
@@ -104,7 +104,7 @@ def append(conn: Connection, entries: list[AuditEntry], *, at: int) -> list[int]
         }
         row["hash"] = prev_hash = row_hash(row)
         rows.append(row)
-    conn.execute(_INSERT, rows)
+    insert_rows(conn, audit_log, rows)
     return [row["seq"] for row in rows]
 
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, exc
-from sqlalchemy.engine import Connection
+from sqlalchemy import Engine, Table, create_engine, event, exc
+from sqlalchemy.engine import Connection, Dialect
 
 from .errors import StoreUnavailable
 
@@ -108,3 +109,36 @@ def translate_errors() -> Iterator[None]:
         if error.connection_invalidated:
             raise StoreUnavailable("database: connection lost") from None
         raise
+
+
+def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """``INSERT`` many rows through the driver's ``executemany``, with the SQL compiled once
+    per dialect, table and set of columns.
+
+    SQLAlchemy's own executemany processes every parameter of every row in Python (a
+    fifth of a 10,000-call batch's time in the profile). The columns written this way are
+    plain strings and integers, which need no processing: a table with a column that does
+    goes through ``conn.execute`` as usual.
+    """
+    groups: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row), []).append(row)
+    for columns, group in groups.items():
+        compiled = _compiled_insert(conn.dialect, table, columns)
+        if compiled is None:
+            conn.execute(table.insert(), list(group))
+            continue
+        sql, order = compiled
+        params = [tuple(row[key] for key in order) for row in group] if order else list(group)
+        conn.exec_driver_sql(sql, params)
+
+
+@functools.cache
+def _compiled_insert(
+    dialect: Dialect, table: Table, columns: tuple[str, ...]
+) -> tuple[str, tuple[str, ...] | None] | None:
+    compiled = table.insert().compile(dialect=dialect, column_keys=list(columns))
+    if compiled._bind_processors:  # a column type that converts values: not for this path
+        return None
+    order = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
+    return compiled.string, order

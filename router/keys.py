@@ -7,7 +7,7 @@ import hmac
 import json
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 
 from .clock import Clock, wall_clock_ms
@@ -18,6 +18,8 @@ from .status import Role
 from .store import Store
 
 KEY_NAME_MAX = 128
+# Every request runs this; built once (see ``router.store``).
+_BY_HASH = select(api_keys).where(api_keys.c.token_hash == bindparam("digest"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +96,7 @@ class KeyStore:
             raise NotAuthenticated("missing bearer key")
         digest = token_hash(token)
         with self.store.reading() as conn:
-            row = conn.execute(select(api_keys).where(api_keys.c.token_hash == digest)).first()
+            row = conn.execute(_BY_HASH, {"digest": digest}).first()
         # The lookup is by hash, so timing reveals nothing about the token; compare anyway.
         if row is None or not hmac.compare_digest(row.token_hash, digest):
             raise NotAuthenticated("invalid key")

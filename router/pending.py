@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import and_, bindparam, func, select, update
 from sqlalchemy.engine import Connection
 
+from .engine import insert_rows
 from .schema import approval_decisions, approval_requests, calls
 
 
@@ -87,7 +88,7 @@ def issue_row(
 
 def insert(conn: Connection, rows: list[dict[str, Any]]) -> None:
     if rows:
-        conn.execute(approval_requests.insert(), rows)
+        insert_rows(conn, approval_requests, rows)
 
 
 def get(conn: Connection, request_id: str, *, for_update: bool = False) -> ApprovalRequest | None:

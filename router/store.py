@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Engine, and_, bindparam, select, update
 from sqlalchemy.engine import Connection
 
-from .engine import translate_errors
+from .engine import insert_rows, translate_errors
 from .results import CallResult
 from .schema import calls
 from .status import CallStatus
@@ -57,7 +57,6 @@ _FINISH = (
         lease_until=None,
     )
 )
-_INSERT = calls.insert()
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +193,7 @@ class Store:
     # -- writes ----------------------------------------------------------------------
 
     def insert(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
-        conn.execute(_INSERT, list(rows))
+        insert_rows(conn, calls, rows)
 
     def mark_published(self, conn: Connection, call_ids: Sequence[str], *, now: int) -> None:
         conn.execute(
