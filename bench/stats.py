@@ -26,3 +26,12 @@ def latency_ms(samples: Sequence[float]) -> dict[str, float]:
 
 def rate(count: int, seconds: float) -> float:
     return round(count / seconds, 1) if seconds > 0 else math.inf
+
+
+def median_rate(rates: Sequence[float]) -> float:
+    """The median of several runs' rates (the middle one of three)."""
+    ordered = sorted(rates)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return round((ordered[middle - 1] + ordered[middle]) / 2, 1)

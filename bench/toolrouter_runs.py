@@ -18,7 +18,7 @@ from router.settings import Settings
 from . import audit_fill
 from .params import Params
 from .procs import REPO, Processes
-from .stats import latency_ms, rate
+from .stats import latency_ms, median_rate, rate
 
 CONFIG = Path(__file__).resolve().parent / "toolrouter.yaml"
 QUEUES = "tools.low,tools.medium,tools.high"
@@ -101,8 +101,12 @@ async def _throughput(stack: Stack, count: int, in_flight: int) -> float:
         return rate(count, time.perf_counter() - started)
 
 
-def throughput(stack: Stack, params: Params) -> float:
-    return asyncio.run(_throughput(stack, params.throughput_calls, params.in_flight))
+def throughput(stack: Stack, params: Params) -> list[float]:
+    """One rate per run (``params.throughput_runs``)."""
+    return [
+        asyncio.run(_throughput(stack, params.throughput_calls, params.in_flight))
+        for _ in range(params.throughput_runs)
+    ]
 
 
 def run_toolrouter(
@@ -115,7 +119,11 @@ def run_toolrouter(
         with stack.client() as agent, stack.client("approver") as approver:
             for i in range(params.warmup):
                 _ok(agent.call("noop", {"i": i}, wait_s=60), "a warm-up call")
-            figures: dict[str, Any] = {"e2e_throughput_per_s": throughput(stack, params)}
+            runs = throughput(stack, params)
+            figures: dict[str, Any] = {
+                "e2e_throughput_per_s": median_rate(runs),
+                "e2e_throughput_runs": runs,
+            }
 
             samples = []
             for i in range(params.latency_samples):
@@ -158,7 +166,9 @@ def run_toolrouter(
             "rows_total": params.audit_rows,
             "seconds": round(time.perf_counter() - started, 1),
         }
-        figures["e2e_throughput_full_audit_per_s"] = throughput(stack, params)
+        runs = throughput(stack, params)
+        figures["e2e_throughput_full_audit_per_s"] = median_rate(runs)
+        figures["e2e_throughput_full_audit_runs"] = runs
         return figures
     finally:
         stack.stop()

@@ -111,6 +111,11 @@ def translate_errors() -> Iterator[None]:
         raise
 
 
+# From this many rows on, PostgreSQL gets them by COPY: psycopg's pipelined executemany
+# still sends one INSERT per row (37 % of a batch's time on PostgreSQL in the profile).
+COPY_MIN_ROWS = 100
+
+
 def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
     """``INSERT`` many rows through the driver's ``executemany``, with the SQL compiled once
     per dialect, table and set of columns.
@@ -128,6 +133,9 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
         if compiled is None:
             conn.execute(table.insert(), list(group))
             continue
+        if conn.dialect.name == "postgresql" and len(group) >= COPY_MIN_ROWS:
+            _copy(conn, table, columns, group)
+            continue
         sql, order = compiled
         params = [tuple(row[key] for key in order) for row in group] if order else list(group)
         conn.exec_driver_sql(sql, params)
@@ -142,3 +150,23 @@ def _compiled_insert(
         return None
     order = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
     return compiled.string, order
+
+
+def _copy(
+    conn: Connection, table: Table, columns: tuple[str, ...], rows: Sequence[Mapping[str, Any]]
+) -> None:
+    """``COPY … FROM STDIN`` in the caller's transaction; the driver's errors are raised as
+    SQLAlchemy's (a duplicate key is an ``IntegrityError``, as from ``conn.execute``)."""
+    statement = f"COPY {table.name} ({', '.join(columns)}) FROM STDIN"
+    dbapi = conn.dialect.loaded_dbapi
+    cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        with cursor.copy(statement) as copy:
+            for row in rows:
+                copy.write_row(tuple(row[column] for column in columns))
+    except dbapi.Error as error:
+        raise exc.DBAPIError.instance(
+            statement, None, error, dbapi.Error, dialect=conn.dialect
+        ) from None
+    finally:
+        cursor.close()

@@ -1,4 +1,5 @@
-"""Run messages built from templates are the messages Celery and kombu would send.
+"""The bulk paths: run messages built from templates are the messages Celery and kombu
+would send, and many-row inserts store exactly what they are given.
 
 The end-to-end suites run these messages through real workers; this pins the bytes: a
 templated message equals one built in full by Celery and kombu for the same call, except
@@ -12,9 +13,14 @@ import json
 from typing import Any
 
 import pytest
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
 
 from router.broker import Publisher, RunMessage, make_celery
 from router.bulk import _envelope, _task_message
+from router.engine import COPY_MIN_ROWS, insert_rows, make_engine
+from router.schema import calls
+from router.status import CallStatus
 
 from . import services
 
@@ -68,3 +74,47 @@ def test_messages_with_a_countdown_carry_their_eta(publisher: Publisher) -> None
     got = built(publisher, message)
     assert got["headers"]["eta"] is not None
     assert got["properties"]["delivery_info"]["routing_key"] == "tools.high"
+
+
+def call_rows(count: int, start: int = 0) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": f"call_{i:032x}",
+            "tool": "echo",
+            "risk": "low",
+            "args": '{"i":' + str(i) + "}",
+            "args_sha256": "0" * 64,
+            "status": CallStatus.QUEUED,
+            "requested_by": "agent",
+            "idempotency_key": None,
+            "attempt": 0,
+            "created_at": 1,
+            "updated_at": 1,
+            "error": "tab\there, newline\\n, backslash \\\\ and é",
+        }
+        for i in range(start, start + count)
+    ]
+
+
+@pytest.mark.parametrize("count", [3, COPY_MIN_ROWS + 50])
+def test_many_rows_land_as_given_and_duplicates_are_integrity_errors(
+    database_url: str, count: int
+) -> None:
+    """Small groups go through executemany, large ones (PostgreSQL) through COPY: both
+    store exactly the values given, and both refuse a duplicate key the same way."""
+    engine = make_engine(database_url)
+    try:
+        rows = call_rows(count)
+        with engine.begin() as conn:
+            insert_rows(conn, calls, rows)
+        with engine.connect() as conn:
+            stored = conn.execute(select(calls.c.id, calls.c.status, calls.c.error)).all()
+        assert sorted((r.id, r.status, r.error) for r in stored) == sorted(
+            (r["id"], "queued", r["error"]) for r in rows
+        )
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            insert_rows(conn, calls, call_rows(count, start=count - 1))
+        with engine.connect() as conn:  # the failed transaction left nothing behind
+            assert conn.execute(select(func.count()).select_from(calls)).scalar() == count
+    finally:
+        engine.dispose()
