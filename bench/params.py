@@ -13,6 +13,8 @@ class Params:
     # one run can lose a quarter of its speed to a neighbour.
     throughput_runs: int = 3
     batch_calls: int = 10_000
+    # The batch figure is the median of this many batches, each worked off before the next.
+    batch_runs: int = 3
     latency_samples: int = 500
     approval_samples: int = 200
     audit_rows: int = 1_000_000
@@ -30,6 +32,7 @@ FULL = Params()
 SMOKE = Params(
     throughput_calls=200,
     throughput_runs=1,
+    batch_runs=1,
     batch_calls=500,
     latency_samples=20,
     approval_samples=5,
