@@ -60,8 +60,15 @@ def _sqlite_engine(url: str) -> Engine:
         # writes can fail with SQLITE_BUSY instead of waiting. Readers stay deferred.
         if conn.get_execution_options().get("readonly"):
             conn.exec_driver_sql("BEGIN")
-        else:
-            begin_immediate(conn.connection.dbapi_connection)
+            return
+        try:
+            begin_immediate(conn.connection.dbapi_connection, SQLITE_BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.Error as error:
+            # Raised as SQLAlchemy's error, as ``exec_driver_sql`` would, so that callers
+            # see ``StoreUnavailable`` for a lock never granted or a file gone.
+            raise exc.DBAPIError.instance(
+                "BEGIN IMMEDIATE", None, error, sqlite3.Error, dialect=engine.dialect
+            ) from None
 
     return engine
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from router.engine import begin_immediate
+from router import engine as engine_module
+from router.engine import begin_immediate, make_engine
+from router.errors import StoreUnavailable
 from router.notify import (
     MAX_RESULT_BYTES,
     CompletionListener,
@@ -23,6 +25,7 @@ from router.notify import (
     parse_completion,
 )
 from router.results import CallResult
+from router.store import Store
 
 DONE = CallResult(
     status="succeeded", tool="echo", call_id="call_1", value={"a": [1, "é"]}, answered_by="b"
@@ -80,3 +83,23 @@ def test_sqlite_writers_wait_for_the_write_lock_and_time_out(tmp_path: Path) -> 
     waiter.execute("INSERT INTO t VALUES (1)")
     waiter.execute("COMMIT")
     assert holder.execute("SELECT count(*) FROM t").fetchone()[0] == 1
+
+
+def test_a_write_lock_never_granted_is_store_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the busy timeout a writer gets ``StoreUnavailable`` (a 503), never the driver's
+    raw error (a 500)."""
+    monkeypatch.setattr(engine_module, "SQLITE_BUSY_TIMEOUT_MS", 100)
+    path = tmp_path / "busy.db"
+    store = Store(make_engine(f"sqlite:///{path}"))
+    with store.transaction() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (x)")
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreUnavailable, match="locked"), store.transaction() as conn:
+            conn.exec_driver_sql("INSERT INTO t VALUES (1)")
+    finally:
+        holder.execute("ROLLBACK")
+        store.engine.dispose()
