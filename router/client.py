@@ -1,11 +1,12 @@
 """The Python client, for agents and approvers: ``Client`` (blocking) and ``AsyncClient``.
 
-Both speak the HTTP API through one pooled ``httpx`` client each. Answers about a call are
-``CallResult`` values, as the server gives them (SPEC §4): a tool that failed, a call that
-is pending, even a service that cannot take the call (``status="unavailable"``) is a value,
-never an exception. The caller's own mistakes are exceptions from ``router.errors``: a bad
-key (``NotAuthenticated``), a missing role (``Forbidden``), an unknown call, request or
-batch (``NotFound``), a malformed batch (``BadRequest``, ``PayloadTooLarge``).
+Both speak the HTTP API over pooled ``httpx`` connections (``AsyncClient`` in several
+small pools, see ``_PoolShards``). Answers about a call are ``CallResult`` values, as the
+server gives them (SPEC §4): a tool that failed, a call that is pending, even a service
+that cannot take the call (``status="unavailable"``) is a value, never an exception. The
+caller's own mistakes are exceptions from ``router.errors``: a bad key
+(``NotAuthenticated``), a missing role (``Forbidden``), an unknown call, request or batch
+(``NotFound``), a malformed batch (``BadRequest``, ``PayloadTooLarge``).
 
     with Client("http://127.0.0.1:8000", key) as client:
         result = client.call("add", {"a": 1, "b": 2}, wait_s=5)
