@@ -10,7 +10,7 @@ from typing import Any
 
 from .params import Params
 from .procs import REPO, Processes
-from .stats import latency_ms, median_rate, rate
+from .stats import cpu_ms_per_call, latency_ms, median_rate, rate
 
 
 def run_baseline(params: Params, redis_url: str, log_dir: Path) -> dict[str, Any]:
@@ -31,11 +31,15 @@ def run_baseline(params: Params, redis_url: str, log_dir: Path) -> dict[str, Any
 
         # End to end: every task submitted with delay(), every result collected.
         e2e_runs = []
+        before = procs.cpu_seconds()
         for _ in range(params.throughput_runs):
             started = time.perf_counter()
             results = [noop.delay(i) for i in range(params.throughput_calls)]
             app.ResultSet(results).join_native(timeout=600)
             e2e_runs.append(rate(params.throughput_calls, time.perf_counter() - started))
+        cpu = cpu_ms_per_call(
+            before, procs.cpu_seconds(), params.throughput_calls * params.throughput_runs
+        )
 
         # Submission: one delay() per task, nothing else timed; then let the worker drain.
         submit_runs = []
@@ -54,6 +58,7 @@ def run_baseline(params: Params, redis_url: str, log_dir: Path) -> dict[str, Any
         return {
             "e2e_throughput_per_s": median_rate(e2e_runs),
             "e2e_throughput_runs": e2e_runs,
+            "e2e_cpu_ms_per_call": cpu,
             "submit_rate_per_s": median_rate(submit_runs),
             "submit_rate_runs": submit_runs,
             "latency": latency_ms(samples),

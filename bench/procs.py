@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,6 +57,18 @@ class Processes:
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
         self.children.clear()
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time used so far by each named process and its children (a worker's pool)."""
+        used: dict[str, float] = {"client": time.process_time()}  # this process: the client
+        for name, child in self.children.items():
+            try:
+                root = psutil.Process(child.pid)
+                tree = [root, *root.children(recursive=True)]
+                used[name] = sum(sum(p.cpu_times()[:2]) for p in tree)
+            except psutil.Error:
+                used[name] = float("nan")
+        return used
 
     def wait_http(self, url: str, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout

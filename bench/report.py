@@ -91,6 +91,13 @@ def table(report: dict[str, Any]) -> str:
         return " | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row))
 
     out = [fmt(header), "-+-".join("-" * w for w in widths), *(fmt(r) for r in lines)]
+    cpu = [("raw Celery", base.get("e2e_cpu_ms_per_call"))]
+    cpu += [(b, report["toolrouter"][b].get("e2e_cpu_ms_per_call")) for b in backends]
+    for who, per_process in cpu:
+        if per_process:
+            parts = ", ".join(f"{name} {ms:.2f}" for name, ms in per_process.items())
+            total = sum(ms for ms in per_process.values() if ms == ms)  # nan-safe
+            out.append(f"CPU ms per end-to-end call, {who}: {parts} (total {total:.2f})")
     load = report.get("load", {})
     start, end = load.get("start", {}).get("steal_s"), load.get("end", {}).get("steal_s")
     if start is not None and end is not None:

@@ -35,3 +35,17 @@ def median_rate(rates: Sequence[float]) -> float:
     if len(ordered) % 2:
         return ordered[middle]
     return round((ordered[middle - 1] + ordered[middle]) / 2, 1)
+
+
+def cpu_ms_per_call(
+    before: dict[str, float], after: dict[str, float], calls: int
+) -> dict[str, float]:
+    """CPU milliseconds per call of each process between two ``cpu_seconds`` readings.
+
+    Pool processes that were replaced in between (``max_tasks_per_child``) take their time
+    with them, so a figure can only be an underestimate."""
+    return {
+        name: round((after[name] - before[name]) / calls * 1000, 2)
+        for name in after
+        if name in before
+    }

@@ -18,7 +18,7 @@ from router.settings import Settings
 from . import audit_fill
 from .params import Params
 from .procs import REPO, Processes
-from .stats import latency_ms, median_rate, rate
+from .stats import cpu_ms_per_call, latency_ms, median_rate, rate
 
 CONFIG = Path(__file__).resolve().parent / "toolrouter.yaml"
 QUEUES = "tools.low,tools.medium,tools.high"
@@ -101,12 +101,15 @@ async def _throughput(stack: Stack, count: int, in_flight: int) -> float:
         return rate(count, time.perf_counter() - started)
 
 
-def throughput(stack: Stack, params: Params) -> list[float]:
-    """One rate per run (``params.throughput_runs``)."""
-    return [
+def throughput(stack: Stack, params: Params) -> tuple[list[float], dict[str, float]]:
+    """One rate per run (``params.throughput_runs``), and each process's CPU per call."""
+    before = stack.procs.cpu_seconds()
+    runs = [
         asyncio.run(_throughput(stack, params.throughput_calls, params.in_flight))
         for _ in range(params.throughput_runs)
     ]
+    calls = params.throughput_calls * params.throughput_runs
+    return runs, cpu_ms_per_call(before, stack.procs.cpu_seconds(), calls)
 
 
 def _batch(agent: Client, count: int) -> tuple[float, float]:
@@ -135,10 +138,11 @@ def run_toolrouter(
         with stack.client() as agent, stack.client("approver") as approver:
             for i in range(params.warmup):
                 _ok(agent.call("noop", {"i": i}, wait_s=60), "a warm-up call")
-            runs = throughput(stack, params)
+            runs, cpu = throughput(stack, params)
             figures: dict[str, Any] = {
                 "e2e_throughput_per_s": median_rate(runs),
                 "e2e_throughput_runs": runs,
+                "e2e_cpu_ms_per_call": cpu,
             }
 
             samples = []
@@ -175,7 +179,7 @@ def run_toolrouter(
             "rows_total": params.audit_rows,
             "seconds": round(time.perf_counter() - started, 1),
         }
-        runs = throughput(stack, params)
+        runs, _ = throughput(stack, params)
         figures["e2e_throughput_full_audit_per_s"] = median_rate(runs)
         figures["e2e_throughput_full_audit_runs"] = runs
         return figures
