@@ -128,9 +128,19 @@ def test_a_redis_that_does_not_answer_is_not_a_start_up_error() -> None:
 # -- the worker's start-up ----------------------------------------------------------------
 
 
-def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def start_worker(
+    tmp_path: Path, redis_url: str, **extra: str
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """A worker on ``tools.low`` against a fresh SQLite database; returns it and its log."""
+    env = stack_env(
+        database_url=f"sqlite:///{tmp_path / 'db.sqlite'}",
+        redis_url=redis_url,
+        state_dir=tmp_path,
+        **extra,
+    )
+    log = tmp_path / "worker.log"
     with log.open("ab") as handle:
-        return subprocess.Popen(
+        worker = subprocess.Popen(
             worker_argv("guarded", "tools.low", concurrency=1),
             env=env,
             cwd=REPO,
@@ -138,19 +148,15 @@ def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    return worker, log
 
 
 def test_a_worker_refuses_to_start_with_a_hard_limit_at_the_visibility_timeout(
     tmp_path: Path, evicting_redis: PrivateRedis
 ) -> None:
-    env = stack_env(
-        database_url=f"sqlite:///{tmp_path / 'db.sqlite'}",
-        redis_url=evicting_redis.url,
-        state_dir=tmp_path,
-        TOOLROUTER_CONFIG=str(config_file(tmp_path, 86_400)),
+    worker, log = start_worker(
+        tmp_path, evicting_redis.url, TOOLROUTER_CONFIG=str(config_file(tmp_path, 86_400))
     )
-    log = tmp_path / "worker.log"
-    worker = start_worker(env, log)
     try:
         code = worker.wait(timeout=60)
     finally:
@@ -164,13 +170,7 @@ def test_a_worker_refuses_to_start_with_a_hard_limit_at_the_visibility_timeout(
 def test_a_worker_on_an_evicting_redis_warns_once_and_serves(
     tmp_path: Path, evicting_redis: PrivateRedis
 ) -> None:
-    env = stack_env(
-        database_url=f"sqlite:///{tmp_path / 'db.sqlite'}",
-        redis_url=evicting_redis.url,
-        state_dir=tmp_path,
-    )
-    log = tmp_path / "worker.log"
-    worker = start_worker(env, log)
+    worker, log = start_worker(tmp_path, evicting_redis.url)
     try:
         wait_for_log(log, "ready.", worker)
         wait_for(lambda: "maxmemory-policy" in log.read_text(errors="replace"), 10, "a warning")

@@ -18,7 +18,7 @@ from router.constants import POISON_CAP
 from router.context import CallContext
 from router.dispatcher import message_for
 from router.errors import Unavailable
-from router.notify import Notifier
+from router.notify import MAX_RESULT_BYTES, Notifier
 from router.registry import Tool
 from router.results import CallResult
 from router.runtime import Runtime
@@ -245,19 +245,24 @@ class Executor:
                 row.attempt,
             )
             return "fenced"
-        # The answer rides with the notification, so the caller's wait needs no read.
+        # The answer rides with the notification, so the caller's wait needs no read; a
+        # value too large to ride is not decoded only to be dropped.
+        value_json = outcome.value_json
+        fits = value_json is None or len(value_json) <= MAX_RESULT_BYTES
         self.notifier.call_done(
             row.id,
             CallResult(
                 status=status,
                 tool=row.tool,
                 call_id=row.id,
-                value=None if outcome.value_json is None else json.loads(outcome.value_json),
+                value=None if value_json is None else json.loads(value_json),
                 error=outcome.error,
                 error_type=outcome.error_type,
                 request_id=row.request_id,
                 answered_by=answered_by,
-            ),
+            )
+            if fits
+            else None,
         )
         tool = self.registry.get(row.tool)
         metrics.call_finished(
