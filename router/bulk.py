@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -53,12 +54,29 @@ class _Template:
 
     def render(self, call_id: str) -> str:
         body = base64.b64encode(self.body.replace(_CALL.encode(), call_id.encode())).decode()
+        task_id, delivery_tag = _two_uuids()
         return (
-            self.payload.replace(_TASK, uuid())
+            self.payload.replace(_TASK, task_id)
             .replace(_CALL, call_id)
-            .replace(self.delivery_tag, uuid())
+            .replace(self.delivery_tag, delivery_tag)
             .replace(_BODY_MARK, body)
         )
+
+
+def _two_uuids() -> tuple[str, str]:
+    """Two random (version 4) UUID strings, as kombu's ``uuid()`` makes them, from one read
+    of the random source: ``uuid.uuid4()`` built through ``UUID`` took a third of the time
+    of rendering a message."""
+    raw = bytearray(os.urandom(32))
+    for at in (6, 22):
+        raw[at] = (raw[at] & 0x0F) | 0x40  # version 4
+        raw[at + 2] = (raw[at + 2] & 0x3F) | 0x80  # RFC 4122 variant
+    text = raw.hex()
+    return _dashed(text[:32]), _dashed(text[32:])
+
+
+def _dashed(h: str) -> str:
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 # What the template's body is encoded as, until a message puts its own body in.

@@ -58,7 +58,6 @@ calls = Table(
     Column("chain", Text, nullable=True),
     UniqueConstraint("requested_by", "idempotency_key", name="uq_calls_requested_by_idem"),
     Index("ix_calls_status_lease", "status", "lease_until"),
-    Index("ix_calls_batch_id", "batch_id"),
     Index("ix_calls_batch_id_index", "batch_id", "batch_index"),
 )
 

@@ -281,28 +281,41 @@ def test_a_token_one_character_off_is_refused_and_tokens_are_stored_as_hashes_on
 # -- ids ----------------------------------------------------------------------------------
 
 
-def assert_random_hex(values: list[str], prefix: str) -> None:
-    """Distinct; and no hex digit position is fixed or counts (a clock or a sequence would
-    leave positions taking few values), and the bits are about half ones."""
+def assert_random_hex(values: list[str], prefix: str, *, skip: int = 0) -> None:
+    """Distinct; and past the first ``skip`` hex digits no position is fixed or counts (a
+    clock or a sequence would leave positions taking few values), and the bits are about
+    half ones."""
     assert len(set(values)) == len(values)
     digits = [value.removeprefix(prefix) for value in values]
     assert all(len(d) == 32 for d in digits)
-    for position in range(32):
-        assert len({d[position] for d in digits}) == 16, f"position {position} is not random"
-    ones = sum(bin(int(d, 16)).count("1") for d in digits)
-    assert abs(ones / (128 * len(digits)) - 0.5) < 0.01
+    random_part = [d[skip:] for d in digits]
+    for position in range(32 - skip):
+        values_here = {d[position] for d in random_part}
+        assert len(values_here) == 16, f"position {skip + position} is not random"
+    bits = 4 * (32 - skip) * len(digits)
+    ones = sum(bin(int(d, 16)).count("1") for d in random_part)
+    # Within 4.5 standard deviations of half: a fair source fails this once in 150,000.
+    assert abs(ones / bits - 0.5) < 4.5 * 0.5 / bits**0.5
 
 
-@pytest.mark.parametrize(
-    ("make", "pattern", "prefix"),
-    [(ids.new_call_id, CALL_ID, "call_"), (ids.new_request_id, REQUEST_ID, "req-")],
-)
-def test_ids_are_128_random_bits(
-    make: Callable[[], str], pattern: re.Pattern[str], prefix: str
-) -> None:
-    values = [make() for _ in range(20_000)]
-    assert all(pattern.match(value) for value in values)
-    assert_random_hex(values, prefix)
+# Call ids start with 12 hex digits of milliseconds (index locality, see router.ids).
+CALL_ID_CLOCK_DIGITS = 12
+
+
+def test_request_ids_are_128_random_bits() -> None:
+    values = [ids.new_request_id() for _ in range(20_000)]
+    assert all(REQUEST_ID.match(value) for value in values)
+    assert_random_hex(values, "req-")
+
+
+def test_call_ids_are_the_time_then_80_random_bits() -> None:
+    before = time.time_ns() // 1_000_000
+    values = [ids.new_call_id() for _ in range(20_000)]
+    after = time.time_ns() // 1_000_000
+    assert all(CALL_ID.match(value) for value in values)
+    assert_random_hex(values, "call_", skip=CALL_ID_CLOCK_DIGITS)
+    stamps = [int(v[5 : 5 + CALL_ID_CLOCK_DIGITS], 16) for v in values]
+    assert stamps == sorted(stamps) and before <= stamps[0] and stamps[-1] <= after
 
 
 def test_ids_handed_out_by_the_api_are_random_and_distinct(stack: Stack) -> None:
@@ -324,7 +337,7 @@ def test_ids_handed_out_by_the_api_are_random_and_distinct(stack: Stack) -> None
     # Identical calls, yet every request id is its own nonce.
     assert all(REQUEST_ID.match(r) for r in request_ids)
     assert len(set(request_ids)) == 40
-    assert_random_hex(call_ids, "call_")
+    assert_random_hex(call_ids, "call_", skip=CALL_ID_CLOCK_DIGITS)
 
 
 def wait_done(http: httpx.Client, batch_id: str) -> None:
