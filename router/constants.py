@@ -28,6 +28,9 @@ DECISION_REPLY_PREFIX = "toolrouter:decision-reply:"
 
 # Redis pub/sub channel on which workers announce a finished call (payload: call id).
 CALL_DONE_CHANNEL = "toolrouter:call-done"
+# Pub/sub channel on which a key's revocation is announced, so API processes drop the
+# principals they keep (``router.key_cache``).
+KEYS_CHANGED_CHANNEL = "toolrouter:keys-changed"
 
 # A call whose run has taken its worker down this many times is failed as poison.
 POISON_CAP = 3

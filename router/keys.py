@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
@@ -16,6 +18,9 @@ from .ids import new_token
 from .schema import api_keys
 from .status import Role
 from .store import Store
+
+if TYPE_CHECKING:
+    from .key_cache import PrincipalCache
 
 KEY_NAME_MAX = 128
 # Every request runs this; built once (see ``router.store``).
@@ -42,10 +47,22 @@ def token_hash(token: str) -> str:
 
 
 class KeyStore:
-    """Create, revoke and check keys."""
+    """Create, revoke and check keys.
 
-    def __init__(self, store: Store, clock: Clock = wall_clock_ms) -> None:
-        self.store, self.clock = store, clock
+    ``announce`` is called after a revocation commits (``Runtime`` publishes it on Redis,
+    for the API processes' key caches). ``cache``, set by an API process, keeps the
+    principals of recently used keys (see ``router.key_cache``).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock = wall_clock_ms,
+        *,
+        announce: Callable[[], None] | None = None,
+    ) -> None:
+        self.store, self.clock, self.announce = store, clock, announce
+        self.cache: PrincipalCache | None = None
 
     def create(self, name: str, roles: list[str]) -> str:
         """Store a new key and return its token: the only time the token is ever seen."""
@@ -76,6 +93,8 @@ class KeyStore:
             )
         if result.rowcount != 1:
             raise NotFound(f"unknown key: {name}")
+        if self.announce is not None:
+            self.announce()
 
     def list(self) -> list[dict[str, object]]:
         with self.store.reading() as conn:
@@ -90,11 +109,23 @@ class KeyStore:
             for r in rows
         ]
 
+    def cached(self, token: str | None) -> Principal | None:
+        """The principal behind ``token`` if the cache knows it: no database, no thread."""
+        if self.cache is None or not token:
+            return None
+        return self.cache.get(token_hash(token))
+
     def authenticate(self, token: str | None) -> Principal:
         """The principal behind ``token``; ``NotAuthenticated`` if missing, unknown or revoked."""
         if not token:
             raise NotAuthenticated("missing bearer key")
         digest = token_hash(token)
+        cache = self.cache
+        if cache is not None:
+            known = cache.get(digest)
+            if known is not None:
+                return known
+            generation = cache.generation  # read before the row: see router.key_cache
         with self.store.reading() as conn:
             row = conn.execute(_BY_HASH, {"digest": digest}).first()
         # The lookup is by hash, so timing reveals nothing about the token; compare anyway.
@@ -102,4 +133,7 @@ class KeyStore:
             raise NotAuthenticated("invalid key")
         if row.revoked_at is not None:
             raise NotAuthenticated("key revoked")
-        return Principal(name=row.name, roles=frozenset(json.loads(row.roles)))
+        who = Principal(name=row.name, roles=frozenset(json.loads(row.roles)))
+        if cache is not None:
+            cache.put(digest, who, generation=generation)
+        return who

@@ -12,15 +12,16 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import redis
 import redis.asyncio as aioredis
 
-from .constants import CALL_DONE_CHANNEL
+from .constants import CALL_DONE_CHANNEL, KEYS_CHANGED_CHANNEL
 from .results import CallResult
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,11 @@ MAX_RESULT_BYTES = 64 * 1024
 # registers after its submit returns, and a fast tool can finish before that.
 RECENT_MAX = 10_000
 RECENT_TTL_S = 30.0
+_KEYS_CHANNEL = KEYS_CHANGED_CHANNEL.encode()
+# A revocation waits this long for the API processes to confirm they forgot their keys.
+KEYS_ACK_TIMEOUT_S = 1.5
+KEYS_ACK_PREFIX = "toolrouter:keys-ack:"
+KEYS_ACK_TTL_S = 30
 _RESULT_FIELDS = ("status", "tool", "value", "error", "error_type", "request_id", "answered_by")
 
 
@@ -72,6 +78,33 @@ class Notifier:
         except redis.RedisError as exc:
             log.warning("could not announce completion of %s: %s", call_id, exc)
 
+    def keys_changed(self, *, ack_timeout_s: float = KEYS_ACK_TIMEOUT_S) -> int:
+        """Tell the API processes to forget the principals they keep (a key was revoked),
+        and wait until each one that heard it says it has: once this returns, no new
+        request gets in with the revoked key. Returns how many acknowledged."""
+        # Best effort: a process that misses this forgets within ``key_cache.TTL_S``.
+        nonce = secrets.token_hex(8)
+        acks = KEYS_ACK_PREFIX + nonce
+        try:
+            listening = int(self.client.publish(KEYS_CHANGED_CHANNEL, nonce))
+            deadline = time.monotonic() + ack_timeout_s
+            heard = 0
+            while heard < listening and (left := deadline - time.monotonic()) > 0:
+                if self.client.blpop([acks], timeout=max(left, 0.01)) is None:
+                    break
+                heard += 1
+            self.client.delete(acks)
+        except redis.RedisError as exc:
+            log.warning("could not announce a key revocation: %s", exc)
+            return 0
+        if heard < listening:
+            log.warning(
+                "%d of %d API processes did not confirm a key revocation",
+                listening - heard,
+                listening,
+            )
+        return heard
+
 
 @dataclass(eq=False)
 class Waiter:
@@ -82,10 +115,17 @@ class Waiter:
 
 
 class CompletionListener:
-    """One pub/sub subscription per API process, fanned out to the callers waiting on it."""
+    """One pub/sub subscription per API process, fanned out to the callers waiting on it.
 
-    def __init__(self, redis_url: str) -> None:
+    It also hears key revocations: ``on_keys_changed`` runs for each one, and each time
+    the subscription (re)starts, since what was announced while it was away is lost.
+    """
+
+    def __init__(
+        self, redis_url: str, *, on_keys_changed: Callable[[], None] | None = None
+    ) -> None:
         self.redis_url = redis_url
+        self.on_keys_changed = on_keys_changed
         self._waiters: dict[str, set[Waiter]] = defaultdict(set)
         self._recent: OrderedDict[str, tuple[float, CallResult | None]] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
@@ -142,9 +182,14 @@ class CompletionListener:
             client = aioredis.Redis.from_url(self.redis_url)
             try:
                 async with client.pubsub() as pubsub:
-                    await pubsub.subscribe(CALL_DONE_CHANNEL)
+                    await pubsub.subscribe(CALL_DONE_CHANNEL, KEYS_CHANGED_CHANNEL)
+                    self._keys_changed()
                     async for message in pubsub.listen():
                         if message.get("type") != "message":
+                            continue
+                        if message.get("channel") == _KEYS_CHANNEL:
+                            self._keys_changed()
+                            await _acknowledge(client, message["data"])
                             continue
                         parsed = parse_completion(message["data"])
                         if parsed is not None:
@@ -155,5 +200,22 @@ class CompletionListener:
                 log.warning("completion listener lost Redis (%s); retrying", exc)
                 await asyncio.sleep(1.0)
             finally:
+                self._keys_changed()
                 with contextlib.suppress(Exception):
                     await client.aclose()
+
+    def _keys_changed(self) -> None:
+        if self.on_keys_changed is not None:
+            self.on_keys_changed()
+
+
+async def _acknowledge(client: aioredis.Redis, nonce: bytes) -> None:
+    """Tell the revoker this process has forgotten its keys (``Notifier.keys_changed``)."""
+    key = KEYS_ACK_PREFIX + nonce.decode("ascii", "replace")
+    try:
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.rpush(key, "1")
+            pipe.expire(key, KEYS_ACK_TTL_S)
+            await pipe.execute()
+    except Exception as exc:
+        log.warning("could not acknowledge a key revocation: %s", exc)

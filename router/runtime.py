@@ -30,6 +30,7 @@ from .engine import make_engine
 from .keys import KeyStore
 from .mcp_client import McpConnections, parse_servers
 from .migrate import ensure_schema
+from .notify import Notifier
 from .registry import ToolRegistry
 from .routing import Rule, parse_rules
 from .settings import Settings
@@ -115,7 +116,14 @@ class Runtime:
 
     @cached_property
     def keys(self) -> KeyStore:
-        return KeyStore(self.store, clock=self.clock)
+        return KeyStore(self.store, clock=self.clock, announce=self._announce_keys_changed)
+
+    def _announce_keys_changed(self) -> None:
+        notifier = Notifier(self.redis_url)
+        try:
+            notifier.keys_changed()
+        finally:
+            notifier.client.close()
 
     def prepare(self, *, check_tools: bool = True) -> None:
         """Fail fast at start-up: load the tools and check (or, on SQLite, upgrade) the schema."""

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import metrics, ui
 from ..errors import RequestError, SchemaOutdated, Unavailable
+from ..key_cache import PrincipalCache
 from ..mcp import McpEndpoint
 from ..notify import CompletionListener, Notifier
 from ..runtime import Runtime
@@ -95,7 +96,11 @@ def create_app(runtime: Runtime) -> FastAPI:
         redoc_url=None,
     )
     app.state.runtime = runtime
-    app.state.listener = CompletionListener(runtime.redis_url)
+    # Keys are looked up once per TTL, not per request; revocations empty the cache.
+    runtime.keys.cache = PrincipalCache()
+    app.state.listener = CompletionListener(
+        runtime.redis_url, on_keys_changed=runtime.keys.cache.clear
+    )
     app.state.notifier = Notifier(runtime.redis_url)
     # MCP over streamable HTTP (SPEC §11); its session manager runs in the lifespan above.
     app.state.mcp = McpEndpoint(runtime, app.state.listener)

@@ -26,8 +26,11 @@ def bearer_token(request: Request) -> str | None:
 
 async def principal(request: Request) -> Principal:
     """The authenticated caller (a FastAPI dependency); 401 when there is none."""
-    runtime = runtime_of(request)
-    return await blocking(runtime.keys.authenticate, bearer_token(request))
+    keys = runtime_of(request).keys
+    token = bearer_token(request)
+    # A key this process knows needs no thread and no database (router.key_cache).
+    known = keys.cached(token)
+    return known if known is not None else await blocking(keys.authenticate, token)
 
 
 def require_operator(who: Principal) -> None:
