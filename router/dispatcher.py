@@ -72,7 +72,14 @@ class NewCall:
     request: dict[str, Any] | None
     audit: AuditEntry
     message: RunMessage | None
-    result: CallResult
+
+    @property
+    def result(self) -> CallResult:
+        """The answer to the submitter; built on demand (a batch never asks, per call)."""
+        row = self.row
+        return CallResult(
+            status=row["status"], tool=row["tool"], call_id=row["id"], request_id=row["request_id"]
+        )
 
 
 class Dispatcher:
@@ -263,9 +270,6 @@ class Dispatcher:
             request=request,
             audit=entry,
             message=None if gated else message_for(tool, call_id),
-            result=CallResult(
-                status=status, tool=tool.name, call_id=call_id, request_id=request_id
-            ),
         )
 
     def store_new(
