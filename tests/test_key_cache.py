@@ -5,6 +5,8 @@ the real API process, Redis and the database."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 from sqlalchemy import update
@@ -56,18 +58,25 @@ def test_a_full_cache_starts_over_rather_than_growing() -> None:
     assert [cache.get(d) for d in "abcd"] == [None, None, None, AGENT]
 
 
+@contextmanager
+def new_key(stack: Stack, runtime: Runtime) -> Iterator[tuple[str, httpx.Client]]:
+    """A fresh agent and operator key, already used once (so the API has it cached)."""
+    name = f"cached-{uuid.uuid4().hex[:12]}"
+    token = runtime.keys.create(name, ["agent", "operator"])
+    with httpx.Client(
+        base_url=stack.base_url, headers={"authorization": f"Bearer {token}"}
+    ) as http:
+        assert http.get("/v1/tools").status_code == 200
+        yield name, http
+
+
 def test_a_revocation_is_confirmed_by_the_api_before_it_returns(stack: Stack) -> None:
     """The API has the key cached; revoking waits for its confirmation, so the very next
     request is refused, many times over (a race would let one through now and then)."""
     runtime = Runtime(stack.settings)
     try:
         for _ in range(10):
-            name = f"cached-{uuid.uuid4().hex[:12]}"
-            token = runtime.keys.create(name, ["agent", "operator"])
-            with httpx.Client(
-                base_url=stack.base_url, headers={"authorization": f"Bearer {token}"}
-            ) as http:
-                assert http.get("/v1/tools").status_code == 200
+            with new_key(stack, runtime) as (name, http):
                 assert http.get("/v1/tools").status_code == 200  # from the cache
                 runtime.keys.revoke(name)
                 response = http.get("/v1/tools")
@@ -92,12 +101,7 @@ def test_a_known_key_is_answered_from_the_cache_until_it_is_emptied(stack: Stack
     runtime = Runtime(stack.settings)
     notifier = Notifier(stack.settings.redis_url or "")
     try:
-        name = f"behind-{uuid.uuid4().hex[:12]}"
-        token = runtime.keys.create(name, ["agent", "operator"])
-        with httpx.Client(
-            base_url=stack.base_url, headers={"authorization": f"Bearer {token}"}
-        ) as http:
-            assert http.get("/v1/tools").status_code == 200
+        with new_key(stack, runtime) as (name, http):
             with runtime.store.transaction() as conn:
                 conn.execute(
                     update(api_keys).where(api_keys.c.name == name).values(token_hash="0" * 64)
