@@ -240,99 +240,111 @@ class Store:
 
     def requeue_lost(self, conn: Connection, call_id: str, *, attempt: int, now: int) -> bool:
         """Put a lost run of an idempotent tool back in the queue (fenced on its attempt)."""
-        result = conn.execute(
-            update(calls)
-            .where(
-                and_(
-                    calls.c.id == call_id,
-                    calls.c.status == CallStatus.RUNNING,
-                    calls.c.attempt == attempt,
-                )
-            )
-            .values(status=CallStatus.QUEUED, lease_until=None, published_at=None, updated_at=now)
-        )
-        return result.rowcount == 1
+        return self._back_to_queue(conn, call_id, attempt=attempt, now=now, published_at=None)
 
     def retry_later(
         self, conn: Connection, call_id: str, *, attempt: int, now: int, due_at: int
     ) -> bool:
         """``running -> queued`` after a retryable failure (fenced on the attempt); the
         publish time is set to when it is due, so the reconciler leaves it alone until then."""
-        result = conn.execute(
-            update(calls)
-            .where(
-                and_(
-                    calls.c.id == call_id,
-                    calls.c.status == CallStatus.RUNNING,
-                    calls.c.attempt == attempt,
-                )
-            )
-            .values(
-                status=CallStatus.QUEUED,
-                lease_until=None,
-                published_at=due_at,
-                updated_at=now,
-                error=None,
-                error_type=None,
-            )
+        return self._back_to_queue(
+            conn,
+            call_id,
+            attempt=attempt,
+            now=now,
+            published_at=due_at,
+            error=None,
+            error_type=None,
         )
-        return result.rowcount == 1
+
+    def _back_to_queue(
+        self,
+        conn: Connection,
+        call_id: str,
+        *,
+        attempt: int,
+        now: int,
+        published_at: int | None,
+        **values: Any,
+    ) -> bool:
+        """``running -> queued``, fenced on the attempt that was running."""
+        return self._move(
+            conn,
+            call_id,
+            CallStatus.RUNNING,
+            attempt=attempt,
+            status=CallStatus.QUEUED,
+            lease_until=None,
+            published_at=published_at,
+            updated_at=now,
+            **values,
+        )
 
     def defer(self, conn: Connection, call_id: str, *, due_at: int) -> None:
         """A queued call held back (rate limit): tell the reconciler when it is due."""
-        conn.execute(
-            update(calls)
-            .where(and_(calls.c.id == call_id, calls.c.status == CallStatus.QUEUED))
-            .values(published_at=due_at)
-        )
+        self._move(conn, call_id, CallStatus.QUEUED, published_at=due_at)
 
     def cancel(self, conn: Connection, call_id: str, *, now: int) -> bool:
         """``queued -> cancelled``; False if the call had moved on. (Pending calls are
         cancelled through the approval worker.)"""
-        result = conn.execute(
-            update(calls)
-            .where(and_(calls.c.id == call_id, calls.c.status == CallStatus.QUEUED))
-            .values(status=CallStatus.CANCELLED, finished_at=now, updated_at=now)
+        return self._move(
+            conn,
+            call_id,
+            CallStatus.QUEUED,
+            status=CallStatus.CANCELLED,
+            finished_at=now,
+            updated_at=now,
         )
-        return result.rowcount == 1
 
     def fail_unclaimed(self, conn: Connection, call_id: str, *, now: int, error: str) -> bool:
         """Fail a call that no worker has claimed yet (its message never reached the broker)."""
-        result = conn.execute(
-            update(calls)
-            .where(
-                and_(
-                    calls.c.id == call_id, calls.c.status == CallStatus.QUEUED, calls.c.attempt == 0
-                )
-            )
-            .values(
-                status=CallStatus.FAILED,
-                error=error,
-                error_type="Unavailable",
-                # The caller was told 503: a retry with the same key must make a new call.
-                idempotency_key=None,
-                finished_at=now,
-                updated_at=now,
-            )
+        return self._move(
+            conn,
+            call_id,
+            CallStatus.QUEUED,
+            attempt=0,
+            status=CallStatus.FAILED,
+            error=error,
+            error_type="Unavailable",
+            # The caller was told 503: a retry with the same key must make a new call.
+            idempotency_key=None,
+            finished_at=now,
+            updated_at=now,
         )
-        return result.rowcount == 1
 
     def release(self, conn: Connection, call_id: str, *, now: int) -> bool:
         """``pending -> queued`` once its request is approved."""
-        result = conn.execute(
-            update(calls)
-            .where(and_(calls.c.id == call_id, calls.c.status == CallStatus.PENDING))
-            .values(status=CallStatus.QUEUED, published_at=now, updated_at=now)
+        return self._move(
+            conn,
+            call_id,
+            CallStatus.PENDING,
+            status=CallStatus.QUEUED,
+            published_at=now,
+            updated_at=now,
         )
-        return result.rowcount == 1
 
     def close_pending(
         self, conn: Connection, call_id: str, status: CallStatus, *, now: int
     ) -> bool:
         """``pending -> denied|expired|cancelled``."""
-        result = conn.execute(
-            update(calls)
-            .where(and_(calls.c.id == call_id, calls.c.status == CallStatus.PENDING))
-            .values(status=status, finished_at=now, updated_at=now)
+        return self._move(
+            conn, call_id, CallStatus.PENDING, status=status, finished_at=now, updated_at=now
         )
+
+    @staticmethod
+    def _move(
+        conn: Connection,
+        call_id: str,
+        from_status: CallStatus,
+        *,
+        attempt: int | None = None,
+        **values: Any,
+    ) -> bool:
+        """Set ``values`` on the call only if it is still in ``from_status`` (and, when
+        given, still on ``attempt``): every state change is conditional, so of two racing
+        changes one wins and the other learns it lost. True if this one won."""
+        where = [calls.c.id == call_id, calls.c.status == from_status]
+        if attempt is not None:
+            where.append(calls.c.attempt == attempt)
+        result = conn.execute(update(calls).where(and_(*where)).values(**values))
         return result.rowcount == 1

@@ -92,6 +92,26 @@ class Stack:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
+TOOL_QUEUES = "tools.low,tools.medium,tools.high"
+
+
+def start_with_recovery(stack: Stack, *, tool_concurrency: int = 2, api: bool = True) -> None:
+    """Workers on the tool queues and on ``maintenance``, ``celery beat`` (the reaper and
+    the reconciler) and, if asked, the API: started together, then awaited, since each
+    takes seconds to boot. The fault suites run the recovery this way."""
+    started = {
+        "tools": (worker_argv("tools", TOOL_QUEUES, concurrency=tool_concurrency), "ready."),
+        "maintenance": (worker_argv("maintenance", "maintenance", concurrency=1), "ready."),
+        "beat": (processes.beat_argv(stack.settings), "beat: Starting..."),
+    }
+    for name, (argv, _) in started.items():
+        stack.start(name, argv)
+    if api:
+        stack.start_api()
+    for name, (_, needle) in started.items():
+        wait_for_log(stack.state_dir / f"{name}.log", needle, stack.processes[name])
+
+
 def worker_argv(name: str, queues: str, *, concurrency: int) -> list[str]:
     """A Celery worker on ``queues``, as the tests run it."""
     return processes.celery(

@@ -23,18 +23,16 @@ import pytest
 from sqlalchemy import create_engine, func, select, text
 
 from router import audit
-from router.cli import processes
 from router.runtime import Runtime
 from router.schema import audit_log, calls
 from router.status import AuditEvent, CallStatus
 
 from . import services
 from .faults import ledger_runs, wait_for, wait_until_finished
-from .stack import Stack, stack_env, wait_for_log, worker_argv
+from .stack import Stack, stack_env, start_with_recovery
 
 # A Redis db of its own (the suite's dbs are 11-15); flushed before and after.
 REDIS_DB = 10
-TOOL_QUEUES = "tools.low,tools.medium,tools.high"
 RACERS = 16
 
 
@@ -91,16 +89,7 @@ def pg_fault_stack(
     for name, roles in {"agent": ["agent"], "operator": ["operator"]}.items():
         stack.keys[name] = runtime.keys.create(name, roles)
     try:
-        started = {
-            "tools": (worker_argv("tools", TOOL_QUEUES, concurrency=2), "ready."),
-            "maintenance": (worker_argv("maintenance", "maintenance", concurrency=1), "ready."),
-            "beat": (processes.beat_argv(stack.settings), "beat: Starting..."),
-        }
-        for name, (argv, _) in started.items():
-            stack.start(name, argv)
-        stack.start_api()
-        for name, (_, needle) in started.items():
-            wait_for_log(state_dir / f"{name}.log", needle, stack.processes[name])
+        start_with_recovery(stack)
         yield PgFaultStack(stack, runtime, database_url.rsplit("/", 1)[1])
     finally:
         stack.stop_all()

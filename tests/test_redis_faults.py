@@ -21,17 +21,15 @@ import pytest
 import redis
 from sqlalchemy import select
 
-from router.cli import processes
 from router.runtime import Runtime
 from router.schema import calls
 from router.status import CallStatus
 
 from . import services
 from .faults import PrivateRedis, ledger_runs, wait_for, wait_until_finished
-from .stack import Stack, stack_env, wait_for_log, worker_argv
+from .stack import Stack, stack_env, start_with_recovery
 
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
-TOOL_QUEUES = "tools.low,tools.medium,tools.high"
 
 BEFORE_KILL = 24  # ledger calls accepted before Redis dies; most of them still queued in it
 DURING_OUTAGE = 2  # submissions while Redis is down: refused with 503, never run
@@ -72,16 +70,7 @@ def redis_fault_stack(
     runtime.prepare()
     stack.keys["agent"] = runtime.keys.create("agent", ["agent"])
     try:
-        started = {
-            "tools": (worker_argv("tools", TOOL_QUEUES, concurrency=2), "ready."),
-            "maintenance": (worker_argv("maintenance", "maintenance", concurrency=1), "ready."),
-            "beat": (processes.beat_argv(stack.settings), "beat: Starting..."),
-        }
-        for name, (argv, _) in started.items():
-            stack.start(name, argv)
-        stack.start_api()
-        for name, (_, needle) in started.items():
-            wait_for_log(state_dir / f"{name}.log", needle, stack.processes[name])
+        start_with_recovery(stack)
         yield RedisFaultStack(stack, runtime, private)
     finally:
         stack.stop_all()

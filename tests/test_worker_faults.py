@@ -24,19 +24,17 @@ import redis
 
 from router import audit
 from router.broker import Publisher, make_celery
-from router.cli import processes
 from router.dispatcher import Dispatcher, message_for
 from router.runtime import Runtime
 from router.status import TERMINAL_STATES, AuditEvent, CallStatus
 from router.store import CallRow
 
 from . import services
-from .stack import Stack, stack_env, wait_for_log, worker_argv
+from .stack import Stack, stack_env, start_with_recovery
 
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 # Redis dbs of the fault stacks: apart from the session stacks (11, 12) and unit tests (13).
 FAULT_REDIS_DBS = {"sqlite": 14, "postgresql": 15}
-TOOL_QUEUES = "tools.low,tools.medium,tools.high"
 
 KILLS = 5  # pool processes killed mid-run of the non-idempotent ``ledger``
 IDEMPOTENT_KILLS = 2  # and mid-run of ``ledger_idempotent``, which must run again
@@ -282,16 +280,7 @@ def fault_stack(
     runtime = Runtime(stack.settings)
     runtime.prepare()
     try:
-        # Started together, then awaited: each takes seconds to boot.
-        started = {
-            "tools": (worker_argv("tools", TOOL_QUEUES, concurrency=4), "ready."),
-            "maintenance": (worker_argv("maintenance", "maintenance", concurrency=1), "ready."),
-            "beat": (processes.beat_argv(stack.settings), "beat: Starting..."),
-        }
-        for name, (argv, _) in started.items():
-            stack.start(name, argv)
-        for name, (_, needle) in started.items():
-            wait_for_log(state_dir / f"{name}.log", needle, stack.processes[name])
+        start_with_recovery(stack, tool_concurrency=4, api=False)
         stubborn = submit(runtime, "stubborn", {"seconds": 60})
         yield FaultStack(stack, runtime, stubborn)
     finally:

@@ -18,6 +18,17 @@ from .responses import AsciiJSONResponse
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
 
+# Approve and deny take the same optional body and give the same answers.
+DECISION_ROUTE: dict[str, Any] = {
+    "responses": DECISION_RESPONSES,
+    "openapi_extra": {
+        "requestBody": {
+            "required": False,
+            "content": {"application/json": {"schema": DECISION_REQUEST_SCHEMA}},
+        }
+    },
+}
+
 DECISION_FIELDS = {
     Decision.APPROVE: frozenset({"reason", "wait_s"}),
     Decision.DENY: frozenset({"reason"}),
@@ -80,16 +91,7 @@ async def _decide(
     return AsciiJSONResponse(answer)
 
 
-@router.post(
-    "/{request_id}/approve",
-    responses=DECISION_RESPONSES,
-    openapi_extra={
-        "requestBody": {
-            "required": False,
-            "content": {"application/json": {"schema": DECISION_REQUEST_SCHEMA}},
-        }
-    },
-)
+@router.post("/{request_id}/approve", **DECISION_ROUTE)
 async def approve(
     request: Request, request_id: str, who: Principal = Depends(principal)
 ) -> JSONResponse:
@@ -98,16 +100,7 @@ async def approve(
     return await _decide(request, request_id, who, Decision.APPROVE)
 
 
-@router.post(
-    "/{request_id}/deny",
-    responses=DECISION_RESPONSES,
-    openapi_extra={
-        "requestBody": {
-            "required": False,
-            "content": {"application/json": {"schema": DECISION_REQUEST_SCHEMA}},
-        }
-    },
-)
+@router.post("/{request_id}/deny", **DECISION_ROUTE)
 async def deny(
     request: Request, request_id: str, who: Principal = Depends(principal)
 ) -> JSONResponse:
