@@ -5,12 +5,14 @@ The lookup was a thread hop and a database read on every request (about 0.5 ms o
 revocation, so:
 
 - revoking a key publishes on ``KEYS_CHANGED_CHANNEL``; each API process's pub/sub
-  listener empties its cache when it hears that, and also each time its subscription
-  starts, since a message sent while it was disconnected is lost;
+  listener empties its cache when it hears that;
+- the cache is only used while that listener is subscribed: it starts suspended, is
+  resumed (empty) once the subscription stands, and suspended again when it is lost, so
+  a process that cannot hear revocations looks every key up;
 - a lookup that began before an emptying is not stored after it (the generation check
   below), so a read from before the revocation cannot come back;
-- every entry expires after ``TTL_S`` anyway: the bound on a revocation missed because
-  Redis was unreachable when it was made.
+- every entry expires after ``TTL_S`` anyway: the bound on a revocation missed in the
+  moments before the listener notices that its connection is gone.
 """
 
 from __future__ import annotations
@@ -39,8 +41,25 @@ class PrincipalCache:
         self._entries: dict[str, tuple[float, Principal]] = {}
         self._lock = threading.Lock()
         self.generation = 0
+        self.active = False
+
+    def resume(self) -> None:
+        """Start keeping principals, from empty (revocations can be heard again)."""
+        with self._lock:
+            self.generation += 1
+            self._entries.clear()
+            self.active = True
+
+    def suspend(self) -> None:
+        """Stop keeping principals and forget them (revocations cannot be heard)."""
+        with self._lock:
+            self.generation += 1
+            self._entries.clear()
+            self.active = False
 
     def get(self, digest: str) -> Principal | None:
+        if not self.active:
+            return None
         entry = self._entries.get(digest)
         if entry is None or entry[0] <= self.clock():
             return None
@@ -49,7 +68,7 @@ class PrincipalCache:
     def put(self, digest: str, principal: Principal, *, generation: int) -> None:
         """Keep ``principal``, unless the cache was emptied since ``generation`` was read."""
         with self._lock:
-            if generation != self.generation:
+            if generation != self.generation or not self.active:
                 return
             if len(self._entries) >= self.max_entries:
                 self._entries.clear()  # many keys at once is rare; start over

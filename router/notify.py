@@ -15,14 +15,18 @@ import logging
 import secrets
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import redis
 import redis.asyncio as aioredis
 
 from .constants import CALL_DONE_CHANNEL, KEYS_CHANGED_CHANNEL
 from .results import CallResult
+
+if TYPE_CHECKING:
+    from .key_cache import PrincipalCache
 
 log = logging.getLogger(__name__)
 
@@ -117,15 +121,13 @@ class Waiter:
 class CompletionListener:
     """One pub/sub subscription per API process, fanned out to the callers waiting on it.
 
-    It also hears key revocations: ``on_keys_changed`` runs for each one, and each time
-    the subscription (re)starts, since what was announced while it was away is lost.
+    It also hears key revocations for ``key_cache``: emptied at each one, used only while
+    the subscription stands (see ``router.key_cache``).
     """
 
-    def __init__(
-        self, redis_url: str, *, on_keys_changed: Callable[[], None] | None = None
-    ) -> None:
+    def __init__(self, redis_url: str, *, key_cache: PrincipalCache | None = None) -> None:
         self.redis_url = redis_url
-        self.on_keys_changed = on_keys_changed
+        self.key_cache = key_cache
         self._waiters: dict[str, set[Waiter]] = defaultdict(set)
         self._recent: OrderedDict[str, tuple[float, CallResult | None]] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
@@ -183,12 +185,14 @@ class CompletionListener:
             try:
                 async with client.pubsub() as pubsub:
                     await pubsub.subscribe(CALL_DONE_CHANNEL, KEYS_CHANGED_CHANNEL)
-                    self._keys_changed()
+                    if self.key_cache is not None:
+                        self.key_cache.resume()
                     async for message in pubsub.listen():
                         if message.get("type") != "message":
                             continue
                         if message.get("channel") == _KEYS_CHANNEL:
-                            self._keys_changed()
+                            if self.key_cache is not None:
+                                self.key_cache.clear()
                             await _acknowledge(client, message["data"])
                             continue
                         parsed = parse_completion(message["data"])
@@ -200,13 +204,10 @@ class CompletionListener:
                 log.warning("completion listener lost Redis (%s); retrying", exc)
                 await asyncio.sleep(1.0)
             finally:
-                self._keys_changed()
+                if self.key_cache is not None:
+                    self.key_cache.suspend()
                 with contextlib.suppress(Exception):
                     await client.aclose()
-
-    def _keys_changed(self) -> None:
-        if self.on_keys_changed is not None:
-            self.on_keys_changed()
 
 
 async def _acknowledge(client: aioredis.Redis, nonce: bytes) -> None:

@@ -33,6 +33,7 @@ class FakeClock:
 def test_an_entry_lives_for_its_ttl_only() -> None:
     clock = FakeClock()
     cache = PrincipalCache(ttl_s=5.0, clock=clock)
+    cache.resume()
     cache.put("d", AGENT, generation=cache.generation)
     assert cache.get("d") == AGENT
     clock.now += 4.9
@@ -43,6 +44,7 @@ def test_an_entry_lives_for_its_ttl_only() -> None:
 
 def test_a_lookup_begun_before_an_emptying_is_not_kept() -> None:
     cache = PrincipalCache()
+    cache.resume()
     begun = cache.generation  # a request starts reading the key's row
     cache.clear()  # a revocation is heard meanwhile
     cache.put("d", AGENT, generation=begun)
@@ -51,8 +53,25 @@ def test_a_lookup_begun_before_an_emptying_is_not_kept() -> None:
     assert cache.get("d") == AGENT
 
 
+def test_only_a_cache_that_can_hear_revocations_keeps_anything() -> None:
+    """Suspended (the listener is not subscribed: from the start, and after it loses
+    Redis) it keeps nothing; resumed, it starts empty."""
+    cache = PrincipalCache()
+    cache.put("d", AGENT, generation=cache.generation)
+    assert cache.get("d") is None
+    cache.resume()
+    cache.put("d", AGENT, generation=cache.generation)
+    assert cache.get("d") == AGENT
+    cache.suspend()
+    assert cache.get("d") is None
+    cache.put("d", AGENT, generation=cache.generation)
+    cache.resume()
+    assert cache.get("d") is None
+
+
 def test_a_full_cache_starts_over_rather_than_growing() -> None:
     cache = PrincipalCache(max_entries=3)
+    cache.resume()
     for digest in "abcd":
         cache.put(digest, AGENT, generation=cache.generation)
     assert [cache.get(d) for d in "abcd"] == [None, None, None, AGENT]

@@ -96,11 +96,10 @@ def create_app(runtime: Runtime) -> FastAPI:
         redoc_url=None,
     )
     app.state.runtime = runtime
-    # Keys are looked up once per TTL, not per request; revocations empty the cache.
+    # Keys are looked up once per TTL, not per request, while the listener can hear
+    # revocations (router.key_cache).
     runtime.keys.cache = PrincipalCache()
-    app.state.listener = CompletionListener(
-        runtime.redis_url, on_keys_changed=runtime.keys.cache.clear
-    )
+    app.state.listener = CompletionListener(runtime.redis_url, key_cache=runtime.keys.cache)
     app.state.notifier = Notifier(runtime.redis_url)
     # MCP over streamable HTTP (SPEC §11); its session manager runs in the lifespan above.
     app.state.mcp = McpEndpoint(runtime, app.state.listener)
