@@ -45,17 +45,11 @@ class PrincipalCache:
 
     def resume(self) -> None:
         """Start keeping principals, from empty (revocations can be heard again)."""
-        with self._lock:
-            self.generation += 1
-            self._entries.clear()
-            self.active = True
+        self._forget(active=True)
 
     def suspend(self) -> None:
         """Stop keeping principals and forget them (revocations cannot be heard)."""
-        with self._lock:
-            self.generation += 1
-            self._entries.clear()
-            self.active = False
+        self._forget(active=False)
 
     def get(self, digest: str) -> Principal | None:
         if not self.active:
@@ -75,6 +69,14 @@ class PrincipalCache:
             self._entries[digest] = (self.clock() + self.ttl_s, principal)
 
     def clear(self) -> None:
+        """Forget every principal (a key was revoked)."""
+        self._forget()
+
+    def _forget(self, *, active: bool | None = None) -> None:
+        """Empty the cache (and, if given, start or stop keeping principals). A new
+        generation, so lookups begun before this are not stored after it."""
         with self._lock:
             self.generation += 1
             self._entries.clear()
+            if active is not None:
+                self.active = active
