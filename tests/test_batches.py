@@ -275,7 +275,7 @@ def test_too_many_calls_or_too_large_a_body_is_413(stack: Stack) -> None:
         assert_error(http.post("/v1/batches", content=big, headers=NDJSON), 413, "over the limit")
 
 
-@pytest.mark.parametrize("offset", ["-1", "x", "1e3", str(2**60)])
+@pytest.mark.parametrize("offset", ["-1", "x", "1e3", str(2**60), "\u00b3", "\u0661"])
 def test_bad_offset_is_422(stack: Stack, offset: str) -> None:
     with stack.client() as http:
         response = http.post(

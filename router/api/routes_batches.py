@@ -30,7 +30,7 @@ def service(request: Request) -> BatchService:
 async def read_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it passes ``limit`` (not after reading it all)."""
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(f"body is {declared} bytes, over the limit of {limit}")
     chunks, size = [], 0
     async for chunk in request.stream():
@@ -57,7 +57,8 @@ def ndjson_calls(raw: bytes, *, line_limit: int) -> list[object]:
 def offset_param(value: str | None) -> int | None:
     if value is None:
         return None
-    if not value.isdigit() or int(value) > MAX_OFFSET:
+    # isdigit alone admits digits int() refuses, such as "³".
+    if not (value.isascii() and value.isdigit()) or int(value) > MAX_OFFSET:
         raise BadRequest(f"offset must be an integer between 0 and {MAX_OFFSET}")
     return int(value)
 
