@@ -1,47 +1,25 @@
-"""Start-up guards: refuse settings that could lose or double a call, warn about a risky Redis.
+"""Start-up guard: warn about a Redis that may drop queued messages.
 
-Checked once when a process starts (``Runtime.prepare`` and the worker's ``worker_init``),
-never on the hot path:
+Checked once when a worker starts (``worker_init``), never on the hot path. A Redis
+whose ``maxmemory-policy`` is not ``noeviction`` may drop queued messages under memory
+pressure: the reconciler would re-publish them, late, so this is a warning.
 
-- a tool whose hard time limit (``timeout_s`` plus the publisher's grace) reaches the
-  broker's ``visibility_timeout`` is refused: Redis would hand its message to a second
-  worker while the first still runs it (a ``ConfigError`` naming the tool);
-- (the lease on a running call always outlasts that hard limit: ``Executor.lease_ms``
-  adds the publisher's grace to ``lease_grace_s``, so no value of the settings lets the
-  reaper give up on a run its worker has not yet stopped);
-- a Redis whose ``maxmemory-policy`` is not ``noeviction`` may drop queued messages under
-  memory pressure: the reconciler would re-publish them, late, so this is a warning.
+No time limit needs guarding: Redis never hands a message out twice (the broker keeps no
+unacked messages to redeliver, ``router.broker``), and the lease on a running call always
+outlasts its hard time limit (``Executor.lease_ms`` adds the publisher's grace to
+``lease_grace_s``), so no value of the settings lets the reaper give up on a run its
+worker has not yet stopped.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 
 import redis
-
-from .errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 SAFE_EVICTION_POLICY = "noeviction"
-
-
-def check_time_limits(
-    timeouts: Mapping[str, float], *, visibility_timeout_s: float, hard_limit_grace_s: float
-) -> None:
-    """Refuse a tool (``name -> timeout_s``) whose hard time limit is at or above the
-    broker's visibility timeout."""
-    for name, timeout_s in timeouts.items():
-        hard_limit = timeout_s + hard_limit_grace_s
-        if hard_limit >= visibility_timeout_s:
-            raise ConfigError(
-                f"hard time limit {hard_limit:g} s (timeout_s {timeout_s:g} + "
-                f"{hard_limit_grace_s:g} s grace) is at or above the broker's visibility "
-                f"timeout of {visibility_timeout_s:g} s: Redis would deliver the call again "
-                "while it still runs; lower timeout_s",
-                tool=name,
-            )
 
 
 def eviction_warning(client: redis.Redis) -> str | None:

@@ -12,15 +12,8 @@ from functools import cached_property
 from celery import Celery
 from sqlalchemy import Engine
 
-from . import guards
 from .approvals_view import ApprovalsView
-from .broker import (
-    HARD_LIMIT_GRACE_S,
-    VISIBILITY_TIMEOUT_S,
-    Publisher,
-    make_celery,
-    resolve_redis_url,
-)
+from .broker import Publisher, make_celery, resolve_redis_url
 from .calls import CallService
 from .clock import Clock, wall_clock_ms
 from .config import ToolConfig, load_config
@@ -128,12 +121,8 @@ class Runtime:
     def prepare(self, *, check_tools: bool = True) -> None:
         """Fail fast at start-up: load the tools and check (or, on SQLite, upgrade) the schema."""
         if check_tools:
-            # Also refuses a tool whose hard time limit reaches the broker's visibility timeout.
-            guards.check_time_limits(
-                {tool.name: tool.spec.timeout_s for tool in self.registry},
-                visibility_timeout_s=VISIBILITY_TIMEOUT_S,
-                hard_limit_grace_s=HARD_LIMIT_GRACE_S,
-            )
+            # Every tool is built now, so a bad tool config stops the start-up.
+            _ = self.registry
         ensure_schema(self.engine)
 
     def close(self) -> None:

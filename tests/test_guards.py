@@ -1,5 +1,5 @@
-"""Start-up guards (``router.guards``): limits that could lose or double a call are refused,
-a Redis that may evict messages is reported once."""
+"""Start-up guards (``router.guards``, ``workers.process``): a Redis that may evict messages
+is reported once, a worker whose tool config does not load does not start."""
 
 from __future__ import annotations
 
@@ -12,83 +12,9 @@ import pytest
 import redis
 
 from router import guards
-from router.broker import HARD_LIMIT_GRACE_S, VISIBILITY_TIMEOUT_S, celery_settings
-from router.config import parse_config
-from router.errors import ConfigError
-from router.registry import ToolRegistry
-from router.runtime import Runtime
-from router.settings import Settings
 
 from .faults import PrivateRedis, wait_for
 from .stack import REPO, stack_env, stop_group, wait_for_log, worker_argv
-
-# The longest timeout_s whose hard limit stays below the visibility timeout.
-LONGEST_OK = VISIBILITY_TIMEOUT_S - HARD_LIMIT_GRACE_S - 1
-
-
-def timeouts_of(timeout_s: float) -> dict[str, float]:
-    """The tools' timeouts, as the registry holds them after loading this config."""
-    text = (
-        "tools:\n"
-        f"  - {{name: long_job, handler: 'tests.fixture_tools:echo', timeout_s: {timeout_s}}}\n"
-        "  - {name: echo, handler: 'tests.fixture_tools:echo'}\n"
-    )
-    registry = ToolRegistry.from_config(parse_config(text, file="t.yaml", env={}), file="t.yaml")
-    return {tool.name: tool.spec.timeout_s for tool in registry}
-
-
-def config_file(tmp_path: Path, timeout_s: float) -> Path:
-    path = tmp_path / "tools.yaml"
-    path.write_text(
-        "tools:\n"
-        f"  - {{name: long_job, handler: 'tests.fixture_tools:echo', timeout_s: {timeout_s}}}\n",
-        encoding="utf-8",
-    )
-    return path
-
-
-def test_the_broker_visibility_timeout_is_the_one_the_guard_checks() -> None:
-    options = celery_settings("redis://127.0.0.1:1/0")["broker_transport_options"]
-    assert options["visibility_timeout"] == VISIBILITY_TIMEOUT_S
-
-
-def test_a_hard_limit_below_the_visibility_timeout_is_accepted() -> None:
-    guards.check_time_limits(
-        timeouts_of(LONGEST_OK),
-        visibility_timeout_s=VISIBILITY_TIMEOUT_S,
-        hard_limit_grace_s=HARD_LIMIT_GRACE_S,
-    )
-
-
-@pytest.mark.parametrize("timeout_s", [VISIBILITY_TIMEOUT_S - HARD_LIMIT_GRACE_S, 86_400])
-def test_a_hard_limit_at_or_above_the_visibility_timeout_is_refused_naming_the_tool(
-    timeout_s: float,
-) -> None:
-    with pytest.raises(ConfigError) as refused:
-        guards.check_time_limits(
-            timeouts_of(timeout_s),
-            visibility_timeout_s=VISIBILITY_TIMEOUT_S,
-            hard_limit_grace_s=HARD_LIMIT_GRACE_S,
-        )
-    assert refused.value.tool == "long_job"
-    assert "visibility timeout of 7200 s" in str(refused.value)
-    assert f"hard time limit {timeout_s + HARD_LIMIT_GRACE_S:g} s" in str(refused.value)
-
-
-def test_runtime_prepare_refuses_such_a_tool(tmp_path: Path) -> None:
-    settings = Settings(
-        state_dir=tmp_path,
-        config=config_file(tmp_path, 86_400),
-        redis_url="redis://127.0.0.1:1/0",
-    )
-    runtime = Runtime(settings)
-    try:
-        with pytest.raises(ConfigError, match="long_job"):
-            runtime.prepare()
-        # Commands that load no tools (keys, audit, db) still start.
-        runtime.prepare(check_tools=False)
-    finally:
-        runtime.close()
 
 
 @pytest.fixture
@@ -151,19 +77,21 @@ def start_worker(
     return worker, log
 
 
-def test_a_worker_refuses_to_start_with_a_hard_limit_at_the_visibility_timeout(
+def test_a_worker_refuses_to_start_with_a_tool_config_that_does_not_load(
     tmp_path: Path, evicting_redis: PrivateRedis
 ) -> None:
-    worker, log = start_worker(
-        tmp_path, evicting_redis.url, TOOLROUTER_CONFIG=str(config_file(tmp_path, 86_400))
+    config = tmp_path / "tools.yaml"
+    config.write_text(
+        "tools:\n  - {name: broken, handler: 'tests.fixture_tools:echo', timeout_s: -1}\n"
     )
+    worker, log = start_worker(tmp_path, evicting_redis.url, TOOLROUTER_CONFIG=str(config))
     try:
         code = worker.wait(timeout=60)
     finally:
         stop_group(worker)
     text = log.read_text(errors="replace")
     assert code != 0, text
-    assert "refusing to start the worker" in text and "long_job" in text, text
+    assert "refusing to start the worker" in text and "broken" in text, text
     assert "ready." not in text
 
 

@@ -16,11 +16,14 @@ def worker_settings(settings: Settings, redis_url: str) -> dict[str, Any]:
     conf = celery_settings(redis_url)
     conf.update(
         {
-            # Ack after the handler ran: a message is never lost with its worker. Duplicates
-            # are harmless because a run starts with a conditional claim in the database.
+            # Ack after the handler ran: until then a warm shutdown gives the message back
+            # to Redis. (Redis keeps no unacked copy: a message lost with a killed worker is
+            # published again from the database, see ``router.broker``.) Duplicates are
+            # harmless because a run starts with a conditional claim in the database.
             "task_acks_late": True,
-            # A worker holds one message at a time, so a slow handler does not hoard others.
-            "worker_prefetch_multiplier": 1,
+            # Each pool process has its next message at hand when a run ends, instead of
+            # idling for a round trip to Redis; only a few, so a slow handler hoards few.
+            "worker_prefetch_multiplier": settings.worker_prefetch,
             # Killed pool processes are recovered by our own reaper, not by redelivery.
             "task_reject_on_worker_lost": False,
             # Fresh pool processes now and then: handlers may leak.

@@ -11,7 +11,6 @@ from typing import Any
 from celery import signals
 
 from router import guards, metrics
-from router.broker import HARD_LIMIT_GRACE_S
 from router.errors import ConfigError
 from router.notify import Notifier
 from router.runtime import Runtime
@@ -55,22 +54,14 @@ def _fresh_after_fork(**_: Any) -> None:
 
 
 @signals.worker_init.connect
-def _refuse_unsafe_start(sender: Any = None, **_: Any) -> None:
-    """In the worker's main process, before the pool starts: refuse limits that could
-    lose or double a call, and warn once about a Redis that may evict messages."""
+def _check_start(**_: Any) -> None:
+    """In the worker's main process, before the pool starts: refuse a tool config that
+    does not load, and warn once about a Redis that may evict queued messages."""
     runtime = Runtime(get_settings())
     try:
-        # The visibility timeout actually in force for this worker's broker connection.
-        options = sender.app.conf.broker_transport_options if sender is not None else {}
-        visibility = options.get("visibility_timeout")
-        if visibility is not None:
-            # The configured tools only: importing MCP servers' tools would start their
-            # sessions in this process, just before the pool forks (theirs default to 30 s).
-            guards.check_time_limits(
-                {spec.name: spec.timeout_s for spec in runtime.tool_config.tools},
-                visibility_timeout_s=float(visibility),
-                hard_limit_grace_s=HARD_LIMIT_GRACE_S,
-            )
+        # The configured tools only: importing MCP servers' tools would start their
+        # sessions in this process, just before the pool forks.
+        runtime.tool_config  # noqa: B018 (loading it is the check)
     except ConfigError as exc:
         log.critical("refusing to start the worker: %s", exc)
         # SystemExit, not an Exception: Celery's signal dispatch logs and swallows those.
