@@ -40,7 +40,11 @@ class Client:
 
     def __init__(self, base_url: str = DEFAULT_URL, key: str = "", *, timeout: float = 60.0):
         self._http = httpx.Client(
-            base_url=base_url, headers=wire.auth_headers(key), timeout=timeout, limits=wire.LIMITS
+            base_url=base_url,
+            headers=wire.auth_headers(key),
+            timeout=timeout,
+            limits=wire.LIMITS,
+            verify=wire.tls_context(),
         )
 
     def __enter__(self) -> Client:
@@ -181,6 +185,7 @@ class AsyncClient:
                 headers=wire.auth_headers(key),
                 timeout=timeout,
                 limits=wire.SHARD_LIMITS,
+                verify=wire.tls_context(),
             )
         )
 

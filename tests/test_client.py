@@ -175,3 +175,36 @@ def test_async_client_spreads_many_calls_over_small_pools(stack: Stack) -> None:
     sizes = asyncio.run(scenario())
     assert len(sizes) >= 5, sizes
     assert max(sizes) <= 8, sizes
+
+
+def test_clients_share_one_tls_context_instead_of_loading_the_ca_bundle_per_pool(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httpx loads the CA bundle for every client it builds (40 ms), even for plain http;
+    the async client builds one per pool it opens, on the event loop, mid-burst."""
+    import ssl
+
+    from router import wire
+
+    wire.tls_context()  # the process's one load
+    loads: list[object] = []
+    real = ssl.create_default_context
+
+    def counting(*args: object, **kwargs: object) -> ssl.SSLContext:
+        loads.append(args or kwargs)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ssl, "create_default_context", counting)
+
+    async def scenario() -> int:
+        async with AsyncClient(stack.base_url, stack.keys["agent"]) as agent:
+            results = await asyncio.gather(
+                *(agent.call("echo", {"i": i}, wait_s=WAIT_S) for i in range(24))
+            )
+            assert all(result.ok for result in results)
+            return len(agent._pools._pools)
+
+    with client(stack) as agent:
+        assert agent.call("echo", {"x": 1}, wait_s=WAIT_S).ok
+    assert asyncio.run(scenario()) >= 3
+    assert loads == []
