@@ -12,9 +12,28 @@ import pytest
 import redis
 
 from router import guards
+from router.errors import ConfigError
+from router.runtime import Runtime
+from router.settings import Settings
 
 from .faults import PrivateRedis, wait_for
 from .stack import REPO, stack_env, stop_group, wait_for_log, worker_argv
+
+BROKEN_CONFIG = "tools:\n  - {name: broken, handler: 'tests.fixture_tools:echo', timeout_s: -1}\n"
+
+
+def test_runtime_prepare_refuses_a_tool_config_that_does_not_load(tmp_path: Path) -> None:
+    config = tmp_path / "tools.yaml"
+    config.write_text(BROKEN_CONFIG, encoding="utf-8")
+    settings = Settings(state_dir=tmp_path, config=config, redis_url="redis://127.0.0.1:1/0")
+    runtime = Runtime(settings)
+    try:
+        with pytest.raises(ConfigError, match="broken"):
+            runtime.prepare()
+        # Commands that load no tools (keys, audit, db) still start.
+        runtime.prepare(check_tools=False)
+    finally:
+        runtime.close()
 
 
 @pytest.fixture
@@ -81,9 +100,7 @@ def test_a_worker_refuses_to_start_with_a_tool_config_that_does_not_load(
     tmp_path: Path, evicting_redis: PrivateRedis
 ) -> None:
     config = tmp_path / "tools.yaml"
-    config.write_text(
-        "tools:\n  - {name: broken, handler: 'tests.fixture_tools:echo', timeout_s: -1}\n"
-    )
+    config.write_text(BROKEN_CONFIG, encoding="utf-8")
     worker, log = start_worker(tmp_path, evicting_redis.url, TOOLROUTER_CONFIG=str(config))
     try:
         code = worker.wait(timeout=60)
