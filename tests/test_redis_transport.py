@@ -3,15 +3,20 @@ on the session stack's real Redis and worker."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
 from pathlib import Path
 
 import redis
 
 from router.broker import make_celery
 from router.redis_transport import Channel
+from router.runtime import Runtime
+from router.settings import Settings
+from workers.celeryconfig import worker_settings
 
-from .faults import wait_for
-from .stack import Stack
+from .faults import PrivateRedis, wait_for
+from .stack import REPO, TEST_CONFIG, Stack, stack_env, stop_group, wait_for_log, worker_argv
 
 
 def test_a_channel_serves_every_use_with_one_client_on_its_own_pool(stack: Stack) -> None:
@@ -68,3 +73,66 @@ def test_redis_keeps_no_copy_of_a_message_a_worker_took(stack: Stack, tmp_path: 
             client.close()
         done = http.get(f"/v1/calls/{call_id}", params={"wait_s": 30}).json()
     assert done["status"] == "succeeded", done
+
+
+def test_the_prefetch_setting_is_what_the_worker_takes_ahead() -> None:
+    url = "redis://127.0.0.1:1/0"
+    assert worker_settings(Settings(), url)["worker_prefetch_multiplier"] == 2
+    assert worker_settings(Settings(worker_prefetch=1), url)["worker_prefetch_multiplier"] == 1
+
+
+def test_a_warm_shutdown_gives_back_the_message_it_had_not_started(tmp_path: Path) -> None:
+    """One pool process, two slow calls: the first runs, the second waits in the worker.
+    SIGTERM lets the first finish and puts the second back in Redis, with no ack copy to
+    do it from."""
+    private = PrivateRedis(tmp_path / "redis")
+    private.start()
+    database_url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    settings = Settings(
+        database_url=database_url, redis_url=private.url, state_dir=tmp_path, config=TEST_CONFIG
+    )
+    runtime = Runtime(settings)
+    runtime.prepare()
+    log = tmp_path / "worker.log"
+    env = stack_env(database_url=database_url, redis_url=private.url, state_dir=tmp_path)
+    with log.open("ab") as handle:
+        worker = subprocess.Popen(
+            worker_argv("warm", "tools.low", concurrency=1),
+            env=env,
+            cwd=REPO,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    client = redis.Redis.from_url(private.url)
+    try:
+        wait_for_log(log, "ready.", worker)
+        ledger = tmp_path / "ledger.txt"
+        tool = runtime.registry.get("ledger")
+        assert tool is not None
+        first, second = (
+            runtime.dispatcher.submit("agent", "ledger", {"path": str(ledger), "sleep": 2, "n": n})
+            for n in (1, 2)
+        )
+        assert first.call_id is not None and second.call_id is not None
+        wait_for(lambda: status(runtime, first.call_id) == "running", 30, "the first to run")
+        # Both messages are out of the queue: one running, one taken ahead.
+        wait_for(lambda: client.llen(tool.queue) == 0, 10, "the second to be taken")
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)
+        assert status(runtime, first.call_id) == "succeeded"
+        assert status(runtime, second.call_id) == "queued"
+        waiting = client.lrange(tool.queue, 0, -1)
+        assert sum(second.call_id.encode() in raw for raw in waiting) == 1
+    finally:
+        stop_group(worker)
+        client.close()
+        runtime.close()
+        private.stop()
+
+
+def status(runtime: Runtime, call_id: str) -> str:
+    with runtime.store.reading() as conn:
+        row = runtime.store.get(conn, call_id)
+    assert row is not None
+    return row.status
