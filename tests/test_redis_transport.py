@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import redis
 
 from router.broker import make_celery
+from router.clock import wall_clock_ms
+from router.notify import Notifier
 from router.redis_transport import Channel
 from router.runtime import Runtime
 from router.settings import Settings
 from workers.celeryconfig import worker_settings
+from workers.execution import Executor
 
 from .faults import PrivateRedis, wait_for
 from .stack import REPO, TEST_CONFIG, Stack, stack_env, stop_group, wait_for_log, worker_argv
@@ -81,10 +87,40 @@ def test_the_prefetch_setting_is_what_the_worker_takes_ahead() -> None:
     assert worker_settings(Settings(worker_prefetch=1), url)["worker_prefetch_multiplier"] == 1
 
 
-def test_a_warm_shutdown_gives_back_the_message_it_had_not_started(tmp_path: Path) -> None:
-    """One pool process, two slow calls: the first runs, the second waits in the worker.
-    SIGTERM lets the first finish and puts the second back in Redis, with no ack copy to
-    do it from."""
+def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """A real worker with one pool process on ``tools.low``, ready to take messages."""
+    with log.open("ab") as handle:
+        worker = subprocess.Popen(
+            worker_argv("one", "tools.low", concurrency=1),
+            env=env,
+            cwd=REPO,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    wait_for_log(log, "ready.", worker)
+    return worker
+
+
+@dataclass
+class PrivateStack:
+    """A private Redis, a SQLite database and the runtime to submit through."""
+
+    redis: PrivateRedis
+    runtime: Runtime
+    env: dict[str, str]
+    dir: Path
+
+    def submit_ledger(self, ledger: Path, n: int, sleep: float = 0) -> str:
+        result = self.runtime.dispatcher.submit(
+            "agent", "ledger", {"path": str(ledger), "sleep": sleep, "n": n}
+        )
+        assert result.call_id is not None, result
+        return result.call_id
+
+
+@pytest.fixture
+def private_stack(tmp_path: Path) -> Iterator[PrivateStack]:
     private = PrivateRedis(tmp_path / "redis")
     private.start()
     database_url = f"sqlite:///{tmp_path / 'db.sqlite'}"
@@ -93,42 +129,100 @@ def test_a_warm_shutdown_gives_back_the_message_it_had_not_started(tmp_path: Pat
     )
     runtime = Runtime(settings)
     runtime.prepare()
-    log = tmp_path / "worker.log"
     env = stack_env(database_url=database_url, redis_url=private.url, state_dir=tmp_path)
-    with log.open("ab") as handle:
-        worker = subprocess.Popen(
-            worker_argv("warm", "tools.low", concurrency=1),
-            env=env,
-            cwd=REPO,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    client = redis.Redis.from_url(private.url)
     try:
-        wait_for_log(log, "ready.", worker)
-        ledger = tmp_path / "ledger.txt"
-        tool = runtime.registry.get("ledger")
-        assert tool is not None
-        first, second = (
-            runtime.dispatcher.submit("agent", "ledger", {"path": str(ledger), "sleep": 2, "n": n})
-            for n in (1, 2)
-        )
-        assert first.call_id is not None and second.call_id is not None
-        wait_for(lambda: status(runtime, first.call_id) == "running", 30, "the first to run")
+        yield PrivateStack(private, runtime, env, tmp_path)
+    finally:
+        runtime.close()
+        private.stop()
+
+
+def test_a_warm_shutdown_gives_back_the_message_it_had_not_started(
+    private_stack: PrivateStack,
+) -> None:
+    """One pool process, two slow calls: the first runs, the second waits in the worker.
+    SIGTERM lets the first finish and puts the second back in Redis, with no ack copy to
+    do it from."""
+    runtime, ledger = private_stack.runtime, private_stack.dir / "ledger.txt"
+    worker = start_worker(private_stack.env, private_stack.dir / "worker.log")
+    client = redis.Redis.from_url(private_stack.redis.url)
+    try:
+        first, second = (private_stack.submit_ledger(ledger, n, sleep=2) for n in (1, 2))
+        wait_for(lambda: status(runtime, first) == "running", 30, "the first to run")
         # Both messages are out of the queue: one running, one taken ahead.
-        wait_for(lambda: client.llen(tool.queue) == 0, 10, "the second to be taken")
+        wait_for(lambda: client.llen("tools.low") == 0, 10, "the second to be taken")
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=60)
-        assert status(runtime, first.call_id) == "succeeded"
-        assert status(runtime, second.call_id) == "queued"
-        waiting = client.lrange(tool.queue, 0, -1)
-        assert sum(second.call_id.encode() in raw for raw in waiting) == 1
+        assert status(runtime, first) == "succeeded"
+        assert status(runtime, second) == "queued"
+        waiting = client.lrange("tools.low", 0, -1)
+        assert sum(second.encode() in raw for raw in waiting) == 1
     finally:
         stop_group(worker)
         client.close()
-        runtime.close()
-        private.stop()
+
+
+def test_a_sigkilled_worker_loses_no_call_it_had_taken_ahead(
+    private_stack: PrivateStack,
+) -> None:
+    """SIGKILL the whole worker (main process and pool) while one call runs and one waits
+    in it: Redis keeps no copy of either message, so the database is what heals them. The
+    reconciler publishes the queued call again and it runs once; the reaper interrupts the
+    running one (not idempotent, so it is never run twice)."""
+    runtime, ledger = private_stack.runtime, private_stack.dir / "ledger.txt"
+    worker = start_worker(private_stack.env, private_stack.dir / "worker.log")
+    client = redis.Redis.from_url(private_stack.redis.url)
+    replacement = None
+    try:
+        running = private_stack.submit_ledger(ledger, 1, sleep=30)
+        ahead = private_stack.submit_ledger(ledger, 2)
+        wait_for(lambda: status(runtime, running) == "running", 30, "the first to run")
+        wait_for(lambda: client.llen("tools.low") == 0, 10, "the second to be taken")
+        stop_group(worker, signal.SIGKILL)
+        assert status(runtime, ahead) == "queued"
+        # Nothing in Redis names either call: no queue entry, no unacked copy.
+        leftovers = [
+            key
+            for key in client.keys("*")
+            if client.type(key) in (b"list", b"hash", b"zset")
+            and any(
+                call_id.encode() in raw
+                for raw in _values(client, key)
+                for call_id in (running, ahead)
+            )
+        ]
+        assert leftovers == []
+
+        replacement = start_worker(private_stack.env, private_stack.dir / "worker2.log")
+        # The recovery tasks as beat would run them, a minute later: past the reconciler's
+        # requeue_after_s and past the running call's lease.
+        later = Runtime(runtime.settings, clock=lambda: wall_clock_ms() + 60_000)
+        notifier = Notifier(private_stack.redis.url)
+        try:
+            executor = Executor(later, notifier, actor="test-recovery")
+            assert executor.reconcile() == 1
+            assert executor.reap() == {"interrupted": 1}
+        finally:
+            notifier.client.close()
+            later.close()
+        wait_for(lambda: status(runtime, ahead) == "succeeded", 30, "the call taken ahead to run")
+        assert status(runtime, running) == "interrupted"
+        runs = [line.split()[0] for line in ledger.read_text().splitlines()]
+        assert sorted(runs) == sorted([running, ahead])
+    finally:
+        stop_group(worker)
+        if replacement is not None:
+            stop_group(replacement)
+        client.close()
+
+
+def _values(client: redis.Redis, key: bytes) -> list[bytes]:
+    kind = client.type(key)
+    if kind == b"list":
+        return list(client.lrange(key, 0, -1))
+    if kind == b"hash":
+        return list(client.hvals(key))
+    return list(client.zrange(key, 0, -1))
 
 
 def status(runtime: Runtime, call_id: str) -> str:
