@@ -12,6 +12,8 @@ from .params import Params
 from .procs import REPO, Processes
 from .stats import cpu_ms_per_call, latency_ms, median_rate, rate
 
+LATENCY_SAMPLES = "latency_samples_s"
+
 
 def run_baseline(params: Params, redis_url: str, log_dir: Path) -> dict[str, Any]:
     """Start a Celery worker on ``bench.noop`` and measure it; always stops the worker."""
@@ -62,6 +64,36 @@ def run_baseline(params: Params, redis_url: str, log_dir: Path) -> dict[str, Any
             "submit_rate_per_s": median_rate(submit_runs),
             "submit_rate_runs": submit_runs,
             "latency": latency_ms(samples),
+            # For ``pooled``: the latency of several baseline runs is read from all their
+            # samples, not averaged from their percentiles.
+            LATENCY_SAMPLES: samples,
         }
     finally:
         procs.stop_all()
+
+
+def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One baseline from several runs of it, spread over the benchmark so that a host
+    that speeds up or slows down meanwhile weighs on both sides of every ratio: each
+    rate is the median of every run's rates, the latency is read from all the samples,
+    the CPU per call is the mean."""
+    e2e = [r for run in runs for r in run["e2e_throughput_runs"]]
+    submit = [r for run in runs for r in run["submit_rate_runs"]]
+    samples = [s for run in runs for s in run[LATENCY_SAMPLES]]
+    processes = runs[0]["e2e_cpu_ms_per_call"]
+    return {
+        "e2e_throughput_per_s": median_rate(e2e),
+        "e2e_throughput_runs": e2e,
+        "e2e_cpu_ms_per_call": {
+            name: round(sum(run["e2e_cpu_ms_per_call"][name] for run in runs) / len(runs), 2)
+            for name in processes
+        },
+        "submit_rate_per_s": median_rate(submit),
+        "submit_rate_runs": submit,
+        "latency": latency_ms(samples),
+    }
+
+
+def summary(run: dict[str, Any]) -> dict[str, Any]:
+    """A baseline run as the report keeps it: without its raw latency samples."""
+    return {key: value for key, value in run.items() if key != LATENCY_SAMPLES}

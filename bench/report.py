@@ -98,6 +98,14 @@ def table(report: dict[str, Any]) -> str:
             parts = ", ".join(f"{name} {ms:.2f}" for name, ms in per_process.items())
             total = sum(ms for ms in per_process.values() if ms == ms)  # nan-safe
             out.append(f"CPU ms per end-to-end call, {who}: {parts} (total {total:.2f})")
+    runs = report.get("baseline_runs", [])
+    if len(runs) > 1:
+        out.append(
+            "raw Celery run by run (before each backend and at the end; the table pools them):"
+            f" end to end {_each(runs, 'e2e_throughput_per_s')} calls/s,"
+            f" delay() {_each(runs, 'submit_rate_per_s')}/s,"
+            f" delay().get() p50 {_each(runs, 'latency.p50_ms')} ms"
+        )
     load = report.get("load", {})
     start, end = load.get("start", {}).get("steal_s"), load.get("end", {}).get("steal_s")
     if start is not None and end is not None:
@@ -109,3 +117,7 @@ def table(report: dict[str, Any]) -> str:
             f"{verdict['backend']:<10} {verdict['target']:<42} {verdict['value']:>10} {mark}"
         )
     return "\n".join(out)
+
+
+def _each(runs: list[dict[str, Any]], dotted: str) -> str:
+    return " / ".join(f"{_get(run, dotted):,.1f}" for run in runs)

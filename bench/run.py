@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, text
 from router.engine import make_engine
 from router.migrate import upgrade
 
-from .celery_runs import run_baseline
+from .celery_runs import pooled, run_baseline, summary
 from .params import FULL, SMOKE, Params
 from .report import judge, table
 from .toolrouter_runs import run_toolrouter
@@ -118,10 +118,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     with tempfile.TemporaryDirectory(prefix="toolrouter-bench-") as tmp:
         work = Path(tmp)
-        _check_redis(args.redis_url)
-        print("raw Celery …", flush=True)
-        report["baseline"] = run_baseline(params, args.redis_url, work)
+        # The baseline runs before each backend and once more at the end: the host this
+        # runs on is shared, and its speed drifts over the minutes a full run takes.
+        baselines: list[dict[str, Any]] = []
+
+        def baseline(when: str) -> None:
+            _check_redis(args.redis_url)
+            print(f"raw Celery ({when}) …", flush=True)
+            logs = work / f"celery-{len(baselines)}"
+            logs.mkdir()
+            baselines.append(run_baseline(params, args.redis_url, logs))
+
         for backend in backends:
+            baseline(f"before {backend}")
             _check_redis(args.redis_url)
             print(f"toolrouter on {backend} …", flush=True)
             report["load"][f"before {backend}"] = load()
@@ -142,7 +151,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 report["toolrouter"][backend] = run_toolrouter(params, url, args.redis_url, state)
             finally:
                 _admin(args.pg_url, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        baseline("at the end")
         redis.Redis.from_url(args.redis_url).flushdb()
+    report["baseline"] = pooled(baselines)
+    report["baseline_runs"] = [summary(run) for run in baselines]
     report["load"]["end"] = load()
     report["targets"] = judge(report)
     return report

@@ -70,6 +70,15 @@ def test_bench_smoke_measures_celery_and_toolrouter_and_writes_json(
         baseline["latency"]["p50_ms"],
     ):
         assert math.isfinite(figure) and figure > 0
+    # The baseline ran before each backend and at the end; the table's figures pool the runs.
+    runs = report["baseline_runs"]
+    assert len(runs) == len(backends) + 1
+    assert sorted(baseline["e2e_throughput_runs"]) == sorted(
+        rate for run in runs for rate in run["e2e_throughput_runs"]
+    )
+    assert baseline["latency"]["samples"] == sum(run["latency"]["samples"] for run in runs)
+    assert "latency_samples_s" not in json.dumps(report)
+    assert "raw Celery run by run" in result.stdout
     assert sorted(report["toolrouter"]) == sorted(backends)
     for figures in report["toolrouter"].values():
         for key in (
