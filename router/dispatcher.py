@@ -82,6 +82,16 @@ class NewCall:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """One caller's call, as ``Dispatcher.submit`` takes it (for ``submit_many``)."""
+
+    requested_by: str
+    tool: object
+    args: object
+    idempotency_key: str | None = None
+
+
 class Dispatcher:
     """Takes calls from agents (HTTP, MCP, the Python client all come through here)."""
 
@@ -298,8 +308,89 @@ class Dispatcher:
             self.publisher.publish([new.message])
         except BrokerUnavailable as exc:
             assert new.result.call_id is not None
-            return self._fail_unpublished(requested_by, checked.tool, new.result.call_id, str(exc))
+            return self._fail_unpublished(
+                requested_by, checked.tool.name, new.result.call_id, str(exc)
+            )
         return new.result
+
+    def submit_many(self, items: Sequence[Submission]) -> list[CallResult]:
+        """Accept independent calls that arrived together (concurrent single submissions to
+        one API process) in one transaction and one publish. Never raises.
+
+        Each call is answered exactly as ``submit`` would answer it alone: checked on its
+        own, stored with its own audit row, refused or accepted on its own. Only the
+        commit and the round trip to Redis are shared. Calls with an idempotency key go
+        one by one, since a replay or a racing duplicate must be settled against what is
+        already stored.
+        """
+        results: list[CallResult | None] = [None] * len(items)
+        together: list[tuple[int, NewCall | AuditEntry]] = []
+        try:
+            now = self.clock()
+            for index, item in enumerate(items):
+                if item.idempotency_key is not None:
+                    results[index] = self.submit(*_fields(item))
+                    continue
+                checked = self.check(item.requested_by, item.tool, item.args, None)
+                if isinstance(checked, Refused):
+                    results[index] = checked.result
+                    if checked.audit is not None:
+                        together.append((index, checked.audit))
+                    continue
+                together.append((index, self.new_call(item.requested_by, checked, now=now)))
+            new = [slot for _, slot in together if isinstance(slot, NewCall)]
+            if together:
+                entries = [
+                    slot.audit if isinstance(slot, NewCall) else slot for _, slot in together
+                ]
+                with self.store.transaction() as conn:
+                    self.store_new(conn, new, entries, at=now)
+        except Unavailable as exc:
+            for index, _ in together:
+                results[index] = unavailable(str(exc), tool=echo_name(items[index].tool))
+            together, new = [], []
+        except Exception:
+            log.exception("grouped dispatch failed unexpectedly; submitting one by one")
+            # Nothing of the group was committed (refusals' audit rows neither): each call
+            # goes alone, answered and audited on its own.
+            alone = {index for index, _ in together}
+            for index, item in enumerate(items):
+                if results[index] is None or index in alone:
+                    results[index] = self.submit(*_fields(item))
+            together, new = [], []
+        # Committed: from here on every accepted call is answered, never submitted again.
+        unpublished = self._publish_committed(new)
+        for index, slot in together:
+            if isinstance(slot, NewCall):
+                result = slot.result
+                if result.call_id in unpublished:
+                    result = self._answer_unpublished(
+                        items[index].requested_by, result, unpublished[result.call_id]
+                    )
+                results[index] = result
+        return [
+            result or unavailable("internal error: no answer", tool=echo_name(item.tool))
+            for result, item in zip(results, items, strict=True)
+        ]
+
+    def _publish_committed(self, new: Sequence[NewCall]) -> dict[str, str]:
+        """Publish the messages of committed calls, as one pipeline; the calls whose
+        message Redis refused, with why."""
+        messages = [item.message for item in new if item.message is not None]
+        if not messages:
+            return {}
+        try:
+            self.publisher.publish(messages)
+        except BrokerUnavailable as exc:
+            return {message.call_id: str(exc) for message in messages}
+        return {}
+
+    def _answer_unpublished(self, actor: str, result: CallResult, error: str) -> CallResult:
+        assert result.call_id is not None and result.tool is not None
+        try:
+            return self._fail_unpublished(actor, result.tool, result.call_id, error)
+        except Unavailable as exc:
+            return unavailable(str(exc), tool=result.tool)
 
     def submit_by_capability(
         self,
@@ -336,7 +427,7 @@ class Dispatcher:
         chain = [name for name in rest if not self.registry.get(name).spec.gated]  # type: ignore[union-attr]
         return self.submit(requested_by, first, args, idempotency_key, chain=chain)
 
-    def _fail_unpublished(self, actor: str, tool: Tool, call_id: str, error: str) -> CallResult:
+    def _fail_unpublished(self, actor: str, tool: str, call_id: str, error: str) -> CallResult:
         """The broker refused the message: fail the call now rather than run it behind the
         caller's back after telling them 503."""
         now = self.clock()
@@ -348,14 +439,18 @@ class Dispatcher:
                         AuditEntry(
                             event=AuditEvent.ERROR,
                             actor=actor,
-                            tool=tool.name,
+                            tool=tool,
                             call_id=call_id,
                             detail={"error": error},
                         )
                     ],
                     at=now,
                 )
-        return unavailable(error, tool=tool.name)
+        return unavailable(error, tool=tool)
+
+
+def _fields(item: Submission) -> tuple[str, object, object, str | None]:
+    return item.requested_by, item.tool, item.args, item.idempotency_key
 
 
 def replay_of(existing: CallRow, checked: Checked) -> CallResult:

@@ -20,6 +20,7 @@ from ..notify import CompletionListener, Notifier
 from ..runtime import Runtime
 from ..ui.headers import InboxHeaders
 from . import routes_approvals, routes_batches, routes_calls, routes_misc, routes_route
+from .group_commit import GroupCommit
 from .responses import AsciiJSONResponse
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,8 @@ def create_app(runtime: Runtime) -> FastAPI:
     runtime.keys.cache = PrincipalCache()
     app.state.listener = CompletionListener(runtime.redis_url, key_cache=runtime.keys.cache)
     app.state.notifier = Notifier(runtime.redis_url)
+    # Concurrent submissions share a transaction and a publish (router.api.group_commit).
+    app.state.group_commit = GroupCommit(lambda: runtime.dispatcher)
     # MCP over streamable HTTP (SPEC §11); its session manager runs in the lifespan above.
     app.state.mcp = McpEndpoint(runtime, app.state.listener)
     app.add_route("/mcp", app.state.mcp, include_in_schema=False)

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
+from ..dispatcher import Submission
 from ..errors import Forbidden
 from ..keys import Principal
 from ..results import CallResult
@@ -14,6 +15,7 @@ from ..status import TERMINAL_STATES, Role
 from ..waiting import wait_for_call
 from .bodies import check_call_id, object_body, optional_string, wait_seconds
 from .deps import blocking, principal, runtime_of
+from .group_commit import GroupCommit
 from .models import CALL_REQUEST_SCHEMA, CALL_RESULT_RESPONSES
 from .responses import AsciiJSONResponse
 from .routes_route import rank
@@ -98,7 +100,8 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
             key,
         )
     else:
-        result = await blocking(runtime.dispatcher.submit, who.name, body["tool"], args, key)
+        group_commit: GroupCommit = request.app.state.group_commit
+        result = await group_commit.submit(Submission(who.name, body["tool"], args, key))
     unfinished = result.http_status == 200 and result.status not in TERMINAL_STATES
     if wait_s > 0 and result.call_id is not None and unfinished:
         call_id = result.call_id

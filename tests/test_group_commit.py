@@ -1,0 +1,255 @@
+"""Group commit (``Dispatcher.submit_many``, ``router.api.group_commit``): calls submitted
+together share a transaction and a publish, and each is answered, stored and audited
+exactly as it would be alone. Real database (both backends), real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy import func, select
+
+from router import AsyncClient
+from router.api.group_commit import GroupCommit
+from router.broker import Publisher, make_celery
+from router.cli.privredis import free_port
+from router.dispatcher import Dispatcher, Submission
+from router.engine import make_engine
+from router.results import CallResult
+from router.runtime import Runtime
+from router.schema import audit_log, calls
+from router.store import Store
+
+from .stack import Stack
+
+WAIT_S = 30
+
+
+def audit_rows(runtime: Runtime) -> list[tuple[str, str | None, str | None]]:
+    with runtime.store.reading() as conn:
+        rows = conn.execute(
+            select(audit_log.c.event, audit_log.c.tool, audit_log.c.call_id).order_by(
+                audit_log.c.seq
+            )
+        ).all()
+    return [(row.event, row.tool, row.call_id) for row in rows]
+
+
+def call_count(runtime: Runtime) -> int:
+    with runtime.store.reading() as conn:
+        return int(conn.execute(select(func.count()).select_from(calls)).scalar_one())
+
+
+def queued_messages(runtime: Runtime, queue: str = "tools.low") -> list[bytes]:
+    client = redis.Redis.from_url(runtime.redis_url)
+    try:
+        return list(client.lrange(queue, 0, -1))
+    finally:
+        client.close()
+
+
+MIXED = [
+    Submission("agent", "echo", {"n": 1}),
+    Submission("agent", "no-such-tool", {}),
+    Submission("agent", "strict", {"to": 1}),
+    Submission("agent", "echo", {"big": "x" * 300_000}),
+    Submission("agent", "high_echo", {"n": 2}),
+    Submission("agent", "echo", {"n": 3}, "key-1"),
+    Submission("agent", "echo", {"n": 3}, "key-1"),
+    Submission("agent", "echo", {"n": 4}, "key-1"),
+    Submission("agent2", "echo", {"n": 5}),
+]
+
+
+def test_a_group_answers_each_call_as_it_would_be_answered_alone(runtime: Runtime) -> None:
+    results = runtime.dispatcher.submit_many(MIXED)
+
+    accepted, unknown, invalid, too_large, gated, keyed, replay, conflict, other = results
+    assert (accepted.status, accepted.tool, accepted.http_status) == ("queued", "echo", 200)
+    assert (unknown.status, unknown.error) == ("rejected", "unknown tool: no-such-tool")
+    assert invalid.status == "rejected" and str(invalid.error).startswith("invalid arguments")
+    assert too_large.http_status == 413
+    assert gated.status == "pending" and gated.request_id is not None
+    assert keyed.status == "queued"
+    assert replay.call_id == keyed.call_id
+    assert (conflict.status, conflict.http_status) == ("conflict", 409)
+    assert other.status == "queued"
+    accepted_ids = [r.call_id for r in (accepted, gated, keyed, other)]
+    assert len(set(accepted_ids)) == 4 and None not in accepted_ids
+
+    # Stored with the right owner and tool, each with its own audit row; the keyed ones go
+    # one by one, before the group's shared transaction.
+    for result, owner in ((accepted, "agent"), (gated, "agent"), (other, "agent2")):
+        assert result.call_id is not None
+        row = runtime.calls.read(result.call_id)
+        assert (row.requested_by, row.tool, row.status) == (owner, result.tool, result.status)
+    assert call_count(runtime) == 4
+    assert audit_rows(runtime) == [
+        ("queued", "echo", keyed.call_id),
+        ("queued", "echo", accepted.call_id),
+        ("unknown", "no-such-tool", None),
+        ("invalid", "strict", None),
+        ("pending", "high_echo", gated.call_id),
+        ("queued", "echo", other.call_id),
+    ]
+    # One message per ungated accepted call, none for the gated one.
+    messages = queued_messages(runtime)
+    for call_id in (accepted.call_id, keyed.call_id, other.call_id):
+        assert sum(str(call_id).encode() in m for m in messages) == 1
+    assert not any(str(gated.call_id).encode() in m for m in messages)
+
+
+def test_a_group_whose_publish_fails_fails_each_accepted_call(runtime: Runtime) -> None:
+    dead = Publisher(make_celery(f"redis://127.0.0.1:{free_port()}/0"))
+    dispatcher = Dispatcher(runtime.store, runtime.registry, dead, clock=runtime.clock)
+
+    first, unknown, second = dispatcher.submit_many(
+        [
+            Submission("agent", "echo", {"n": 1}),
+            Submission("agent", "no-such-tool", {}),
+            Submission("agent", "echo", {"n": 2}),
+        ]
+    )
+
+    assert unknown.status == "rejected"
+    for result in (first, second):
+        assert result.http_status == 503
+        assert str(result.error).startswith("unavailable: broker: ")
+    # Stored, then failed on the spot, as a single submission is: nothing runs later.
+    events = [event for event, _, _ in audit_rows(runtime)]
+    assert events == ["queued", "unknown", "queued", "error", "error"]
+    with runtime.store.reading() as conn:
+        statuses = conn.execute(select(calls.c.status)).scalars().all()
+    assert sorted(statuses) == ["failed", "failed"]
+
+
+def test_a_group_on_a_database_that_is_down_is_unavailable_for_every_call(
+    runtime: Runtime,
+) -> None:
+    engine = make_engine(f"postgresql://postgres@127.0.0.1:{free_port()}/nothing")
+    dispatcher = Dispatcher(Store(engine), runtime.registry, runtime.publisher)
+    try:
+        results = dispatcher.submit_many(MIXED)
+    finally:
+        engine.dispose()
+    by_status = {(r.status, r.http_status) for r in results}
+    # Only the request too large is refused before the database is needed.
+    assert by_status == {("unavailable", 503), ("bad_request", 413)}
+    assert all(
+        str(r.error).startswith("unavailable: database: ") for r in results if r.http_status == 503
+    )
+    assert queued_messages(runtime) == []
+
+
+def test_a_group_that_fails_unexpectedly_is_submitted_one_by_one(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dispatcher = runtime.dispatcher
+    store_new = dispatcher.store_new
+
+    def refuse_groups(conn: Any, new: Sequence[Any], entries: Sequence[Any], *, at: int) -> None:
+        if len(entries) > 1:
+            raise RuntimeError("a bug that only groups hit")
+        store_new(conn, new, entries, at=at)
+
+    monkeypatch.setattr(dispatcher, "store_new", refuse_groups)
+    items = [
+        Submission("agent", "echo", {"n": 1}),
+        Submission("agent", "no-such-tool", {}),
+        Submission("agent", "echo", {"n": 2}),
+    ]
+
+    first, unknown, second = dispatcher.submit_many(items)
+
+    assert (first.status, unknown.status, second.status) == ("queued", "rejected", "queued")
+    # Nothing of the failed group was kept, and nothing is doubled: one call and one audit
+    # row for each accepted call, one audit row for the rejection.
+    assert call_count(runtime) == 2
+    assert audit_rows(runtime) == [
+        ("queued", "echo", first.call_id),
+        ("unknown", "no-such-tool", None),
+        ("queued", "echo", second.call_id),
+    ]
+
+
+class CountingDispatcher:
+    """The real dispatcher, with the size of every group it is given written down."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher, self.groups = dispatcher, []  # type: tuple[Dispatcher, list[int]]
+
+    def submit_many(self, items: Sequence[Submission]) -> list[CallResult]:
+        self.groups.append(len(items))
+        return self.dispatcher.submit_many(items)
+
+
+def test_concurrent_submissions_share_transactions_and_each_gets_its_own_answer(
+    runtime: Runtime,
+) -> None:
+    counting = CountingDispatcher(runtime.dispatcher)
+    group_commit = GroupCommit(lambda: counting, max_group=16)  # type: ignore[arg-type,return-value]
+
+    async def scenario() -> list[CallResult]:
+        return await asyncio.gather(
+            *(group_commit.submit(Submission("agent", "echo", {"i": i})) for i in range(40))
+        )
+
+    results = asyncio.run(scenario())
+
+    assert all(r.status == "queued" for r in results)
+    assert len({r.call_id for r in results}) == 40
+    # Each answer is its own call's: the stored arguments are the ones that caller sent.
+    for i, result in enumerate(results):
+        assert result.call_id is not None
+        assert runtime.calls.read(result.call_id).arguments == {"i": i}
+    assert sum(counting.groups) == 40
+    assert max(counting.groups) <= 16
+    assert len(counting.groups) < 40, counting.groups  # they did share
+
+
+def test_a_caller_that_goes_away_still_has_its_call_submitted(runtime: Runtime) -> None:
+    group_commit = GroupCommit(lambda: runtime.dispatcher)
+
+    async def scenario() -> CallResult:
+        gone = asyncio.ensure_future(group_commit.submit(Submission("agent", "echo", {"n": 1})))
+        await asyncio.sleep(0)  # queued
+        gone.cancel()
+        # A later submission is answered after the group before it, the abandoned one's.
+        return await group_commit.submit(Submission("agent", "echo", {"n": 2}))
+
+    after = asyncio.run(scenario())
+
+    assert after.status == "queued"
+    assert call_count(runtime) == 2
+
+
+def test_concurrent_calls_over_http_are_answered_each_with_its_own_outcome(
+    stack: Stack,
+) -> None:
+    """A mix of good and bad calls in flight at once through the API: every caller gets
+    the answer to its own call."""
+
+    async def scenario() -> list[CallResult]:
+        async with AsyncClient(stack.base_url, stack.keys["agent"]) as agent:
+            calls_: list[Any] = []
+            for i in range(30):
+                if i % 3 == 0:
+                    calls_.append(agent.call("echo", {"i": i}, wait_s=WAIT_S))
+                elif i % 3 == 1:
+                    calls_.append(agent.call("strict", {"to": i}, wait_s=WAIT_S))
+                else:
+                    calls_.append(agent.call("no-such-tool", {"i": i}, wait_s=WAIT_S))
+            return list(await asyncio.gather(*calls_))
+
+    results = asyncio.run(scenario())
+
+    for i, result in enumerate(results):
+        if i % 3 == 0:
+            assert (result.status, result.value) == ("succeeded", {"i": i})
+        elif i % 3 == 1:
+            assert (result.status, result.tool) == ("rejected", "strict")
+        else:
+            assert (result.status, result.error) == ("rejected", "unknown tool: no-such-tool")
