@@ -24,6 +24,7 @@ import httpx
 
 from . import wire
 from .errors import Unavailable
+from .http_backend import async_transport
 from .results import CallResult, unavailable
 from .wire import BATCH_TIMEOUT_S, BatchReceipt, BatchStatus, Decided
 
@@ -184,8 +185,7 @@ class AsyncClient:
                 base_url=base_url,
                 headers=wire.auth_headers(key),
                 timeout=timeout,
-                limits=wire.SHARD_LIMITS,
-                verify=wire.tls_context(),
+                transport=async_transport(limits=wire.SHARD_LIMITS, verify=wire.tls_context()),
             )
         )
 
