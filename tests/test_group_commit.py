@@ -1,4 +1,4 @@
-"""Group commit (``Dispatcher.submit_many``, ``router.api.group_commit``): calls submitted
+"""Group commit (``Dispatcher.submit_many``, ``router.group_commit``): calls submitted
 together share a transaction and a publish, and each is answered, stored and audited
 exactly as it would be alone. Real database (both backends), real Redis."""
 
@@ -13,11 +13,11 @@ import redis
 from sqlalchemy import func, select
 
 from router import AsyncClient
-from router.api.group_commit import GroupCommit
 from router.broker import Publisher, make_celery
 from router.cli.privredis import free_port
 from router.dispatcher import Dispatcher, Submission
 from router.engine import make_engine
+from router.group_commit import GroupCommit
 from router.results import CallResult
 from router.runtime import Runtime
 from router.schema import audit_log, calls

@@ -9,13 +9,13 @@ from fastapi.responses import JSONResponse
 
 from ..dispatcher import Submission
 from ..errors import Forbidden
+from ..group_commit import GroupCommit
 from ..keys import Principal
 from ..results import CallResult
 from ..status import TERMINAL_STATES, Role
 from ..waiting import wait_for_call
 from .bodies import check_call_id, object_body, optional_string, wait_seconds
 from .deps import blocking, principal, runtime_of
-from .group_commit import GroupCommit
 from .models import CALL_REQUEST_SCHEMA, CALL_RESULT_RESPONSES
 from .responses import AsciiJSONResponse
 from .routes_route import rank

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from ..dispatcher import Dispatcher, Submission
-from ..results import CallResult, error_message, unavailable
-from ..threads import blocking
+from .dispatcher import Dispatcher, Submission
+from .results import CallResult, error_message, unavailable
+from .threads import blocking
 
 # Calls per transaction at most; more wait for the next group.
 MAX_GROUP = 128
