@@ -118,8 +118,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     with tempfile.TemporaryDirectory(prefix="toolrouter-bench-") as tmp:
         work = Path(tmp)
-        # The baseline runs before each backend and once more at the end: the host this
-        # runs on is shared, and its speed drifts over the minutes a full run takes.
+        # The baseline runs before each backend and once more at the end, and each backend
+        # is compared with the runs just before and after it: the host this runs on is
+        # shared, and its speed drifts over the twenty minutes a full run takes.
         baselines: list[dict[str, Any]] = []
 
         def baseline(when: str) -> None:
@@ -154,6 +155,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         baseline("at the end")
         redis.Redis.from_url(args.redis_url).flushdb()
     report["baseline"] = pooled(baselines)
+    # Each backend against the baseline runs just before and just after it.
+    report["baseline_for"] = {
+        backend: pooled(baselines[i : i + 2]) for i, backend in enumerate(backends)
+    }
     report["baseline_runs"] = [summary(run) for run in baselines]
     report["load"]["end"] = load()
     report["targets"] = judge(report)

@@ -112,6 +112,21 @@ def start_with_recovery(stack: Stack, *, tool_concurrency: int = 2, api: bool = 
         wait_for_log(stack.state_dir / f"{name}.log", needle, stack.processes[name])
 
 
+def spawn_worker(
+    name: str, env: dict[str, str], log: Path, *, queues: str = "tools.low", concurrency: int = 1
+) -> subprocess.Popen[bytes]:
+    """A worker of a test's own, in its own process group, logging to ``log``."""
+    with log.open("ab") as handle:
+        return subprocess.Popen(
+            worker_argv(name, queues, concurrency=concurrency),
+            env=env,
+            cwd=REPO,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 def worker_argv(name: str, queues: str, *, concurrency: int) -> list[str]:
     """A Celery worker on ``queues``, as the tests run it."""
     return processes.celery(

@@ -79,6 +79,17 @@ def test_bench_smoke_measures_celery_and_toolrouter_and_writes_json(
     assert baseline["latency"]["samples"] == sum(run["latency"]["samples"] for run in runs)
     assert "latency_samples_s" not in json.dumps(report)
     assert "raw Celery run by run" in result.stdout
+    # Each backend is judged against the runs just before and after it.
+    for i, backend in enumerate(backends):
+        around = report["baseline_for"][backend]
+        assert sorted(around["e2e_throughput_runs"]) == sorted(
+            rate for run in runs[i : i + 2] for rate in run["e2e_throughput_runs"]
+        )
+        e2e = next(t for t in report["targets"] if t["backend"] == backend and "e2e" in t["target"])
+        expected = (
+            report["toolrouter"][backend]["e2e_throughput_per_s"] / around["e2e_throughput_per_s"]
+        )
+        assert e2e["value"] == round(expected, 3)
     assert sorted(report["toolrouter"]) == sorted(backends)
     for figures in report["toolrouter"].values():
         for key in (

@@ -17,7 +17,7 @@ from router.runtime import Runtime
 from router.settings import Settings
 
 from .faults import PrivateRedis, wait_for
-from .stack import REPO, stack_env, stop_group, wait_for_log, worker_argv
+from .stack import spawn_worker, stack_env, stop_group, wait_for_log
 
 BROKEN_CONFIG = "tools:\n  - {name: broken, handler: 'tests.fixture_tools:echo', timeout_s: -1}\n"
 
@@ -84,16 +84,7 @@ def start_worker(
         **extra,
     )
     log = tmp_path / "worker.log"
-    with log.open("ab") as handle:
-        worker = subprocess.Popen(
-            worker_argv("guarded", "tools.low", concurrency=1),
-            env=env,
-            cwd=REPO,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    return worker, log
+    return spawn_worker("guarded", env, log), log
 
 
 def test_a_worker_refuses_to_start_with_a_tool_config_that_does_not_load(

@@ -22,7 +22,7 @@ from workers.celeryconfig import worker_settings
 from workers.execution import Executor
 
 from .faults import PrivateRedis, wait_for
-from .stack import REPO, TEST_CONFIG, Stack, stack_env, stop_group, wait_for_log, worker_argv
+from .stack import TEST_CONFIG, Stack, spawn_worker, stack_env, stop_group, wait_for_log
 
 
 def test_a_channel_serves_every_use_with_one_client_on_its_own_pool(stack: Stack) -> None:
@@ -89,15 +89,7 @@ def test_the_prefetch_setting_is_what_the_worker_takes_ahead() -> None:
 
 def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     """A real worker with one pool process on ``tools.low``, ready to take messages."""
-    with log.open("ab") as handle:
-        worker = subprocess.Popen(
-            worker_argv("one", "tools.low", concurrency=1),
-            env=env,
-            cwd=REPO,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    worker = spawn_worker("one", env, log)
     wait_for_log(log, "ready.", worker)
     return worker
 
