@@ -29,6 +29,9 @@ def is_readable(sock: socket.socket | None) -> bool:
     fd = -1 if sock is None else sock.fileno()
     if fd < 0:
         return True
+    if not hasattr(select, "poll"):  # Windows
+        readable, _, _ = select.select([fd], [], [], 0)
+        return bool(readable)
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     return bool(poller.poll(0))
