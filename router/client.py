@@ -24,7 +24,7 @@ import httpx
 
 from . import wire
 from .errors import Unavailable
-from .http_backend import async_transport
+from .http_backend import keep_sockets
 from .results import CallResult, unavailable
 from .wire import BATCH_TIMEOUT_S, BatchReceipt, BatchStatus, Decided
 
@@ -181,11 +181,14 @@ class AsyncClient:
 
     def __init__(self, base_url: str = DEFAULT_URL, key: str = "", *, timeout: float = 60.0):
         self._pools = _PoolShards(
-            lambda: httpx.AsyncClient(
-                base_url=base_url,
-                headers=wire.auth_headers(key),
-                timeout=timeout,
-                transport=async_transport(limits=wire.SHARD_LIMITS, verify=wire.tls_context()),
+            lambda: keep_sockets(
+                httpx.AsyncClient(
+                    base_url=base_url,
+                    headers=wire.auth_headers(key),
+                    timeout=timeout,
+                    limits=wire.SHARD_LIMITS,
+                    verify=wire.tls_context(),
+                )
             )
         )
 

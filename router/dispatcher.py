@@ -320,16 +320,16 @@ class Dispatcher:
         Each call is answered exactly as ``submit`` would answer it alone: checked on its
         own, stored with its own audit row, refused or accepted on its own. Only the
         commit and the round trip to Redis are shared. Calls with an idempotency key go
-        one by one, since a replay or a racing duplicate must be settled against what is
-        already stored.
+        one by one after the group, since a replay or a racing duplicate must be settled
+        against what is already stored.
         """
         results: list[CallResult | None] = [None] * len(items)
         together: list[tuple[int, NewCall | AuditEntry]] = []
+        new: list[NewCall] = []
         try:
             now = self.clock()
             for index, item in enumerate(items):
                 if item.idempotency_key is not None:
-                    results[index] = self.submit(*_fields(item))
                     continue
                 checked = self.check(item.requested_by, item.tool, item.args, None)
                 if isinstance(checked, Refused):
@@ -355,19 +355,20 @@ class Dispatcher:
             # goes alone, answered and audited on its own.
             alone = {index for index, _ in together}
             for index, item in enumerate(items):
-                if results[index] is None or index in alone:
+                if item.idempotency_key is None and (results[index] is None or index in alone):
                     results[index] = self.submit(*_fields(item))
             together, new = [], []
-        # Committed: from here on every accepted call is answered, never submitted again.
+        # Committed: from here on every accepted call is answered, never submitted again,
+        # and what goes wrong for one call is that call's answer alone.
         unpublished = self._publish_committed(new)
         for index, slot in together:
             if isinstance(slot, NewCall):
-                result = slot.result
-                if result.call_id in unpublished:
-                    result = self._answer_unpublished(
-                        items[index].requested_by, result, unpublished[result.call_id]
-                    )
-                results[index] = result
+                results[index] = self._answer_committed(
+                    items[index].requested_by, slot.result, unpublished
+                )
+        for index, item in enumerate(items):
+            if item.idempotency_key is not None:
+                results[index] = self.submit(*_fields(item))
         return [
             result or unavailable("internal error: no answer", tool=echo_name(item.tool))
             for result, item in zip(results, items, strict=True)
@@ -375,7 +376,7 @@ class Dispatcher:
 
     def _publish_committed(self, new: Sequence[NewCall]) -> dict[str, str]:
         """Publish the messages of committed calls, as one pipeline; the calls whose
-        message Redis refused, with why."""
+        message may not have gone out, with why."""
         messages = [item.message for item in new if item.message is not None]
         if not messages:
             return {}
@@ -383,14 +384,28 @@ class Dispatcher:
             self.publisher.publish(messages)
         except BrokerUnavailable as exc:
             return {message.call_id: str(exc) for message in messages}
+        except Exception as exc:
+            log.exception("publishing a group failed unexpectedly")
+            error = f"unavailable: internal error: {error_message(exc)}"
+            return {message.call_id: error for message in messages}
         return {}
 
-    def _answer_unpublished(self, actor: str, result: CallResult, error: str) -> CallResult:
+    def _answer_committed(
+        self, actor: str, result: CallResult, unpublished: dict[str, str]
+    ) -> CallResult:
+        """A committed call's answer: as accepted, or failed if its message did not go out."""
         assert result.call_id is not None and result.tool is not None
+        if result.call_id not in unpublished:
+            return result
         try:
-            return self._fail_unpublished(actor, result.tool, result.call_id, error)
+            return self._fail_unpublished(
+                actor, result.tool, result.call_id, unpublished[result.call_id]
+            )
         except Unavailable as exc:
             return unavailable(str(exc), tool=result.tool)
+        except Exception as exc:
+            log.exception("failing an unpublished call failed unexpectedly")
+            return unavailable(f"internal error: {error_message(exc)}", tool=result.tool)
 
     def submit_by_capability(
         self,
@@ -432,7 +447,13 @@ class Dispatcher:
         caller's back after telling them 503."""
         now = self.clock()
         with self.store.transaction() as conn:
-            if self.store.fail_unclaimed(conn, call_id, now=now, error=error):
+            if not self.store.fail_unclaimed(conn, call_id, now=now, error=error):
+                # A worker has it after all (the message went out before the error):
+                # answer with where the call stands, not a 503 for a call that runs.
+                row = self.store.get(conn, call_id)
+                if row is not None:
+                    return row.result()
+            else:
                 audit.append(
                     conn,
                     [

@@ -96,17 +96,22 @@ class SocketKeepingBackend(httpcore.AsyncNetworkBackend):
         await self._backend.sleep(seconds)
 
 
-def async_transport(*, limits: httpx.Limits, verify: ssl.SSLContext) -> httpx.AsyncHTTPTransport:
-    """httpx's async transport, its pool on ``SocketKeepingBackend``.
+def keep_sockets(client: httpx.AsyncClient) -> httpx.AsyncClient:
+    """``client``, its connection pools (the direct one and any proxy's from the
+    environment) put on ``SocketKeepingBackend``.
 
-    httpx offers no way to choose the pool's network backend, so it is set on the pool
-    httpx made (``_pool._network_backend``, private to httpx and httpcore). Should a
-    release rename either, the transport is left as httpx made it: slower, still right.
+    httpx offers no way to choose a pool's network backend, and passing a transport of
+    our own would switch off its proxy settings; so the backend is set on the pools httpx
+    made (``_transport``, ``_mounts``, ``_pool._network_backend``: private to httpx and
+    httpcore). Should a release rename any of them, the pools stay as httpx made them:
+    slower, still right.
     """
-    transport = httpx.AsyncHTTPTransport(limits=limits, verify=verify)
-    pool = getattr(transport, "_pool", None)
-    if isinstance(pool, httpcore.AsyncConnectionPool) and hasattr(pool, "_network_backend"):
-        pool._network_backend = SocketKeepingBackend()
-    else:
-        log.warning("httpx's transport has changed; idle connections are checked its own way")
-    return transport
+    transports = [getattr(client, "_transport", None)]
+    transports += list((getattr(client, "_mounts", None) or {}).values())
+    for transport in transports:
+        pool = getattr(transport, "_pool", None)
+        if isinstance(pool, httpcore.AsyncConnectionPool) and hasattr(pool, "_network_backend"):
+            pool._network_backend = SocketKeepingBackend()
+        elif transport is not None:
+            log.warning("httpx's transport has changed; idle connections are checked its way")
+    return client

@@ -81,19 +81,19 @@ def test_a_group_answers_each_call_as_it_would_be_answered_alone(runtime: Runtim
     assert len(set(accepted_ids)) == 4 and None not in accepted_ids
 
     # Stored with the right owner and tool, each with its own audit row; the keyed ones go
-    # one by one, before the group's shared transaction.
+    # one by one, after the group's shared transaction.
     for result, owner in ((accepted, "agent"), (gated, "agent"), (other, "agent2")):
         assert result.call_id is not None
         row = runtime.calls.read(result.call_id)
         assert (row.requested_by, row.tool, row.status) == (owner, result.tool, result.status)
     assert call_count(runtime) == 4
     assert audit_rows(runtime) == [
-        ("queued", "echo", keyed.call_id),
         ("queued", "echo", accepted.call_id),
         ("unknown", "no-such-tool", None),
         ("invalid", "strict", None),
         ("pending", "high_echo", gated.call_id),
         ("queued", "echo", other.call_id),
+        ("queued", "echo", keyed.call_id),
     ]
     # One message per ungated accepted call, none for the gated one.
     messages = queued_messages(runtime)
@@ -175,6 +175,62 @@ def test_a_group_that_fails_unexpectedly_is_submitted_one_by_one(
     ]
 
 
+def test_one_call_failing_after_the_commit_fails_alone(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis refuses the group's messages, and failing one of the calls then breaks in
+    an unexpected way: that call is answered 503, the others as usual."""
+    dead = Publisher(make_celery(f"redis://127.0.0.1:{free_port()}/0"))
+    dispatcher = Dispatcher(runtime.store, runtime.registry, dead, clock=runtime.clock)
+    fail_unpublished = dispatcher._fail_unpublished
+    broken: list[str] = []
+
+    def breaks_once(actor: str, tool: str, call_id: str, error: str) -> CallResult:
+        if not broken:
+            broken.append(call_id)
+            raise RuntimeError("a bug on one call")
+        return fail_unpublished(actor, tool, call_id, error)
+
+    monkeypatch.setattr(dispatcher, "_fail_unpublished", breaks_once)
+
+    first, unknown, second = dispatcher.submit_many(
+        [
+            Submission("agent", "echo", {"n": 1}),
+            Submission("agent", "no-such-tool", {}),
+            Submission("agent", "echo", {"n": 2}),
+        ]
+    )
+
+    assert (first.status, first.tool, first.error) == (
+        "unavailable",
+        "echo",
+        "unavailable: internal error: a bug on one call",
+    )
+    assert (unknown.status, unknown.http_status) == ("rejected", 200)
+    assert second.http_status == 503 and str(second.error).startswith("unavailable: broker: ")
+
+
+def test_an_unpublished_call_a_worker_claimed_anyway_is_answered_as_it_stands(
+    runtime: Runtime,
+) -> None:
+    """The publish reported an error after the message had gone out, and a worker took
+    the call: the caller is told where the call stands, not 503 for a call that runs."""
+    dispatcher = runtime.dispatcher
+    accepted = dispatcher.submit("agent", "echo", {"n": 1})
+    assert accepted.call_id is not None
+    with runtime.store.transaction() as conn:
+        assert runtime.store.claim(conn, accepted.call_id, now=runtime.clock(), lease_ms=60_000)
+
+    answer = dispatcher._fail_unpublished("agent", "echo", accepted.call_id, "broker: gone")
+
+    assert (answer.status, answer.http_status, answer.call_id) == (
+        "running",
+        200,
+        accepted.call_id,
+    )
+    assert runtime.calls.read(accepted.call_id).status == "running"
+
+
 class CountingDispatcher:
     """The real dispatcher, with the size of every group it is given written down."""
 
@@ -184,6 +240,67 @@ class CountingDispatcher:
     def submit_many(self, items: Sequence[Submission]) -> list[CallResult]:
         self.groups.append(len(items))
         return self.dispatcher.submit_many(items)
+
+    def submit(self, *args: Any) -> CallResult:
+        return self.dispatcher.submit(*args)
+
+
+def test_keyed_calls_do_not_wait_in_groups(runtime: Runtime) -> None:
+    counting = CountingDispatcher(runtime.dispatcher)
+    group_commit = GroupCommit(lambda: counting)  # type: ignore[arg-type,return-value]
+
+    async def scenario() -> list[CallResult]:
+        return await asyncio.gather(
+            *(
+                group_commit.submit(Submission("agent", "echo", {"i": i}, f"key-{i % 3}"))
+                for i in range(6)
+            )
+        )
+
+    results = asyncio.run(scenario())
+
+    assert counting.groups == []
+    # Three keys, each used twice with other arguments: one call each, and 409s.
+    assert sorted(r.http_status for r in results) == [200, 200, 200, 409, 409, 409]
+    assert call_count(runtime) == 3
+
+
+def test_one_caller_after_another_is_answered_each_time(runtime: Runtime) -> None:
+    """Each submission comes just after the last drain task finished (its answer wakes the
+    caller before the task's end is handled): a new task must take it."""
+    group_commit = GroupCommit(lambda: runtime.dispatcher)
+
+    async def scenario() -> list[CallResult]:
+        return [
+            await asyncio.wait_for(
+                group_commit.submit(Submission("agent", "echo", {"i": i})), timeout=30
+            )
+            for i in range(5)
+        ]
+
+    assert [r.status for r in asyncio.run(scenario())] == ["queued"] * 5
+    assert call_count(runtime) == 5
+
+
+def test_a_shutdown_leaves_no_caller_hanging(runtime: Runtime) -> None:
+    group_commit = GroupCommit(lambda: runtime.dispatcher)
+
+    async def scenario() -> list[CallResult]:
+        callers = [
+            asyncio.ensure_future(group_commit.submit(Submission("agent", "echo", {"i": i})))
+            for i in range(5)
+        ]
+        await asyncio.sleep(0)  # all queued, the drain task started
+        loop = asyncio.get_running_loop()
+        drain = group_commit._queues[loop].draining
+        assert drain is not None
+        drain.cancel()  # as the loop's shutdown would
+        return await asyncio.wait_for(asyncio.gather(*callers), timeout=30)
+
+    results = asyncio.run(scenario())
+
+    assert {r.status for r in results} == {"unavailable"}
+    assert {r.http_status for r in results} == {503}
 
 
 def test_concurrent_submissions_share_transactions_and_each_gets_its_own_answer(

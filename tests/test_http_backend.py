@@ -8,9 +8,10 @@ import asyncio
 import socket
 
 import httpx
+import pytest
 
 from router import AsyncClient
-from router.http_backend import SocketKeepingBackend, async_transport, is_readable
+from router.http_backend import SocketKeepingBackend, is_readable, keep_sockets
 from router.wire import SHARD_LIMITS, tls_context
 
 
@@ -30,32 +31,98 @@ def test_is_readable_sees_data_and_a_closed_peer() -> None:
     assert is_readable(None)
 
 
+async def http_server(*, close_after_answer: bool, requests: list[bytes]) -> asyncio.Server:
+    """A minimal HTTP/1.1 server: answers ``{}`` to each request (keeping the connection
+    open unless told to close it), and writes down each request line it got."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                requests.append(head.split(b"\r\n", 1)[0])
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+                await writer.drain()
+                if close_after_answer:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+def connections_for_three_requests(close_after_answer: bool) -> tuple[list[int], int]:
+    opened = 0
+
+    async def scenario() -> list[int]:
+        nonlocal opened
+        requests: list[bytes] = []
+        server = await http_server(close_after_answer=close_after_answer, requests=requests)
+        port = server.sockets[0].getsockname()[1]
+
+        def count(*_: object) -> None:
+            nonlocal opened
+            opened += 1
+
+        statuses = []
+        client = keep_sockets(httpx.AsyncClient(limits=SHARD_LIMITS, verify=tls_context()))
+        async with server, client:
+            for _ in range(3):
+                response = await client.get(
+                    f"http://127.0.0.1:{port}/", extensions={"trace": _counting(count)}
+                )
+                statuses.append(response.status_code)
+                await asyncio.sleep(0.05)  # a close from the server reaches us
+        return statuses
+
+    return asyncio.run(scenario()), opened
+
+
+def _counting(count: object) -> object:
+    async def trace(event: str, _info: dict[str, object]) -> None:
+        if event == "connection.connect_tcp.complete":
+            count()  # type: ignore[operator]
+
+    return trace
+
+
 def test_a_connection_the_server_closed_is_not_used_again() -> None:
     """The server answers with keep-alive, then closes the connection: the next request
     must go out on a new connection, not fail on the dead one."""
-    connections = 0
+    statuses, opened = connections_for_three_requests(close_after_answer=True)
+    assert statuses == [200, 200, 200]
+    assert opened == 3
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
-        await writer.drain()
-        writer.close()
 
-    async def scenario() -> list[int]:
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        transport = async_transport(limits=SHARD_LIMITS, verify=tls_context())
-        statuses = []
-        async with server, httpx.AsyncClient(transport=transport) as http:
-            for _ in range(3):
-                statuses.append((await http.get(f"http://127.0.0.1:{port}/")).status_code)
-                await asyncio.sleep(0.05)  # the server's close reaches us
-        return statuses
+def test_a_connection_the_server_keeps_is_used_again() -> None:
+    statuses, opened = connections_for_three_requests(close_after_answer=False)
+    assert statuses == [200, 200, 200]
+    assert opened == 1
 
-    assert asyncio.run(scenario()) == [200, 200, 200]
-    assert connections == 3
+
+def test_the_async_client_still_goes_through_the_proxy_of_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    requests: list[bytes] = []
+
+    async def scenario() -> object:
+        proxy = await http_server(close_after_answer=False, requests=requests)
+        port = proxy.sockets[0].getsockname()[1]
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        async with proxy, AsyncClient("http://toolrouter.invalid:8000", "key") as client:
+            answer = await client.submit("echo", {})
+            with client._pools.lease() as http:
+                pools = [t._pool for t in http._mounts.values()]  # type: ignore[attr-defined]
+        return answer, pools
+
+    answer, pools = asyncio.run(scenario())  # type: ignore[misc]
+    # The proxy got the request for the API (its answer, {}, is no call result).
+    assert requests == [b"POST http://toolrouter.invalid:8000/v1/calls HTTP/1.1"]
+    assert answer.status == "unavailable" or answer.call_id is None
+    assert pools and all(isinstance(p._network_backend, SocketKeepingBackend) for p in pools)
 
 
 def test_the_async_client_pools_use_the_socket_keeping_backend() -> None:
