@@ -20,6 +20,7 @@ from .config import ToolConfig, load_config
 from .decisions import DecisionClient
 from .dispatcher import Dispatcher
 from .engine import make_engine
+from .group_commit import GroupCommit
 from .keys import KeyStore
 from .mcp_client import McpConnections, parse_servers
 from .migrate import ensure_schema
@@ -89,6 +90,11 @@ class Runtime:
             clock=self.clock,
             max_args_bytes=self.settings.max_args_bytes,
         )
+
+    @cached_property
+    def group_commit(self) -> GroupCommit:
+        """The process's one queue of submissions (HTTP and MCP) that share transactions."""
+        return GroupCommit(lambda: self.dispatcher)
 
     @cached_property
     def decisions(self) -> DecisionClient:

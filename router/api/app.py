@@ -14,7 +14,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import metrics, ui
 from ..errors import RequestError, SchemaOutdated, Unavailable
-from ..group_commit import GroupCommit
 from ..key_cache import PrincipalCache
 from ..mcp import McpEndpoint
 from ..notify import CompletionListener, Notifier
@@ -102,8 +101,6 @@ def create_app(runtime: Runtime) -> FastAPI:
     runtime.keys.cache = PrincipalCache()
     app.state.listener = CompletionListener(runtime.redis_url, key_cache=runtime.keys.cache)
     app.state.notifier = Notifier(runtime.redis_url)
-    # Concurrent submissions share a transaction and a publish (router.group_commit).
-    app.state.group_commit = GroupCommit(lambda: runtime.dispatcher)
     # MCP over streamable HTTP (SPEC §11); its session manager runs in the lifespan above.
     app.state.mcp = McpEndpoint(runtime, app.state.listener)
     app.add_route("/mcp", app.state.mcp, include_in_schema=False)

@@ -9,7 +9,6 @@ from fastapi.responses import JSONResponse
 
 from ..dispatcher import Submission
 from ..errors import Forbidden
-from ..group_commit import GroupCommit
 from ..keys import Principal
 from ..results import CallResult
 from ..status import TERMINAL_STATES, Role
@@ -100,8 +99,8 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
             key,
         )
     else:
-        group_commit: GroupCommit = request.app.state.group_commit
-        result = await group_commit.submit(Submission(who.name, body["tool"], args, key))
+        # Concurrent submissions share a transaction and a publish (router.group_commit).
+        result = await runtime.group_commit.submit(Submission(who.name, body["tool"], args, key))
     unfinished = result.http_status == 200 and result.status not in TERMINAL_STATES
     if wait_s > 0 and result.call_id is not None and unfinished:
         call_id = result.call_id

@@ -19,7 +19,6 @@ from mcp.shared.exceptions import MCPError
 
 from ..dispatcher import Submission, echo_name
 from ..errors import NotFound, RequestError, Unavailable
-from ..group_commit import GroupCommit
 from ..keys import Principal
 from ..notify import CompletionListener
 from ..results import CallResult
@@ -44,8 +43,6 @@ class ToolrouterMcp:
 
     def __init__(self, runtime: Runtime, listener: CompletionListener, identify: Identify) -> None:
         self.runtime, self.listener, self.identify = runtime, listener, identify
-        # Calls made at once share a transaction and a publish, as over HTTP.
-        self.group_commit = GroupCommit(lambda: runtime.dispatcher)
         settings = runtime.settings
         self.call_wait_s = settings.mcp_call_wait_s
         self.max_wait_s = settings.max_wait_s
@@ -97,7 +94,8 @@ class ToolrouterMcp:
         args: Any = params.arguments if params.arguments is not None else {}
         if params.name == STATUS_TOOL:
             return await self._status(who, args)
-        result = await self.group_commit.submit(Submission(who.name, params.name, args))
+        # Shared with the HTTP API's submissions of this process (router.group_commit).
+        result = await self.runtime.group_commit.submit(Submission(who.name, params.name, args))
         running = result.status in (CallStatus.QUEUED, CallStatus.RUNNING)
         if running and result.call_id is not None and self.call_wait_s > 0:
             result = await self.wait(who, result.call_id, self.call_wait_s, known_unfinished=True)
