@@ -100,20 +100,26 @@ class RunMessage:
     timeout_s: float
     # Seconds to hold the message before it runs (a retry's backoff, a rate limit's wait).
     countdown: float | None = None
+    # How many calls of this tool may share one message with it (``router.bulk.pack``).
+    calls_per_message: int = 1
 
 
 class Publisher:
     """Publishes run messages by task name. Raises ``BrokerUnavailable`` when Redis is down."""
 
-    def __init__(self, app: Celery, *, hard_limit_grace_s: float = HARD_LIMIT_GRACE_S) -> None:
+    def __init__(
+        self, app: Celery, *, hard_limit_grace_s: float = HARD_LIMIT_GRACE_S, spread: int = 1
+    ) -> None:
         self.app = app
         self.hard_limit_grace_s = hard_limit_grace_s
+        # Calls of one tool published together go out in at least this many messages.
+        self.spread = spread
         self.builder = MessageBuilder(app, hard_limit_grace_s)
 
     def publish(self, messages: Sequence[RunMessage]) -> None:
         if not messages:
             return
         try:
-            publish_many(self.builder, messages)
+            publish_many(self.builder, messages, self.spread)
         except Exception as exc:  # kombu and redis-py raise many types for "Redis is down"
             raise BrokerUnavailable(f"broker: {exc}") from None

@@ -13,12 +13,19 @@ would, handing over the final ``LPUSH`` payload instead of sending it. A message
 that payload with its ids, body and delivery tag put in: same bytes as kombu's, a few
 microseconds each. Messages with a countdown (retries, rate-limit waits: rare) are built
 in full each time, since their ``eta`` differs.
+
+A message may carry several calls of one tool (``pack``): the worker then pays Celery's
+per-message work (the consumer loop, the pool's pipe, the trace, task events and Flower)
+once for all of them. Its arguments are the call ids, so it is the same task,
+``run_call(*call_ids, tool=...)``; ``workers.call_limits`` holds each call to its own time
+limits, which Celery can only apply per message.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -52,12 +59,15 @@ class _Template:
     body: bytes
     delivery_tag: str
 
-    def render(self, call_id: str) -> str:
-        body = base64.b64encode(self.body.replace(_CALL.encode(), call_id.encode())).decode()
+    def render(self, call_ids: Sequence[str]) -> str:
+        # The placeholder stands for the whole list of ids: quoted as JSON in the body, as
+        # Python's repr in ``argsrepr`` (what Flower shows). Ids are plain ASCII.
+        listed = '", "'.join(call_ids).encode()
+        body = base64.b64encode(self.body.replace(_CALL.encode(), listed)).decode()
         task_id, delivery_tag = _two_uuids()
         return (
             self.payload.replace(_TASK, task_id)
-            .replace(_CALL, call_id)
+            .replace(_CALL, "', '".join(call_ids))
             .replace(self.delivery_tag, delivery_tag)
             .replace(_BODY_MARK, body)
         )
@@ -93,8 +103,17 @@ class _Capture:
         self.commands.append((name, args))
 
 
-def _task_message(app: Celery, message: RunMessage, grace: float, task_id: str) -> Any:
-    args, kwargs = [message.call_id], {"tool": message.tool}
+def _task_message(
+    app: Celery, message: RunMessage, grace: float, task_id: str, count: int = 1
+) -> Any:
+    """Celery's message for ``message`` and ``count - 1`` more calls of its tool."""
+    args, kwargs = [message.call_id] * count, {"tool": message.tool}
+    if count == 1:
+        soft_limit, hard_limit = message.timeout_s, message.timeout_s + grace
+    else:
+        # Each call's limits are kept by the worker (``workers.call_limits``); Celery's hard
+        # limit only stops a message that somehow outlives all of them.
+        soft_limit, hard_limit = None, count * (message.timeout_s + grace) + grace
     return app.amqp.create_task_message(
         task_id,
         RUN_CALL_TASK,
@@ -102,8 +121,8 @@ def _task_message(app: Celery, message: RunMessage, grace: float, task_id: str) 
         # The tool name rides along for Flower and logs; arguments never do.
         kwargs,
         countdown=message.countdown,
-        soft_time_limit=message.timeout_s,
-        time_limit=message.timeout_s + grace,
+        soft_time_limit=soft_limit,
+        time_limit=hard_limit,
         ignore_result=True,
         # What Flower shows; plain repr is enough for an id and a tool name.
         argsrepr=repr(args),
@@ -127,9 +146,14 @@ def _envelope(
     return str(key), str(payload)
 
 
-def _template(app: Celery, channel: Any, message: RunMessage, grace: float) -> _Template:
+def _template(
+    app: Celery, channel: Any, message: RunMessage, grace: float, count: int
+) -> _Template:
     placeholder = replace(message, call_id=_CALL)
-    headers, properties, body_obj, _ = _task_message(app, placeholder, grace, _TASK)
+    # One placeholder id in the arguments stands for all ``count`` of them.
+    headers, properties, body_obj, _ = _task_message(app, placeholder, grace, _TASK, count)
+    body_obj[0][:] = [_CALL]
+    headers["argsrepr"] = repr([_CALL])
     body = json.dumps(body_obj).encode()
     key, payload = _envelope(
         channel, placeholder, headers, properties, b"toolrouter0body0placeholder"
@@ -137,7 +161,12 @@ def _template(app: Celery, channel: Any, message: RunMessage, grace: float) -> _
     tag = json.loads(payload)["properties"]["delivery_tag"]
     template = _Template(key=key, payload=payload, body=body, delivery_tag=tag)
     # Every placeholder must be where a real value goes, and nowhere else.
-    if payload.count(_BODY_MARK) != 1 or payload.count(tag) != 1 or _CALL.encode() not in body:
+    if (
+        payload.count(_BODY_MARK) != 1
+        or payload.count(tag) != 1
+        or body.count(_CALL.encode()) != 1
+        or payload.count(f"'{_CALL}'") != payload.count(_CALL)
+    ):
         raise RuntimeError("message template does not have the expected shape")
     return template
 
@@ -147,36 +176,71 @@ class MessageBuilder:
 
     def __init__(self, app: Celery, grace: float) -> None:
         self.app, self.grace = app, grace
-        self._templates: dict[tuple[str, str, float], _Template] = {}
+        self._templates: dict[tuple[str, str, float, int], _Template] = {}
 
-    def build(self, channel: Any, message: RunMessage) -> tuple[str, str]:
+    def build(
+        self, channel: Any, message: RunMessage, call_ids: Sequence[str] = ()
+    ) -> tuple[str, str]:
+        """The message for ``message``'s call, or for ``call_ids`` (calls of its tool)."""
+        ids = tuple(call_ids) or (message.call_id,)
         if message.countdown:
-            headers, properties, body, _ = _task_message(self.app, message, self.grace, uuid())
+            headers, properties, body, _ = _task_message(
+                self.app, message, self.grace, uuid(), len(ids)
+            )
+            body[0][:] = list(ids)
+            headers["argsrepr"] = repr(list(ids))
             return _envelope(channel, message, headers, properties, json.dumps(body).encode())
-        kind = (message.tool, message.queue, message.timeout_s)
+        kind = (message.tool, message.queue, message.timeout_s, len(ids))
         template = self._templates.get(kind)
         if template is None:
-            template = self._templates[kind] = _template(self.app, channel, message, self.grace)
-        return template.key, template.render(message.call_id)
+            template = _template(self.app, channel, message, self.grace, len(ids))
+            self._templates[kind] = template
+        return template.key, template.render(ids)
 
 
-def publish_many(builder: MessageBuilder, messages: Sequence[RunMessage]) -> None:
+def pack(messages: Sequence[RunMessage], spread: int) -> list[tuple[RunMessage, list[str]]]:
+    """The messages to send for ``messages``, each with the call ids it carries.
+
+    Calls of one tool share messages, up to the tool's ``calls_per_message``, but are
+    spread over at least ``spread`` messages (a worker's pool processes) when there are
+    that many: one message is run by one process, call after call. Sizes are even, and
+    calls keep their order. Calls held back by a countdown each go alone."""
+    kinds: dict[tuple[str, str, float], list[RunMessage]] = {}
+    packed: list[tuple[RunMessage, list[str]]] = []
+    for message in messages:
+        if message.countdown or message.calls_per_message <= 1:
+            packed.append((message, [message.call_id]))
+        else:
+            kinds.setdefault((message.tool, message.queue, message.timeout_s), []).append(message)
+    for same in kinds.values():
+        count = max(math.ceil(len(same) / same[0].calls_per_message), min(len(same), spread))
+        size, extra = divmod(len(same), count)
+        start = 0
+        for i in range(count):
+            end = start + size + (1 if i < extra else 0)
+            packed.append((same[start], [m.call_id for m in same[start:end]]))
+            start = end
+    return packed
+
+
+def publish_many(builder: MessageBuilder, messages: Sequence[RunMessage], spread: int = 1) -> None:
     """Publish ``messages``; raises whatever kombu or redis-py raise when Redis is down."""
+    packed = pack(messages, spread)
     for attempt in range(TRIES):
         try:
-            _publish(builder, messages)
+            _publish(builder, packed)
             return
         except Exception:
             if attempt == TRIES - 1:
                 raise
 
 
-def _publish(builder: MessageBuilder, messages: Sequence[RunMessage]) -> None:
+def _publish(builder: MessageBuilder, packed: Sequence[tuple[RunMessage, list[str]]]) -> None:
     with builder.app.producer_or_acquire() as producer:
         channel = producer.channel
         by_queue: dict[str, list[str]] = {}
-        for message in messages:
-            key, payload = builder.build(channel, message)
+        for message, call_ids in packed:
+            key, payload = builder.build(channel, message, call_ids)
             by_queue.setdefault(key, []).append(payload)
         with channel.conn_or_acquire() as client, client.pipeline(transaction=False) as pipe:
             # One LPUSH of many values per queue and chunk: the worker's BRPOP takes them

@@ -32,6 +32,8 @@ PERIOD_S = {
 }
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 EXAMPLE_CONFIG = "example_tools.yaml"
+# Calls of a Python tool one worker message carries at most, unless the tool says.
+PYTHON_CALLS_PER_MESSAGE = 8
 
 
 class _Strict(BaseModel):
@@ -92,6 +94,10 @@ class ToolSpec(_Strict):
     cost_per_call: float = Field(default=0.0, ge=0)
     cache_ttl_s: float = Field(default=0.0, ge=0)
     fallbacks: tuple[str, ...] = ()
+    # How many calls of this tool one worker message may carry (``router.bulk.pack``).
+    # Unset: several for Python handlers, whose run is short next to Celery's work per
+    # message; one for HTTP and MCP tools, whose calls are better run side by side.
+    calls_per_message: int | None = Field(default=None, ge=1, le=64)
     capabilities: tuple[str, ...] = ()
     limitations: tuple[str, ...] = ()
     input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
@@ -110,6 +116,12 @@ class ToolSpec(_Strict):
         if self.rate_limit is not None:
             parse_rate(self.rate_limit)
         return self
+
+    @property
+    def max_calls_per_message(self) -> int:
+        if self.calls_per_message is not None:
+            return self.calls_per_message
+        return PYTHON_CALLS_PER_MESSAGE if self.handler.kind == "python" else 1
 
     @property
     def gated(self) -> bool:

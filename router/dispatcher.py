@@ -500,4 +500,5 @@ def message_for(tool: Tool, call_id: str, *, countdown: float | None = None) -> 
         queue=tool.queue,
         timeout_s=tool.spec.timeout_s,
         countdown=countdown,
+        calls_per_message=tool.spec.max_calls_per_message,
     )

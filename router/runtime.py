@@ -79,7 +79,9 @@ class Runtime:
 
     @cached_property
     def publisher(self) -> Publisher:
-        return Publisher(self.celery)
+        # A group of calls is spread over at least as many messages as a worker has pool
+        # processes, so that they run side by side.
+        return Publisher(self.celery, spread=self.settings.worker_concurrency)
 
     @cached_property
     def dispatcher(self) -> Dispatcher:

@@ -6,14 +6,19 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from router.cli.privredis import free_port, redis_answers, redis_server_binary
 from router.runtime import Runtime
+from router.settings import Settings
 from router.status import TERMINAL_STATES
 from router.store import CallRow
+
+from .stack import TEST_CONFIG, spawn_worker, stack_env, wait_for_log
 
 
 @dataclass
@@ -111,3 +116,58 @@ def wait_until_finished(
         if done or time.monotonic() > deadline:
             return rows
         time.sleep(0.2)
+
+
+def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """A real worker with one pool process on ``tools.low``, ready to take messages."""
+    worker = spawn_worker("one", env, log)
+    wait_for_log(log, "ready.", worker)
+    return worker
+
+
+@dataclass
+class PrivateStack:
+    """A private Redis, a SQLite database and the runtime to submit through."""
+
+    redis: PrivateRedis
+    runtime: Runtime
+    env: dict[str, str]
+    dir: Path
+
+    def submit_ledger(self, ledger: Path, n: int, sleep: float = 0) -> str:
+        result = self.runtime.dispatcher.submit(
+            "agent", "ledger", {"path": str(ledger), "sleep": sleep, "n": n}
+        )
+        assert result.call_id is not None, result
+        return result.call_id
+
+
+@contextmanager
+def private_stack_in(tmp_path: Path, **settings: Any) -> Iterator[PrivateStack]:
+    """A private Redis, a SQLite database in ``tmp_path`` and a runtime on both, with
+    ``settings`` for that runtime."""
+    private = PrivateRedis(tmp_path / "redis")
+    private.start()
+    database_url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    settings = Settings(
+        database_url=database_url,
+        redis_url=private.url,
+        state_dir=tmp_path,
+        config=TEST_CONFIG,
+        **settings,
+    )
+    runtime = Runtime(settings)
+    runtime.prepare()
+    env = stack_env(database_url=database_url, redis_url=private.url, state_dir=tmp_path)
+    try:
+        yield PrivateStack(private, runtime, env, tmp_path)
+    finally:
+        runtime.close()
+        private.stop()
+
+
+def status(runtime: Runtime, call_id: str) -> str:
+    with runtime.store.reading() as conn:
+        row = runtime.store.get(conn, call_id)
+    assert row is not None
+    return row.status

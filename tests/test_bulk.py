@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from router.broker import Publisher, RunMessage, make_celery
-from router.bulk import _envelope, _task_message
+from router.bulk import _envelope
 from router.engine import COPY_MIN_ROWS, insert_rows, make_engine
 from router.schema import calls
 from router.status import CallStatus
@@ -32,15 +32,34 @@ def publisher(redis_base: str) -> Publisher:
     return Publisher(make_celery(url), hard_limit_grace_s=10.0)
 
 
-def built(publisher: Publisher, message: RunMessage) -> dict[str, Any]:
+def built(
+    publisher: Publisher, message: RunMessage, call_ids: list[str] | None = None
+) -> dict[str, Any]:
     with publisher.app.connection_for_write() as conn:
-        key, payload = publisher.builder.build(conn.default_channel, message)
+        key, payload = publisher.builder.build(conn.default_channel, message, call_ids or ())
     assert key == message.queue
     return dict(json.loads(payload))
 
 
-def in_full(publisher: Publisher, message: RunMessage, task_id: str) -> dict[str, Any]:
-    headers, properties, body, _ = _task_message(publisher.app, message, 10.0, task_id)
+def in_full(
+    publisher: Publisher, message: RunMessage, task_id: str, call_ids: list[str] | None = None
+) -> dict[str, Any]:
+    ids = call_ids or [message.call_id]
+    several = len(ids) * (message.timeout_s + 10) + 10
+    headers, properties, body, _ = publisher.app.amqp.create_task_message(
+        task_id,
+        "toolrouter.run_call",
+        ids,
+        {"tool": message.tool},
+        countdown=message.countdown,
+        # One call: Celery's limits are the call's. Several: the worker keeps each call's
+        # limits, Celery only stops a message that outlives them all.
+        soft_time_limit=message.timeout_s if len(ids) == 1 else None,
+        time_limit=message.timeout_s + 10 if len(ids) == 1 else several,
+        ignore_result=True,
+        argsrepr=repr(ids),
+        kwargsrepr=repr({"tool": message.tool}),
+    )
     with publisher.app.connection_for_write() as conn:
         _, payload = _envelope(
             conn.default_channel, message, headers, properties, json.dumps(body).encode()
@@ -65,6 +84,26 @@ def test_a_templated_message_is_the_full_message_with_its_own_ids(publisher: Pub
         assert tag
         assert got == expected
     assert one["headers"]["id"] != two["headers"]["id"]
+
+
+def test_a_message_of_several_calls_is_celerys_message_with_those_call_ids(
+    publisher: Publisher,
+) -> None:
+    message = RunMessage(call_id="call_" + "a" * 32, tool="echo", queue="tools.low", timeout_s=30)
+    ids = ["call_" + c * 32 for c in "abc"]
+    got = built(publisher, message, ids)
+    args, kwargs, _ = json.loads(base64.b64decode(got["body"]))
+    assert args == ids and kwargs == {"tool": "echo"}
+    assert got["headers"]["argsrepr"] == repr(ids)
+    assert got["headers"]["timelimit"] == [3 * 40 + 10, None]
+    expected = in_full(publisher, message, got["headers"]["id"], ids)
+    got["properties"].pop("delivery_tag")
+    expected["properties"].pop("delivery_tag")
+    assert got == expected
+    # Another size of message is a template of its own; the first is not disturbed.
+    assert json.loads(base64.b64decode(built(publisher, message, ids[:2])["body"]))[0] == ids[:2]
+    again = json.loads(base64.b64decode(built(publisher, message, ids)["body"]))
+    assert again[0] == ids
 
 
 def test_messages_with_a_countdown_carry_their_eta(publisher: Publisher) -> None:

@@ -4,9 +4,7 @@ on the session stack's real Redis and worker."""
 from __future__ import annotations
 
 import signal
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,8 +19,8 @@ from router.settings import Settings
 from workers.celeryconfig import worker_settings
 from workers.execution import Executor
 
-from .faults import PrivateRedis, wait_for
-from .stack import TEST_CONFIG, Stack, spawn_worker, stack_env, stop_group, wait_for_log
+from .faults import PrivateStack, private_stack_in, start_worker, status, wait_for
+from .stack import Stack, stop_group
 
 
 def test_a_channel_serves_every_use_with_one_client_on_its_own_pool(stack: Stack) -> None:
@@ -87,46 +85,10 @@ def test_the_prefetch_setting_is_what_the_worker_takes_ahead() -> None:
     assert worker_settings(Settings(worker_prefetch=1), url)["worker_prefetch_multiplier"] == 1
 
 
-def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """A real worker with one pool process on ``tools.low``, ready to take messages."""
-    worker = spawn_worker("one", env, log)
-    wait_for_log(log, "ready.", worker)
-    return worker
-
-
-@dataclass
-class PrivateStack:
-    """A private Redis, a SQLite database and the runtime to submit through."""
-
-    redis: PrivateRedis
-    runtime: Runtime
-    env: dict[str, str]
-    dir: Path
-
-    def submit_ledger(self, ledger: Path, n: int, sleep: float = 0) -> str:
-        result = self.runtime.dispatcher.submit(
-            "agent", "ledger", {"path": str(ledger), "sleep": sleep, "n": n}
-        )
-        assert result.call_id is not None, result
-        return result.call_id
-
-
 @pytest.fixture
 def private_stack(tmp_path: Path) -> Iterator[PrivateStack]:
-    private = PrivateRedis(tmp_path / "redis")
-    private.start()
-    database_url = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    settings = Settings(
-        database_url=database_url, redis_url=private.url, state_dir=tmp_path, config=TEST_CONFIG
-    )
-    runtime = Runtime(settings)
-    runtime.prepare()
-    env = stack_env(database_url=database_url, redis_url=private.url, state_dir=tmp_path)
-    try:
-        yield PrivateStack(private, runtime, env, tmp_path)
-    finally:
-        runtime.close()
-        private.stop()
+    with private_stack_in(tmp_path) as private:
+        yield private
 
 
 def test_a_warm_shutdown_gives_back_the_message_it_had_not_started(
@@ -215,10 +177,3 @@ def _values(client: redis.Redis, key: bytes) -> list[bytes]:
     if kind == b"hash":
         return list(client.hvals(key))
     return list(client.zrange(key, 0, -1))
-
-
-def status(runtime: Runtime, call_id: str) -> str:
-    with runtime.store.reading() as conn:
-        row = runtime.store.get(conn, call_id)
-    assert row is not None
-    return row.status

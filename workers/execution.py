@@ -7,9 +7,13 @@ lives here too, since it must agree with the claim and the fence.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
+
+from celery.exceptions import SoftTimeLimitExceeded
 
 from router import audit, metrics, pending
 from router.audit import AuditEntry
@@ -25,6 +29,7 @@ from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 from router.store import CallRow
 
+from .call_limits import limits
 from .handlers import Outcome, invoke
 from .policies import Limiter, ResultCache, backoff_s, should_retry
 
@@ -49,6 +54,42 @@ class Executor:
         # its worker is still about to kill (and re-runs it, if idempotent, in parallel).
         hard_limit = timeout + self.runtime.publisher.hard_limit_grace_s
         return int((hard_limit + self.runtime.settings.lease_grace_s) * 1000)
+
+    def run_many(self, call_ids: Sequence[str], tool_hint: str | None = None) -> list[str]:
+        """Run the calls of one message in turn, each under its own time limits
+        (``workers.call_limits``). A call is claimed only when its turn comes, so calls not
+        yet started are still queued: if this process dies they are published again, and
+        a worker that claims one first takes it over."""
+        tool = self.registry.get(tool_hint)
+        timeout = tool.spec.timeout_s if tool else DEFAULT_TIMEOUT_S
+        grace = self.runtime.publisher.hard_limit_grace_s
+        done: list[str] = []
+        for index, call_id in enumerate(call_ids):
+            on_hard = functools.partial(self._hard_timeout, call_id, call_ids[index + 1 :])
+            try:
+                with limits.applied(timeout, grace, on_hard):
+                    done.append(self.run(call_id, tool_hint))
+            except SoftTimeLimitExceeded:
+                # The limit struck just outside the handler, as the call ended.
+                self.fail_hard_timeout(call_id)
+                done.append("error")
+        return done
+
+    def _hard_timeout(self, call_id: str, unstarted: Sequence[str]) -> None:
+        """``call_id`` ignored its soft limit and its process is about to end."""
+        self.fail_hard_timeout(call_id)
+        self.republish(unstarted)
+
+    def republish(self, call_ids: Sequence[str]) -> None:
+        """Send ``call_ids`` out again; those no longer queued are dropped by their claim."""
+        with self.store.reading() as conn:
+            rows = [row for call_id in call_ids if (row := self.store.get(conn, call_id))]
+        messages = [
+            message_for(tool, row.id)
+            for row in rows
+            if row.status == CallStatus.QUEUED and (tool := self.registry.get(row.tool))
+        ]
+        self.runtime.publisher.publish(messages)
 
     def run(self, call_id: str, tool_hint: str | None = None) -> str:
         """Run one call if it is still queued. Returns what happened, for the worker log."""

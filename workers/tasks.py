@@ -23,9 +23,13 @@ def executor() -> Executor:
 
 
 @app.task(name=RUN_CALL_TASK, ignore_result=True)
-def run_call(call_id: str, tool: str | None = None) -> str:
-    """Run the call ``call_id``; ``tool`` is only a hint for the lease and for Flower."""
-    return executor().run(call_id, tool)
+def run_call(*call_ids: str, tool: str | None = None) -> str | list[str]:
+    """Run the calls ``call_ids`` (usually one; several calls of ``tool`` may share a
+    message, see ``router.bulk.pack``); ``tool`` is a hint for the lease and for Flower."""
+    if len(call_ids) == 1:
+        # Alone in its message: Celery's own soft and hard time limits apply.
+        return executor().run(call_ids[0], tool)
+    return executor().run_many(call_ids, tool)
 
 
 @app.task(name=REAP_TASK, ignore_result=True)
@@ -42,8 +46,9 @@ def reconcile_queued() -> int:
 def _on_run_failure(
     task_id: str | None = None, exception: BaseException | None = None, args: Any = None, **_: Any
 ) -> None:
-    # Fires in the worker's main process when the hard time limit killed a handler.
-    if isinstance(exception, TimeLimitExceeded) and args:
+    # Fires in the worker's main process when the hard time limit killed a handler. A
+    # message of several calls keeps each call's limits itself (``workers.call_limits``).
+    if isinstance(exception, TimeLimitExceeded) and args and len(args) == 1:
         try:
             executor().fail_hard_timeout(str(args[0]))
         except Exception:

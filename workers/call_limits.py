@@ -1,0 +1,140 @@
+"""Each call's own time limits, for messages that carry several calls.
+
+Celery keeps time limits per message: the pool's main process signals the child at the
+soft limit and kills it at the hard one. A message of several calls (``router.bulk.pack``)
+gets no soft limit from Celery, and a hard one that only stops a message outliving all
+its calls; the process running the calls keeps each one's limits itself:
+
+- **soft**, at the tool's ``timeout_s``: a watchdog thread signals the main thread, whose
+  handler raises Celery's own ``SoftTimeLimitExceeded`` inside the tool's handler, as
+  Celery's soft limit does (a blocking system call is interrupted the same way);
+- **hard**, ``grace_s`` later, if the handler ignored that: the watchdog calls
+  ``on_hard`` (which records the call as timed out and hands the message's unstarted
+  calls back to the queue) and kills its own process, which the pool replaces;
+- and if the watchdog cannot run at all (a handler holding the GIL in C code), the
+  kernel's ``ITIMER_REAL``, armed with ``SIGALRM`` at its default action, ends the
+  process a moment later anyway; the reaper then recovers the call as a lost run. The
+  call's lease is taken for its timeout plus the hard grace plus more, so no run outlives
+  its lease.
+
+Only the main thread of a process can take signals: elsewhere (a threads or solo pool)
+calls run without these limits, as Celery's own limits do not apply there either. A
+handler that sets ``SIGALRM`` or ``SIGUSR2`` itself conflicts with this and should go one
+call per message (``calls_per_message: 1``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from celery.exceptions import SoftTimeLimitExceeded
+
+log = logging.getLogger(__name__)
+
+SOFT_SIGNAL = signal.SIGUSR2
+# The kernel's timer fires this long after the hard limit: time for the watchdog to record
+# the timeout first when it can.
+KERNEL_MARGIN_S = 2.0
+
+
+def usable() -> bool:
+    return (
+        threading.current_thread() is threading.main_thread()
+        and hasattr(signal, "setitimer")
+        and hasattr(signal, "pthread_kill")
+    )
+
+
+@dataclass
+class _Run:
+    soft_at: float
+    hard_at: float
+    on_hard: Callable[[], None]
+    soft_sent: bool = False
+
+
+def _raise_soft(_signum: int, _frame: Any) -> None:
+    raise SoftTimeLimitExceeded("soft time limit exceeded")
+
+
+class CallLimits:
+    """One process's watchdog: limits one call at a time, the one its main thread runs."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._run: _Run | None = None
+        self._owner_pid: int | None = None
+
+    @contextmanager
+    def applied(
+        self, timeout_s: float, grace_s: float, on_hard: Callable[[], None]
+    ) -> Iterator[None]:
+        """Hold the code run inside to ``timeout_s`` (soft) and ``timeout_s + grace_s``."""
+        if not usable():
+            yield
+            return
+        self._start_watchdog()
+        now = time.monotonic()
+        previous_soft = signal.signal(SOFT_SIGNAL, _raise_soft)
+        previous_alarm = signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.setitimer(signal.ITIMER_REAL, timeout_s + grace_s + KERNEL_MARGIN_S)
+        with self._cond:
+            self._run = _Run(now + timeout_s, now + timeout_s + grace_s, on_hard)
+            self._cond.notify()
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            with self._cond:
+                self._run = None
+                self._cond.notify()
+            signal.signal(signal.SIGALRM, previous_alarm)
+            signal.signal(SOFT_SIGNAL, previous_soft)
+
+    def _start_watchdog(self) -> None:
+        # A thread does not survive a fork: each pool process starts its own.
+        if self._owner_pid == os.getpid():
+            return
+        self._owner_pid = os.getpid()
+        self._cond = threading.Condition()
+        main = threading.main_thread().ident
+        assert main is not None
+        threading.Thread(target=self._watch, args=(main,), name="call-limits", daemon=True).start()
+
+    def _watch(self, main_ident: int) -> None:
+        with self._cond:
+            while True:
+                run = self._run
+                if run is None:
+                    self._cond.wait()
+                    continue
+                now = time.monotonic()
+                if not run.soft_sent:
+                    if now < run.soft_at:
+                        self._cond.wait(run.soft_at - now)
+                        continue
+                    run.soft_sent = True
+                    signal.pthread_kill(main_ident, SOFT_SIGNAL)
+                if now < run.hard_at:
+                    self._cond.wait(run.hard_at - now)
+                    continue
+                # Still this run, past its hard limit; the main thread waits on the lock.
+                try:
+                    run.on_hard()
+                except Exception:
+                    log.exception("could not record a hard timeout")
+                finally:
+                    log.error("a call outran its hard time limit: ending this process")
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+
+# One per process; each pool process starts its own watchdog on first use.
+limits = CallLimits()
