@@ -101,7 +101,9 @@ def test_a_message_of_several_calls_is_celerys_message_with_those_call_ids(
     expected["properties"].pop("delivery_tag")
     assert got == expected
     # Another size of message is a template of its own; the first is not disturbed.
-    assert json.loads(base64.b64decode(built(publisher, message, ids[:2])["body"]))[0] == ids[:2]
+    pair = built(publisher, message, ids[:2])
+    assert json.loads(base64.b64decode(pair["body"]))[0] == ids[:2]
+    assert pair["headers"]["timelimit"] == [2 * 40 + 10, None]
     again = json.loads(base64.b64decode(built(publisher, message, ids)["body"]))
     assert again[0] == ids
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -196,6 +195,7 @@ def test_a_call_that_swallows_its_soft_limit_is_ended_and_the_rest_of_its_messag
         stuck, after = submit_together(runtime, "stubborn", [{"seconds": 120}, {"seconds": 0}])
         assert len(queued_messages(client)) == 1
         worker = start_worker(one_spread.env, one_spread.dir / "worker.log")
+        (pool_process,) = psutil.Process(worker.pid).children()
         rows = wait_until_finished(runtime, [stuck, after], timeout=60)
         assert rows[stuck] is not None and rows[after] is not None
         assert (rows[stuck].status, rows[stuck].error, rows[stuck].error_type) == (
@@ -204,54 +204,59 @@ def test_a_call_that_swallows_its_soft_limit_is_ended_and_the_rest_of_its_messag
             "TimeoutError",
         )
         assert (rows[after].status, rows[after].value) == (CallStatus.SUCCEEDED, '"finished"')
-        assert worker.poll() is None  # the worker lives on with a new pool process
+        # The watchdog recorded the timeout (a kernel kill would leave the call running,
+        # for the reaper) and ended the pool process; the worker lives on with a new one.
+        assert not pool_process.is_running()
+        assert worker.poll() is None
     finally:
         if worker is not None:
             stop_group(worker)
         client.close()
 
 
-def test_a_killed_pool_process_loses_none_of_its_message_and_runs_none_twice(
+def test_a_pool_process_killed_mid_message_loses_none_of_it_and_runs_none_twice(
     one_spread: PrivateStack,
 ) -> None:
-    """SIGKILL the pool process in the first call of a three-call message of ``ledger``
-    (not idempotent). Redis keeps no copy of the message; the two calls not yet started
-    are still queued, so the reconciler publishes them and each runs once; the running
-    one is interrupted by the reaper, never run again."""
-    runtime, ledger = one_spread.runtime, one_spread.dir / "ledger.txt"
+    """Three ``crash`` calls (not idempotent) in one message; each takes its pool process
+    down mid-run, as a segfault would. Redis keeps no copy of the message: the calls not
+    yet started are still queued, so the reconciler publishes them and each runs once;
+    every call that was running is interrupted by the reaper, never run again."""
+    runtime, ledger = one_spread.runtime, one_spread.dir / "crashes.txt"
     client = redis.Redis.from_url(one_spread.redis.url)
     worker = None
+    ahead_ms = [60_000]
+    later = Runtime(runtime.settings, clock=lambda: wall_clock_ms() + ahead_ms[0])
+    notifier = Notifier(one_spread.redis.url)
+    # The recovery tasks as beat would run them a minute later (and another after that).
+    recovery = Executor(later, notifier, actor="test-recovery")
     try:
-        running, *unstarted = submit_together(
-            runtime,
-            "ledger",
-            [{"path": str(ledger), "n": 0, "sleep": 30}]
-            + [{"path": str(ledger), "n": n} for n in (1, 2)],
-        )
+        first, *unstarted = submit_together(runtime, "crash", [{"path": str(ledger)}] * 3)
         assert len(queued_messages(client)) == 1
         worker = start_worker(one_spread.env, one_spread.dir / "worker.log")
-        wait_for(lambda: status(runtime, running) == "running", 30, "the first call to run")
-        (pool_process,) = psutil.Process(worker.pid).children()
-        pool_process.send_signal(signal.SIGKILL)
-        wait_for(lambda: not pool_process.is_running(), 10, "the pool process to die")
+        wait_for(lambda: ledger_runs(ledger).get(first) == 1, 30, "the first call to run")
+        wait_for(lambda: len(psutil.Process(worker.pid).children()) == 1, 30, "a new process")
         assert [status(runtime, call_id) for call_id in unstarted] == ["queued", "queued"]
+        assert status(runtime, first) == "running"
         assert queued_messages(client) == []
 
-        # The recovery tasks as beat would run them a minute later.
-        later = Runtime(runtime.settings, clock=lambda: wall_clock_ms() + 60_000)
-        notifier = Notifier(one_spread.redis.url)
-        try:
-            executor = Executor(later, notifier, actor="test-recovery")
-            assert executor.reconcile() == 2
-            assert executor.reap() == {"interrupted": 1}
-        finally:
-            notifier.client.close()
-            later.close()
-        rows = wait_until_finished(runtime, unstarted, timeout=60)
-        assert [row.status for row in rows.values() if row] == [CallStatus.SUCCEEDED] * 2
-        assert status(runtime, running) == "interrupted"
-        assert ledger_runs(ledger) == {running: 1, **{call_id: 1 for call_id in unstarted}}
+        # Published again together, the two share a message again: the first of them takes
+        # that process down too, and the last waits for the reconciler's next pass.
+        second, third = unstarted
+        assert recovery.reconcile() == 2
+        wait_for(lambda: ledger_runs(ledger).get(second) == 1, 60, "the second to run")
+        wait_for(lambda: status(runtime, second) == "running", 30, "the second to be claimed")
+        assert status(runtime, third) == "queued"
+        ahead_ms[0] = 120_000  # past the time the first pass published it again
+        assert recovery.reconcile() == 1
+        wait_for(lambda: ledger_runs(ledger).get(third) == 1, 60, "the third to run")
+        wait_for(lambda: status(runtime, third) == "running", 30, "the third to be claimed")
+        assert recovery.reap() == {"interrupted": 3}
+        assert {status(runtime, c) for c in [first, *unstarted]} == {"interrupted"}
+        assert recovery.reconcile() == 0
+        assert ledger_runs(ledger) == {call_id: 1 for call_id in [first, *unstarted]}
     finally:
+        notifier.client.close()
+        later.close()
         if worker is not None:
             stop_group(worker)
         client.close()

@@ -17,10 +17,13 @@ its calls; the process running the calls keeps each one's limits itself:
   call's lease is taken for its timeout plus the hard grace plus more, so no run outlives
   its lease.
 
-Only the main thread of a process can take signals: elsewhere (a threads or solo pool)
-calls run without these limits, as Celery's own limits do not apply there either. A
-handler that sets ``SIGALRM`` or ``SIGUSR2`` itself conflicts with this and should go one
-call per message (``calls_per_message: 1``).
+The soft limit is raised only while a handler runs (``in_handler``): struck anywhere else
+(the claim, the outcome's commit, the clean-up here) it waits for the next handler of the
+same call, if any. Only prefork pool processes keep these limits (``enable``, at
+``worker_process_init``): in a threads or solo pool Celery's own limits do not apply
+either, and ending the process would end the whole worker. A handler that sets
+``SIGALRM`` or ``SIGUSR2`` itself conflicts with this and should go one call per message
+(``calls_per_message: 1``).
 """
 
 from __future__ import annotations
@@ -41,16 +44,8 @@ log = logging.getLogger(__name__)
 
 SOFT_SIGNAL = signal.SIGUSR2
 # The kernel's timer fires this long after the hard limit: time for the watchdog to record
-# the timeout first when it can.
-KERNEL_MARGIN_S = 2.0
-
-
-def usable() -> bool:
-    return (
-        threading.current_thread() is threading.main_thread()
-        and hasattr(signal, "setitimer")
-        and hasattr(signal, "pthread_kill")
-    )
+# the timeout first when it can. A call's lease covers it (``Executor.lease_ms``).
+KERNEL_MARGIN_S = 5.0
 
 
 @dataclass
@@ -59,10 +54,8 @@ class _Run:
     hard_at: float
     on_hard: Callable[[], None]
     soft_sent: bool = False
-
-
-def _raise_soft(_signum: int, _frame: Any) -> None:
-    raise SoftTimeLimitExceeded("soft time limit exceeded")
+    # The soft limit struck outside a handler: raised as the next handler starts.
+    soft_pending: bool = False
 
 
 class CallLimits:
@@ -72,18 +65,52 @@ class CallLimits:
         self._cond = threading.Condition()
         self._run: _Run | None = None
         self._owner_pid: int | None = None
+        self.enabled = False
+        self.in_handler = False
+
+    def enable(self) -> None:
+        """Keep per-call limits in this process (a prefork pool process)."""
+        self.enabled = True
+
+    def usable(self) -> bool:
+        return (
+            self.enabled
+            and threading.current_thread() is threading.main_thread()
+            and hasattr(signal, "setitimer")
+            and hasattr(signal, "pthread_kill")
+        )
+
+    def _on_soft_signal(self, _signum: int, _frame: Any) -> None:
+        if self.in_handler:
+            raise SoftTimeLimitExceeded("soft time limit exceeded")
+        run = self._run
+        if run is not None:
+            run.soft_pending = True
+
+    @contextmanager
+    def handler(self) -> Iterator[None]:
+        """Around a tool's handler: where the soft limit is raised."""
+        run = self._run
+        if run is not None and run.soft_pending:
+            run.soft_pending = False
+            raise SoftTimeLimitExceeded("soft time limit exceeded")
+        self.in_handler = True
+        try:
+            yield
+        finally:
+            self.in_handler = False
 
     @contextmanager
     def applied(
         self, timeout_s: float, grace_s: float, on_hard: Callable[[], None]
     ) -> Iterator[None]:
         """Hold the code run inside to ``timeout_s`` (soft) and ``timeout_s + grace_s``."""
-        if not usable():
+        if not self.usable():
             yield
             return
         self._start_watchdog()
         now = time.monotonic()
-        previous_soft = signal.signal(SOFT_SIGNAL, _raise_soft)
+        previous_soft = signal.signal(SOFT_SIGNAL, self._on_soft_signal)
         previous_alarm = signal.signal(signal.SIGALRM, signal.SIG_DFL)
         signal.setitimer(signal.ITIMER_REAL, timeout_s + grace_s + KERNEL_MARGIN_S)
         with self._cond:
@@ -126,7 +153,8 @@ class CallLimits:
                 if now < run.hard_at:
                     self._cond.wait(run.hard_at - now)
                     continue
-                # Still this run, past its hard limit; the main thread waits on the lock.
+                # Still this run, past its hard limit; the main thread cannot start another
+                # call while this holds the lock.
                 try:
                     run.on_hard()
                 except Exception:

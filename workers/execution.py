@@ -29,7 +29,7 @@ from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 from router.store import CallRow
 
-from .call_limits import limits
+from .call_limits import KERNEL_MARGIN_S, limits
 from .handlers import Outcome, invoke
 from .policies import Limiter, ResultCache, backoff_s, should_retry
 
@@ -46,13 +46,16 @@ class Executor:
         self.store, self.registry, self.clock = runtime.store, runtime.registry, runtime.clock
         self.limiter = Limiter(notifier.client)
         self.cache = ResultCache(notifier.client)
+        # The call (id, attempt) this executor claimed last, in a shared message.
+        self.claimed: tuple[str, int] | None = None
 
     def lease_ms(self, tool_name: str | None) -> int:
         tool = self.registry.get(tool_name)
         timeout = tool.spec.timeout_s if tool else DEFAULT_TIMEOUT_S
         # The lease must outlast the hard time limit, or the reaper gives up on a run that
-        # its worker is still about to kill (and re-runs it, if idempotent, in parallel).
-        hard_limit = timeout + self.runtime.publisher.hard_limit_grace_s
+        # its worker is still about to kill (and re-runs it, if idempotent, in parallel);
+        # in a shared message the kernel's backstop may come a little after it.
+        hard_limit = timeout + self.runtime.publisher.hard_limit_grace_s + KERNEL_MARGIN_S
         return int((hard_limit + self.runtime.settings.lease_grace_s) * 1000)
 
     def run_many(self, call_ids: Sequence[str], tool_hint: str | None = None) -> list[str]:
@@ -65,20 +68,36 @@ class Executor:
         grace = self.runtime.publisher.hard_limit_grace_s
         done: list[str] = []
         for index, call_id in enumerate(call_ids):
+            self.claimed = None
             on_hard = functools.partial(self._hard_timeout, call_id, call_ids[index + 1 :])
             try:
                 with limits.applied(timeout, grace, on_hard):
                     done.append(self.run(call_id, tool_hint))
             except SoftTimeLimitExceeded:
-                # The limit struck just outside the handler, as the call ended.
-                self.fail_hard_timeout(call_id)
+                # Struck as the handler returned, before its outcome was recorded.
+                self._record_timeout(call_id)
                 done.append("error")
+            except Exception:
+                # This call's trouble (the database or Redis gone): it stays queued or
+                # running, for the reconciler or the reaper, as with a message of its own.
+                # The calls after it are independent of it.
+                log.exception("call %s of a shared message did not run", call_id)
+                done.append("failed")
         return done
 
+    def _record_timeout(self, call_id: str) -> None:
+        """Fail ``call_id`` as timed out if this process's claim of it still holds."""
+        claimed = self.claimed
+        if claimed is not None and claimed[0] == call_id:
+            self.fail_hard_timeout(call_id, attempt=claimed[1])
+
     def _hard_timeout(self, call_id: str, unstarted: Sequence[str]) -> None:
-        """``call_id`` ignored its soft limit and its process is about to end."""
-        self.fail_hard_timeout(call_id)
-        self.republish(unstarted)
+        """``call_id`` ignored its soft limit and its process is about to end: first the
+        calls after it go back to the queue, then it is recorded as timed out."""
+        try:
+            self.republish(unstarted)
+        finally:
+            self._record_timeout(call_id)
 
     def republish(self, call_ids: Sequence[str]) -> None:
         """Send ``call_ids`` out again; those no longer queued are dropped by their claim."""
@@ -107,6 +126,8 @@ class Executor:
         if row is None:
             # Not queued any more: a duplicate or redelivered message, or a cancelled call.
             return "dropped"
+        # Which attempt this process holds: a timeout is recorded against it alone.
+        self.claimed = (row.id, row.attempt)
         tool = self.registry.get(row.tool)
         if sha256_hex(row.args) != (approved_digest or row.args_sha256):
             # Run only the arguments that were accepted (and, if gated, approved).
@@ -130,7 +151,8 @@ class Executor:
             cached = self.cache.get(tool, row.args_sha256)
             if cached is not None:
                 return self.finish(row, Outcome(ok=True, value_json=cached), cached=True)
-            outcome = invoke(tool, row.arguments, ctx, mcp=self.runtime.mcp)
+            with limits.handler():
+                outcome = invoke(tool, row.arguments, ctx, mcp=self.runtime.mcp)
             if outcome.ok and outcome.value_json is not None:
                 self.cache.put(tool, row.args_sha256, outcome.value_json)
             elif should_retry(tool, row.attempt, outcome):
@@ -183,7 +205,8 @@ class Executor:
                 requested_by=row.requested_by,
                 tool=name,
             )
-            outcome = invoke(fallback, args, ctx, mcp=self.runtime.mcp)
+            with limits.handler():
+                outcome = invoke(fallback, args, ctx, mcp=self.runtime.mcp)
             if outcome.ok:
                 break
         return outcome, answered
@@ -314,12 +337,15 @@ class Executor:
         )
         return "ok" if outcome.ok else "error"
 
-    def fail_hard_timeout(self, call_id: str) -> None:
-        """The handler ignored its soft limit and was killed: fail the call as timed out."""
+    def fail_hard_timeout(self, call_id: str, attempt: int | None = None) -> None:
+        """The handler ignored its soft limit and was killed: fail the call as timed out
+        (only attempt ``attempt`` of it, when given)."""
         with self.store.reading() as conn:
             row = self.store.get(conn, call_id)
         tool = self.registry.get(row.tool) if row else None
         if row is None or row.status != CallStatus.RUNNING:
+            return
+        if attempt is not None and row.attempt != attempt:
             return
         timeout = tool.spec.timeout_s if tool else DEFAULT_TIMEOUT_S
         self.finish(row, Outcome.timed_out(timeout))

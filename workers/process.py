@@ -16,6 +16,8 @@ from router.notify import Notifier
 from router.runtime import Runtime
 from router.settings import get_settings
 
+from .call_limits import limits
+
 log = logging.getLogger(__name__)
 
 
@@ -51,6 +53,8 @@ def _fresh_after_fork(**_: Any) -> None:
     # Never share a parent's database connections with a forked child.
     global _state
     _state = None
+    # A prefork pool process: it keeps the time limits of each call of a shared message.
+    limits.enable()
 
 
 @signals.worker_init.connect
