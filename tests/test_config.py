@@ -167,3 +167,21 @@ def test_argument_errors_are_sentences() -> None:
     assert tool.argument_errors({"to": 3}) == 'to: must satisfy type "string"'
     # The offending value never appears: it may be a secret, and the message is audited.
     assert "sk-live" not in (tool.argument_errors({"to": ["sk-live-123"]}) or "sk-live")
+
+
+def test_python_tools_share_messages_and_http_tools_go_alone_unless_configured() -> None:
+    registry = registry_from(
+        "tools:\n"
+        '  - {name: py, handler: "tests.fixture_tools:echo"}\n'
+        '  - {name: py_alone, handler: "tests.fixture_tools:echo", calls_per_message: 1}\n'
+        "  - {name: web, handler: {http: {url: 'http://127.0.0.1:9/x'}}}\n"
+        "  - {name: web_shared, handler: {http: {url: 'http://127.0.0.1:9/x'}},"
+        " calls_per_message: 4}\n"
+    )
+    per_message = {tool.name: tool.spec.max_calls_per_message for tool in registry}
+    assert per_message == {"py": 8, "py_alone": 1, "web": 1, "web_shared": 4}
+    assert "calls_per_message" in str(
+        config_error(
+            'tools:\n  - {name: a, handler: "tests.fixture_tools:echo", calls_per_message: 0}\n'
+        )
+    )
