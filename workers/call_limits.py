@@ -29,6 +29,7 @@ either, and ending the process would end the whole worker. A handler that sets
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import threading
@@ -65,6 +66,8 @@ class CallLimits:
         self._cond = threading.Condition()
         self._run: _Run | None = None
         self._owner_pid: int | None = None
+        # When the watchdog, waiting, wakes up by itself (infinity: only when woken).
+        self._wake_at = math.inf
         self.enabled = False
         self.in_handler = False
 
@@ -113,16 +116,21 @@ class CallLimits:
         previous_soft = signal.signal(SOFT_SIGNAL, self._on_soft_signal)
         previous_alarm = signal.signal(signal.SIGALRM, signal.SIG_DFL)
         signal.setitimer(signal.ITIMER_REAL, timeout_s + grace_s + KERNEL_MARGIN_S)
+        run = _Run(now + timeout_s, now + timeout_s + grace_s, on_hard)
         with self._cond:
-            self._run = _Run(now + timeout_s, now + timeout_s + grace_s, on_hard)
-            self._cond.notify()
+            self._run = run
+            # Wake the watchdog only if it sleeps past this run's soft limit: not for each
+            # call of a message, which would cost two thread switches a call.
+            if run.soft_at < self._wake_at:
+                self._cond.notify()
         try:
             yield
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+            # Taken even though nobody is woken: while the watchdog ends this run at its
+            # hard limit, the main thread must not go on to the next call.
             with self._cond:
                 self._run = None
-                self._cond.notify()
             signal.signal(signal.SIGALRM, previous_alarm)
             signal.signal(SOFT_SIGNAL, previous_soft)
 
@@ -132,6 +140,7 @@ class CallLimits:
             return
         self._owner_pid = os.getpid()
         self._cond = threading.Condition()
+        self._wake_at = math.inf
         main = threading.main_thread().ident
         assert main is not None
         threading.Thread(target=self._watch, args=(main,), name="call-limits", daemon=True).start()
@@ -140,18 +149,18 @@ class CallLimits:
         with self._cond:
             while True:
                 run = self._run
-                if run is None:
-                    self._cond.wait()
-                    continue
                 now = time.monotonic()
+                if run is None:
+                    self._sleep_until(math.inf)
+                    continue
                 if not run.soft_sent:
                     if now < run.soft_at:
-                        self._cond.wait(run.soft_at - now)
+                        self._sleep_until(run.soft_at)
                         continue
                     run.soft_sent = True
                     signal.pthread_kill(main_ident, SOFT_SIGNAL)
                 if now < run.hard_at:
-                    self._cond.wait(run.hard_at - now)
+                    self._sleep_until(run.hard_at)
                     continue
                 # Still this run, past its hard limit; the main thread cannot start another
                 # call while this holds the lock.
@@ -162,6 +171,15 @@ class CallLimits:
                 finally:
                     log.error("a call outran its hard time limit: ending this process")
                     os.kill(os.getpid(), signal.SIGKILL)
+
+    def _sleep_until(self, deadline: float) -> None:
+        """Wait (the lock released) until ``deadline`` or a wake-up; the run may have
+        changed meanwhile, so the caller looks again."""
+        self._wake_at = deadline
+        try:
+            self._cond.wait(None if deadline == math.inf else max(0.0, deadline - time.monotonic()))
+        finally:
+            self._wake_at = math.inf
 
 
 # One per process; each pool process starts its own watchdog on first use.
