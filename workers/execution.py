@@ -74,7 +74,8 @@ class Executor:
                 with limits.applied(timeout, grace, on_hard):
                     done.append(self.run(call_id, tool_hint))
             except SoftTimeLimitExceeded:
-                # Struck as the handler returned, before its outcome was recorded.
+                # Struck just before the handler started or as it returned, outside what
+                # the handler adapters catch: the call timed out all the same.
                 self._record_timeout(call_id)
                 done.append("error")
             except Exception:
