@@ -104,10 +104,16 @@ class _Capture:
 
 
 def _task_message(
-    app: Celery, message: RunMessage, grace: float, task_id: str, count: int = 1
+    app: Celery,
+    message: RunMessage,
+    grace: float,
+    task_id: str,
+    call_ids: Sequence[str],
+    count: int,
 ) -> Any:
-    """Celery's message for ``message`` and ``count - 1`` more calls of its tool."""
-    args, kwargs = [message.call_id] * count, {"tool": message.tool}
+    """Celery's message running ``call_ids`` (calls of ``message``'s tool), with the time
+    limits of a message of ``count`` calls (a template has one placeholder for them all)."""
+    args, kwargs = list(call_ids), {"tool": message.tool}
     if count == 1:
         soft_limit, hard_limit = message.timeout_s, message.timeout_s + grace
     else:
@@ -151,9 +157,7 @@ def _template(
 ) -> _Template:
     placeholder = replace(message, call_id=_CALL)
     # One placeholder id in the arguments stands for all ``count`` of them.
-    headers, properties, body_obj, _ = _task_message(app, placeholder, grace, _TASK, count)
-    body_obj[0][:] = [_CALL]
-    headers["argsrepr"] = repr([_CALL])
+    headers, properties, body_obj, _ = _task_message(app, placeholder, grace, _TASK, [_CALL], count)
     body = json.dumps(body_obj).encode()
     key, payload = _envelope(
         channel, placeholder, headers, properties, b"toolrouter0body0placeholder"
@@ -185,10 +189,8 @@ class MessageBuilder:
         ids = tuple(call_ids) or (message.call_id,)
         if message.countdown:
             headers, properties, body, _ = _task_message(
-                self.app, message, self.grace, uuid(), len(ids)
+                self.app, message, self.grace, uuid(), ids, len(ids)
             )
-            body[0][:] = list(ids)
-            headers["argsrepr"] = repr(list(ids))
             return _envelope(channel, message, headers, properties, json.dumps(body).encode())
         kind = (message.tool, message.queue, message.timeout_s, len(ids))
         template = self._templates.get(kind)

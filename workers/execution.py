@@ -104,12 +104,19 @@ class Executor:
         """Send ``call_ids`` out again; those no longer queued are dropped by their claim."""
         with self.store.reading() as conn:
             rows = [row for call_id in call_ids if (row := self.store.get(conn, call_id))]
+        self._publish_again([row for row in rows if row.status == CallStatus.QUEUED])
+
+    def _publish_again(self, rows: Sequence[CallRow]) -> int:
+        """Publish queued ``rows`` again and note when, so the reconciler waits its turn;
+        raises ``Unavailable`` when Redis is down (the reconciler then sends them)."""
         messages = [
-            message_for(tool, row.id)
-            for row in rows
-            if row.status == CallStatus.QUEUED and (tool := self.registry.get(row.tool))
+            message_for(tool, row.id) for row in rows if (tool := self.registry.get(row.tool))
         ]
-        self.runtime.publisher.publish(messages)
+        if messages:
+            self.runtime.publisher.publish(messages)
+            with self.store.transaction() as conn:
+                self.store.mark_published(conn, [m.call_id for m in messages], now=self.clock())
+        return len(messages)
 
     def run(self, call_id: str, tool_hint: str | None = None) -> str:
         """Run one call if it is still queued. Returns what happened, for the worker log."""
@@ -373,13 +380,10 @@ class Executor:
                     at=now,
                 )
             try:
-                self.runtime.publisher.publish([message_for(tool, row.id)])
+                self._publish_again([row])
             except Unavailable as exc:
                 # Queued with no publish time: the reconciler sends it once Redis is back.
                 log.warning("re-queued %s but could not publish it: %s", row.id, exc)
-                return "requeued"
-            with self.store.transaction() as conn:
-                self.store.mark_published(conn, [row.id], now=self.clock())
             return "requeued"
         if tool is not None and tool.spec.idempotent:
             outcome = Outcome(
@@ -415,13 +419,4 @@ class Executor:
         cutoff = self.clock() - int(self.runtime.settings.requeue_after_s * 1000)
         with self.store.reading() as conn:
             stale = self.store.stale_queued(conn, published_before=cutoff, limit=limit)
-        messages = [
-            message_for(tool, row.id)
-            for row in stale
-            if (tool := self.registry.get(row.tool)) is not None
-        ]
-        if messages:
-            self.runtime.publisher.publish(messages)
-            with self.store.transaction() as conn:
-                self.store.mark_published(conn, [m.call_id for m in messages], now=self.clock())
-        return len(messages)
+        return self._publish_again(stale)
