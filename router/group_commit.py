@@ -11,6 +11,15 @@ gathers. Each call is still checked, stored, audited and answered on its own.
 
 Calls with an idempotency key do not queue: each is settled against what is stored, in a
 thread of its own, as before, so a slow one holds up no one else.
+
+A small group can be held back for a moment (``hold_s``), as Nagle's algorithm holds a
+small TCP segment while earlier data is unacknowledged. Under a steady load the calls
+arrive one at a time, at the rate the workers finish earlier ones, and left alone each
+group is one or two calls: each its own transaction, its own message and a worker's whole
+per-message cost. So while this process has at least ``full`` calls published and not
+finished (``router.in_flight``: the workers have that much to do already), a group
+smaller than ``full`` waits until it is full, until enough of those calls finish, or
+``hold_s`` at most. A lone caller never waits: nothing of its own is in flight.
 """
 
 from __future__ import annotations
@@ -22,7 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .dispatcher import Dispatcher, Submission
+from .in_flight import InFlight
 from .results import CallResult, error_message, unavailable
+from .status import CallStatus
 from .threads import blocking
 
 # Calls per transaction at most; more wait for the next group.
@@ -38,15 +49,29 @@ class _Queue:
 
     waiting: Waiting = field(default_factory=list)
     draining: asyncio.Task[None] | None = None
+    # Set to end a hold early: the group is full, or the workers are running short.
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class GroupCommit:
     """Accepts submissions in groups, one group at a time per event loop."""
 
-    def __init__(self, dispatcher: Callable[[], Dispatcher], *, max_group: int = MAX_GROUP):
+    def __init__(
+        self,
+        dispatcher: Callable[[], Dispatcher],
+        *,
+        max_group: int = MAX_GROUP,
+        hold_s: float = 0.0,
+        full: int = 16,
+    ):
         # A callable: the dispatcher is built on first use (after start-up checked the config).
         self._dispatcher = dispatcher
         self.max_group = max_group
+        self.hold_s, self.full = hold_s, full
+        # Told of completions by the process's listener (``CompletionListener``); with
+        # none, the calls are forgotten after a while and the hold ends by its timeout.
+        self.in_flight = InFlight()
+        self.in_flight.on_finished = self._workers_short
         self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Queue] = (
             weakref.WeakKeyDictionary()
         )
@@ -67,7 +92,38 @@ class GroupCommit:
         queue.waiting.append((item, future))
         if queue.draining is None or queue.draining.done():
             self._start_draining(queue, loop)
+        elif len(queue.waiting) >= self.full:
+            queue.wake.set()
         return await future
+
+    def _workers_short(self, in_flight: int) -> None:
+        """A completion was heard: a held group goes once fewer than ``full`` are left."""
+        if in_flight >= self.full:
+            return
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        for loop, queue in list(self._queues.items()):
+            if loop is running:
+                queue.wake.set()
+            elif not loop.is_closed():
+                loop.call_soon_threadsafe(queue.wake.set)
+
+    def _should_hold(self, queue: _Queue) -> bool:
+        return (
+            self.hold_s > 0
+            and len(queue.waiting) < self.full
+            and self.in_flight.count() >= self.full
+        )
+
+    async def _hold(self, queue: _Queue) -> None:
+        queue.wake.clear()
+        try:
+            async with asyncio.timeout(self.hold_s):
+                await queue.wake.wait()
+        except TimeoutError:
+            pass
 
     def _start_draining(self, queue: _Queue, loop: asyncio.AbstractEventLoop) -> None:
         accepting: Waiting = []  # the group in the drain task's hands
@@ -98,6 +154,8 @@ class GroupCommit:
 
     async def _drain(self, queue: _Queue, accepting: Waiting) -> None:
         while queue.waiting:
+            if self._should_hold(queue):
+                await self._hold(queue)
             accepting[:] = group = queue.waiting[: self.max_group]
             del queue.waiting[: self.max_group]
             try:
@@ -107,6 +165,9 @@ class GroupCommit:
                 answers = [
                     (future, result) for (_, future), result in zip(group, results, strict=True)
                 ]
+                self.in_flight.published(
+                    r.call_id for r in results if r.status == CallStatus.QUEUED and r.call_id
+                )
             except Exception as exc:  # submit_many never raises; the thread pool might
                 failed = unavailable(f"internal error: {error_message(exc)}")
                 answers = [(future, failed) for _, future in group]

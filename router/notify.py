@@ -15,7 +15,7 @@ import logging
 import secrets
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -125,9 +125,17 @@ class CompletionListener:
     the subscription stands (see ``router.key_cache``).
     """
 
-    def __init__(self, redis_url: str, *, key_cache: PrincipalCache | None = None) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        *,
+        key_cache: PrincipalCache | None = None,
+        on_completion: Callable[[str], None] | None = None,
+    ) -> None:
         self.redis_url = redis_url
         self.key_cache = key_cache
+        # Told of every call id heard finishing (``GroupCommit.in_flight``).
+        self.on_completion = on_completion
         self._waiters: dict[str, set[Waiter]] = defaultdict(set)
         self._recent: OrderedDict[str, tuple[float, CallResult | None]] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
@@ -178,6 +186,8 @@ class CompletionListener:
         for waiter in self._waiters.get(call_id, ()):
             waiter.result = result
             waiter.event.set()
+        if self.on_completion is not None:
+            self.on_completion(call_id)
 
     async def _listen(self) -> None:
         while True:

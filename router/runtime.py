@@ -16,7 +16,7 @@ from .approvals_view import ApprovalsView
 from .broker import Publisher, make_celery, resolve_redis_url
 from .calls import CallService
 from .clock import Clock, wall_clock_ms
-from .config import ToolConfig, load_config
+from .config import PYTHON_CALLS_PER_MESSAGE, ToolConfig, load_config
 from .decisions import DecisionClient
 from .dispatcher import Dispatcher
 from .engine import make_engine
@@ -96,7 +96,12 @@ class Runtime:
     @cached_property
     def group_commit(self) -> GroupCommit:
         """The process's one queue of submissions (HTTP and MCP) that share transactions."""
-        return GroupCommit(lambda: self.dispatcher)
+        return GroupCommit(
+            lambda: self.dispatcher,
+            hold_s=self.settings.group_hold_ms / 1000,
+            # A full group fills a message for each of a worker's pool processes.
+            full=self.settings.worker_concurrency * PYTHON_CALLS_PER_MESSAGE,
+        )
 
     @cached_property
     def decisions(self) -> DecisionClient:

@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     mcp_call_wait_s: float = Field(default=30.0, ge=0, le=300)
 
     worker_concurrency: int = Field(default=2, ge=1)
+    # Longest an API process holds a small group of submissions back while the workers
+    # already have a full group of its calls to run (router.group_commit); 0: never.
+    group_hold_ms: float = Field(default=10.0, ge=0, le=1000)
     # Messages a worker takes ahead, per pool process: 2 keeps the next call ready while
     # one runs (a fifth more calls/s working off a batch in the benchmark); 1 suits slow
     # tools served by several workers, where a call taken ahead waits behind a slow one.

@@ -5,7 +5,10 @@ exactly as it would be alone. Real database (both backends), real Redis."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,11 +21,13 @@ from router.cli.privredis import free_port
 from router.dispatcher import Dispatcher, Submission
 from router.engine import make_engine
 from router.group_commit import GroupCommit
+from router.in_flight import InFlight
 from router.results import CallResult
 from router.runtime import Runtime
 from router.schema import audit_log, calls
 from router.store import Store
 
+from .faults import private_stack_in
 from .stack import Stack
 
 WAIT_S = 30
@@ -370,3 +375,179 @@ def test_concurrent_calls_over_http_are_answered_each_with_its_own_outcome(
             assert (result.status, result.tool) == ("rejected", "strict")
         else:
             assert (result.status, result.error) == ("rejected", "unknown tool: no-such-tool")
+
+
+# -- holding a small group while the workers are busy (router.in_flight) -------------------
+
+
+class Ticks:
+    """A monotonic clock moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_in_flight_counts_published_calls_until_they_finish_or_are_forgotten() -> None:
+    ticks = Ticks()
+    in_flight = InFlight(forget_after_s=2.0, clock=ticks)
+    heard: list[int] = []
+    in_flight.on_finished = heard.append
+
+    in_flight.published(["a", "b"])
+    ticks.now += 1.5
+    in_flight.published(["c"])
+    assert in_flight.count() == 3
+
+    in_flight.finished("b")
+    in_flight.finished("not-ours")  # another process's call: no change, no callback
+    assert (in_flight.count(), heard) == (2, [2])
+
+    # A completion never heard does not count for ever: "a" is forgotten first.
+    ticks.now += 0.6
+    assert in_flight.count() == 1
+    ticks.now += 1.5
+    assert in_flight.count() == 0
+    in_flight.finished("c")  # heard after it was forgotten: nothing to do
+    assert heard == [2]
+
+
+def busy(group_commit: GroupCommit, count: int) -> None:
+    """As if this process had ``count`` calls running on the workers."""
+    group_commit.in_flight.published(f"busy-{i}" for i in range(count))
+
+
+def test_a_small_group_is_held_until_it_is_full_while_the_workers_are_busy(
+    runtime: Runtime,
+) -> None:
+    counting = CountingDispatcher(runtime.dispatcher)
+    # A hold far longer than the test: only a full group can end it.
+    group_commit = GroupCommit(lambda: counting, hold_s=60, full=4)  # type: ignore[arg-type,return-value]
+    busy(group_commit, 4)
+
+    async def scenario() -> list[CallResult]:
+        first = asyncio.ensure_future(group_commit.submit(Submission("agent", "echo", {"i": 0})))
+        await asyncio.sleep(0.05)
+        assert not first.done()  # held: one call, and four already on the workers
+        rest = [group_commit.submit(Submission("agent", "echo", {"i": i})) for i in (1, 2, 3)]
+        return await asyncio.wait_for(asyncio.gather(first, *rest), timeout=30)
+
+    results = asyncio.run(scenario())
+
+    assert counting.groups == [4]
+    assert [r.status for r in results] == ["queued"] * 4
+    # The four are now this process's calls in flight, as well as the four before.
+    assert group_commit.in_flight.count() == 8
+
+
+def test_a_held_group_goes_as_soon_as_the_workers_run_short(runtime: Runtime) -> None:
+    counting = CountingDispatcher(runtime.dispatcher)
+    group_commit = GroupCommit(lambda: counting, hold_s=60, full=4)  # type: ignore[arg-type,return-value]
+    busy(group_commit, 4)
+
+    async def scenario() -> CallResult:
+        held = asyncio.ensure_future(group_commit.submit(Submission("agent", "echo", {"n": 1})))
+        await asyncio.sleep(0.05)
+        assert not held.done()
+        # The completion listener hears one of the four finish: three are left.
+        group_commit.in_flight.finished("busy-0")
+        return await asyncio.wait_for(held, timeout=30)
+
+    assert asyncio.run(scenario()).status == "queued"
+    assert counting.groups == [1]
+
+
+def test_a_hold_lasts_hold_s_at_most(runtime: Runtime) -> None:
+    counting = CountingDispatcher(runtime.dispatcher)
+    group_commit = GroupCommit(lambda: counting, hold_s=0.05, full=4)  # type: ignore[arg-type,return-value]
+    busy(group_commit, 10)  # no completion will be heard
+
+    async def scenario() -> CallResult:
+        return await asyncio.wait_for(
+            group_commit.submit(Submission("agent", "echo", {"n": 1})), timeout=30
+        )
+
+    assert asyncio.run(scenario()).status == "queued"
+    assert counting.groups == [1]
+
+
+def test_a_lone_caller_is_never_held(runtime: Runtime) -> None:
+    group_commit = GroupCommit(lambda: runtime.dispatcher, hold_s=60, full=4)
+
+    async def scenario() -> list[CallResult]:
+        # One after another: each call's own earlier calls are all this process has out,
+        # three at most, fewer than a full group.
+        return [
+            await asyncio.wait_for(
+                group_commit.submit(Submission("agent", "echo", {"i": i})), timeout=30
+            )
+            for i in range(3)
+        ]
+
+    assert [r.status for r in asyncio.run(scenario())] == ["queued"] * 3
+
+
+def test_a_shutdown_during_a_hold_leaves_no_caller_hanging(runtime: Runtime) -> None:
+    group_commit = GroupCommit(lambda: runtime.dispatcher, hold_s=60, full=4)
+    busy(group_commit, 4)
+
+    async def scenario() -> list[CallResult]:
+        callers = [
+            asyncio.ensure_future(group_commit.submit(Submission("agent", "echo", {"i": i})))
+            for i in range(2)
+        ]
+        await asyncio.sleep(0.05)  # the drain task is holding the two
+        drain = group_commit._queues[asyncio.get_running_loop()].draining
+        assert drain is not None and not drain.done()
+        drain.cancel()
+        return await asyncio.wait_for(asyncio.gather(*callers), timeout=30)
+
+    assert {r.http_status for r in asyncio.run(scenario())} == {503}
+    assert call_count(runtime) == 0
+
+
+def test_under_a_steady_load_the_api_gathers_calls_into_full_messages(tmp_path: Path) -> None:
+    """Eight agents, each submitting its next call when the last is answered, against a
+    real API with no worker: once a full group (8, with one pool process) is in flight,
+    every group is held until all eight have come, and goes as one message of eight."""
+    settings = {"worker_concurrency": 1, "group_hold_ms": 1000}
+    with private_stack_in(tmp_path, **settings) as private:
+        key = private.runtime.keys.create("agent", ["agent"])
+        env = {
+            **private.env,
+            "TOOLROUTER_WORKER_CONCURRENCY": "1",
+            "TOOLROUTER_GROUP_HOLD_MS": "1000",
+        }
+        api = Stack(env=env, state_dir=tmp_path)
+        try:
+            api.start_api()
+
+            async def agent(client: AsyncClient, n: int) -> None:
+                for i in range(6):
+                    result = await client.submit("echo", {"agent": n, "i": i})
+                    assert result.status == "queued", result
+
+            async def scenario() -> None:
+                async with AsyncClient(api.base_url, key) as client:
+                    await asyncio.wait_for(
+                        asyncio.gather(*(agent(client, n) for n in range(8))), timeout=60
+                    )
+
+            asyncio.run(scenario())
+        finally:
+            api.stop_all()
+
+        client = redis.Redis.from_url(private.redis.url)
+        try:
+            # Oldest first: kombu pushes each message at the head of the list.
+            messages = [json.loads(raw) for raw in reversed(client.lrange("tools.low", 0, -1))]
+        finally:
+            client.close()
+    sizes = [len(json.loads(base64.b64decode(m["body"]))[0]) for m in messages]
+    assert sum(sizes) == 48
+    # The first calls go as they come (fewer than eight in flight); after that, in eights.
+    # Without the hold, callers answered one by one come back one by one: groups of one
+    # or two.
+    assert sizes[-3:] == [8, 8, 8], sizes

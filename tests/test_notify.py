@@ -21,11 +21,14 @@ from router.errors import StoreUnavailable
 from router.notify import (
     MAX_RESULT_BYTES,
     CompletionListener,
+    Notifier,
     completion_message,
     parse_completion,
 )
 from router.results import CallResult
 from router.store import Store
+
+from . import services
 
 DONE = CallResult(
     status="succeeded", tool="echo", call_id="call_1", value={"a": [1, "é"]}, answered_by="b"
@@ -62,6 +65,30 @@ def test_a_waiter_registered_after_the_completion_gets_it_at_once() -> None:
         assert not listener._waiters
 
     asyncio.run(scenario())
+
+
+def test_the_listener_tells_group_commit_of_each_completion_it_hears(redis_base: str) -> None:
+    """Over real Redis: a worker's notification reaches ``on_completion`` (which is how an
+    API process learns that its calls in flight finished, ``router.in_flight``)."""
+    redis_url = f"{redis_base}/{services.REDIS_DBS['unit']}"
+    heard: list[str] = []
+
+    async def scenario() -> None:
+        listener = CompletionListener(redis_url, on_completion=heard.append)
+        listener.start()
+        notifier = Notifier(redis_url)
+        try:
+            deadline = time.monotonic() + 30
+            # Published until heard: the subscription starts a moment after start().
+            while not heard and time.monotonic() < deadline:
+                await asyncio.to_thread(notifier.call_done, "call_1", DONE)
+                await asyncio.sleep(0.05)
+        finally:
+            notifier.client.close()
+            await listener.stop()
+
+    asyncio.run(scenario())
+    assert heard and set(heard) == {"call_1"}
 
 
 def test_sqlite_writers_wait_for_the_write_lock_and_time_out(tmp_path: Path) -> None:

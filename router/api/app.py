@@ -99,7 +99,11 @@ def create_app(runtime: Runtime) -> FastAPI:
     # Keys are looked up once per TTL, not per request, while the listener can hear
     # revocations (router.key_cache).
     runtime.keys.cache = PrincipalCache()
-    app.state.listener = CompletionListener(runtime.redis_url, key_cache=runtime.keys.cache)
+    app.state.listener = CompletionListener(
+        runtime.redis_url,
+        key_cache=runtime.keys.cache,
+        on_completion=runtime.group_commit.in_flight.finished,
+    )
     app.state.notifier = Notifier(runtime.redis_url)
     # MCP over streamable HTTP (SPEC §11); its session manager runs in the lifespan above.
     app.state.mcp = McpEndpoint(runtime, app.state.listener)

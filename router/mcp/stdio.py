@@ -23,7 +23,9 @@ async def serve_stdio(runtime: Runtime, token: str) -> None:
     async def identify(_: Context) -> Principal:
         return await blocking(runtime.keys.authenticate, token)
 
-    listener = CompletionListener(runtime.redis_url)
+    listener = CompletionListener(
+        runtime.redis_url, on_completion=runtime.group_commit.in_flight.finished
+    )
     listener.start()
     try:
         mcp = ToolrouterMcp(runtime, listener, identify)
