@@ -7,6 +7,7 @@ ages and audit timestamps are asserted exactly.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -642,3 +643,71 @@ def test_verify_names_the_gap_left_by_a_deleted_row(
         conn.execute(text("DELETE FROM audit_log WHERE seq = 5"))
 
     assert verify(runtime) == (4, 6, "gap: expected seq 5")
+
+
+# -- shared messages: each call claimed with the outcome of the one before ---------------
+
+
+def test_a_shared_message_claims_each_call_in_the_transaction_of_the_one_before(
+    runtime: Runtime, executor: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    call_ids = [submit(runtime, "echo", {"n": n}) for n in range(3)]
+    transactions = 0
+    real_transaction = runtime.store.transaction
+
+    def counted() -> Any:
+        nonlocal transactions
+        transactions += 1
+        return real_transaction()
+
+    monkeypatch.setattr(runtime.store, "transaction", counted)
+
+    assert executor.run_many(call_ids, "echo") == ["ok", "ok", "ok"]
+
+    # One claim, then three outcomes, each with the next call's claim: not six.
+    assert transactions == 4
+    for n, call_id in enumerate(call_ids):
+        row = call_row(runtime, call_id)
+        assert (row.status, row.attempt, row.arguments) == ("succeeded", 1, {"n": n})
+        assert row.value is not None and json.loads(row.value) == {"n": n}
+        assert events(runtime, call_id) == ["queued", "ok"]
+
+
+def test_a_call_claimed_ahead_goes_back_to_the_queue_if_its_process_must_end(
+    runtime: Runtime, executor: Executor, broker: redis.Redis
+) -> None:
+    first, second = submit(runtime, "echo", {"n": 1}), submit(runtime, "echo", {"n": 2})
+    broker.delete("tools.low")
+    with runtime.store.transaction() as conn:
+        row = runtime.store.claim(conn, first, now=runtime.clock(), lease_ms=60_000)
+    assert row is not None
+    executor.finish(row, Outcome(ok=True, value_json="1"), claim_next=second)
+    assert call_row(runtime, second).status == CallStatus.RUNNING
+
+    # The first call's hard limit strikes as it ends (the watchdog, workers.call_limits).
+    executor._hard_timeout(first, [second])
+
+    assert call_row(runtime, first).status == CallStatus.SUCCEEDED  # its outcome stands
+    assert call_row(runtime, second).status == CallStatus.QUEUED
+    assert broker.llen("tools.low") == 1  # published again, for another process
+    assert executor.run(second, "echo") == "ok"
+    assert (call_row(runtime, second).status, call_row(runtime, second).attempt) == (
+        CallStatus.SUCCEEDED,
+        2,
+    )
+    assert events(runtime, second) == ["queued", "ok"]
+
+
+def test_a_call_claimed_ahead_that_is_no_longer_queued_is_dropped(
+    runtime: Runtime, executor: Executor
+) -> None:
+    first, second = submit(runtime, "echo", {"n": 1}), submit(runtime, "echo", {"n": 2})
+    assert executor.run(second, "echo") == "ok"  # a duplicate message ran it already
+    with runtime.store.transaction() as conn:
+        row = runtime.store.claim(conn, first, now=runtime.clock(), lease_ms=60_000)
+    assert row is not None
+    executor.finish(row, Outcome(ok=True, value_json="1"), claim_next=second)
+
+    assert executor.run(second, "echo") == "dropped"
+    assert call_row(runtime, second).attempt == 1
+    assert events(runtime, second) == ["queued", "ok"]

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
+from sqlalchemy import Connection
 
 from router import audit, metrics, pending
 from router.audit import AuditEntry
@@ -48,6 +49,10 @@ class Executor:
         self.cache = ResultCache(notifier.client)
         # The call (id, attempt) this executor claimed last, in a shared message.
         self.claimed: tuple[str, int] | None = None
+        # In a shared message, the next call is claimed in the transaction that records
+        # the outcome of the one before (one transaction per call instead of two): its
+        # row (None: not queued any more) and approved digest, until its turn comes.
+        self._claimed_ahead: dict[str, tuple[CallRow | None, str | None]] = {}
 
     def lease_ms(self, tool_name: str | None) -> int:
         tool = self.registry.get(tool_name)
@@ -60,30 +65,39 @@ class Executor:
 
     def run_many(self, call_ids: Sequence[str], tool_hint: str | None = None) -> list[str]:
         """Run the calls of one message in turn, each under its own time limits
-        (``workers.call_limits``). A call is claimed only when its turn comes, so calls not
-        yet started are still queued: if this process dies they are published again, and
-        a worker that claims one first takes it over."""
+        (``workers.call_limits``). A call is claimed only when its turn comes (in the
+        transaction that records the outcome of the call before it), so calls further on
+        are still queued: if this process dies they are published again, and a worker that
+        claims one first takes it over."""
         tool = self.registry.get(tool_hint)
         timeout = tool.spec.timeout_s if tool else DEFAULT_TIMEOUT_S
         grace = self.runtime.publisher.hard_limit_grace_s
+        # A rate-limited tool's calls each ask the limiter first, before their claim.
+        ahead = tool is None or not tool.spec.rate_limit
         done: list[str] = []
-        for index, call_id in enumerate(call_ids):
-            self.claimed = None
-            on_hard = functools.partial(self._hard_timeout, call_id, call_ids[index + 1 :])
-            try:
-                with limits.applied(timeout, grace, on_hard):
-                    done.append(self.run(call_id, tool_hint))
-            except SoftTimeLimitExceeded:
-                # Struck just before the handler started or as it returned, outside what
-                # the handler adapters catch: the call timed out all the same.
-                self._record_timeout(call_id)
-                done.append("error")
-            except Exception:
-                # This call's trouble (the database or Redis gone): it stays queued or
-                # running, for the reconciler or the reaper, as with a message of its own.
-                # The calls after it are independent of it.
-                log.exception("call %s of a shared message did not run", call_id)
-                done.append("failed")
+        try:
+            for index, call_id in enumerate(call_ids):
+                self.claimed = None
+                following = call_ids[index + 1] if ahead and index + 1 < len(call_ids) else None
+                on_hard = functools.partial(self._hard_timeout, call_id, call_ids[index + 1 :])
+                try:
+                    with limits.applied(timeout, grace, on_hard):
+                        done.append(self.run(call_id, tool_hint, claim_next=following))
+                except SoftTimeLimitExceeded:
+                    # Struck just before the handler started or as it returned, outside
+                    # what the handler adapters catch: the call timed out all the same.
+                    self._record_timeout(call_id)
+                    done.append("error")
+                except Exception:
+                    # This call's trouble (the database or Redis gone): it stays queued or
+                    # running, for the reconciler or the reaper, as with a message of its
+                    # own. The calls after it are independent of it.
+                    log.exception("call %s of a shared message did not run", call_id)
+                    done.append("failed")
+        finally:
+            # Nothing is claimed ahead after the last call, unless the loop was cut short
+            # (a warm shutdown's exception, say): then that call goes back to the queue.
+            self._release_claimed_ahead()
         return done
 
     def _record_timeout(self, call_id: str) -> None:
@@ -96,9 +110,20 @@ class Executor:
         """``call_id`` ignored its soft limit and its process is about to end: first the
         calls after it go back to the queue, then it is recorded as timed out."""
         try:
+            self._release_claimed_ahead()
             self.republish(unstarted)
         finally:
             self._record_timeout(call_id)
+
+    def _release_claimed_ahead(self) -> None:
+        """A call claimed with the last outcome but not started goes back to ``queued``
+        (its attempt fenced), so the process's end does not leave it for the reaper."""
+        now = self.clock()
+        for row, _ in list(self._claimed_ahead.values()):
+            if row is not None:
+                with self.store.transaction() as conn:
+                    self.store.requeue_lost(conn, row.id, attempt=row.attempt, now=now)
+        self._claimed_ahead.clear()
 
     def republish(self, call_ids: Sequence[str]) -> None:
         """Send ``call_ids`` out again; those no longer queued are dropped by their claim."""
@@ -118,19 +143,22 @@ class Executor:
                 self.store.mark_published(conn, [m.call_id for m in messages], now=self.clock())
         return len(messages)
 
-    def run(self, call_id: str, tool_hint: str | None = None) -> str:
-        """Run one call if it is still queued. Returns what happened, for the worker log."""
-        hinted = self.registry.get(tool_hint)
-        if hinted is not None and hinted.spec.rate_limit:
-            wait = self.limiter.wait_s(hinted)
-            if wait > 0:
-                # Over the limit: the call waits in the broker, not in a worker slot.
-                return self._defer(hinted, call_id, wait)
-        with self.store.transaction() as conn:
-            row = self.store.claim(
-                conn, call_id, now=self.clock(), lease_ms=self.lease_ms(tool_hint)
-            )
-            approved_digest = pending.approved_digest(conn, row.request_id) if row else None
+    def run(
+        self, call_id: str, tool_hint: str | None = None, *, claim_next: str | None = None
+    ) -> str:
+        """Run one call if it is still queued. Returns what happened, for the worker log.
+        ``claim_next``: the next call of a shared message, claimed with this one's outcome."""
+        if call_id in self._claimed_ahead:
+            row, approved_digest = self._claimed_ahead.pop(call_id)
+        else:
+            hinted = self.registry.get(tool_hint)
+            if hinted is not None and hinted.spec.rate_limit:
+                wait = self.limiter.wait_s(hinted)
+                if wait > 0:
+                    # Over the limit: the call waits in the broker, not in a worker slot.
+                    return self._defer(hinted, call_id, wait)
+            with self.store.transaction() as conn:
+                row, approved_digest = self._claim(conn, call_id, tool_hint)
         if row is None:
             # Not queued any more: a duplicate or redelivered message, or a cancelled call.
             return "dropped"
@@ -158,7 +186,9 @@ class Executor:
             )
             cached = self.cache.get(tool, row.args_sha256)
             if cached is not None:
-                return self.finish(row, Outcome(ok=True, value_json=cached), cached=True)
+                return self.finish(
+                    row, Outcome(ok=True, value_json=cached), cached=True, claim_next=claim_next
+                )
             with limits.handler():
                 outcome = invoke(tool, row.arguments, ctx, mcp=self.runtime.mcp)
             if outcome.ok and outcome.value_json is not None:
@@ -167,8 +197,16 @@ class Executor:
                 return self._retry_later(tool, row, outcome)
             elif row.chain or tool.spec.fallbacks:
                 outcome, answered_by = self._fall_back(row, tool, outcome)
-                return self.finish(row, outcome, answered_by=answered_by)
-        return self.finish(row, outcome)
+                return self.finish(row, outcome, answered_by=answered_by, claim_next=claim_next)
+        return self.finish(row, outcome, claim_next=claim_next)
+
+    def _claim(
+        self, conn: Connection, call_id: str, tool_hint: str | None
+    ) -> tuple[CallRow | None, str | None]:
+        """``call_id``'s row if this process now runs it, with the digest its approver
+        approved (None for an ungated call)."""
+        row = self.store.claim(conn, call_id, now=self.clock(), lease_ms=self.lease_ms(tool_hint))
+        return row, pending.approved_digest(conn, row.request_id) if row else None
 
     def _fall_back(self, row: CallRow, tool: Tool, outcome: Outcome) -> tuple[Outcome, str]:
         """The call failed for good: try the next tool of its chain, each try audited on the
@@ -271,8 +309,10 @@ class Executor:
         event: AuditEvent | None = None,
         cached: bool = False,
         answered_by: str | None = None,
+        claim_next: str | None = None,
     ) -> str:
-        """Record ``outcome`` for ``row``'s attempt; "fenced" if that attempt lost the call."""
+        """Record ``outcome`` for ``row``'s attempt; "fenced" if that attempt lost the call.
+        ``claim_next`` is claimed in the same transaction (see ``_claimed_ahead``)."""
         now = self.clock()
         if status is None:
             status = CallStatus.SUCCEEDED if outcome.ok else CallStatus.FAILED
@@ -310,6 +350,11 @@ class Executor:
                     ],
                     at=now,
                 )
+            if claim_next is not None:
+                claimed = self._claim(conn, claim_next, row.tool)
+        if claim_next is not None:
+            # Only once the transaction is committed: a rolled-back claim is no claim.
+            self._claimed_ahead[claim_next] = claimed
         if not landed:
             log.warning(
                 "call %s attempt %s finished after losing its lease; outcome dropped",
