@@ -1,4 +1,5 @@
-"""The async client's transport: httpx's own, on connections that look up their socket once.
+"""The async client's transport: httpx's own, on connections that look up their socket
+once and send a request in one piece.
 
 Before each request httpcore asks every idle connection of the pool whether the server
 has closed it (``get_extra_info("is_readable")``). httpcore's anyio stream answers by
@@ -37,20 +38,54 @@ def is_readable(sock: socket.socket | None) -> bool:
     return bool(poller.poll(0))
 
 
+# Written pieces are held back up to this much; a larger body goes out as it comes.
+COALESCE_BYTES = 64 * 1024
+
+
 class SocketKeepingStream(httpcore.AsyncNetworkStream):
-    """httpcore's stream, with its raw socket looked up once, when it connected."""
+    """httpcore's stream, with its raw socket looked up once, when it connected, and a
+    request sent in one piece.
+
+    httpcore writes a request's head and its body separately: two sends, two TCP
+    segments, and on the server two reads and two passes of its HTTP parser (a send was
+    an eighth of the client's CPU per call in the benchmark's profile). Here the pieces
+    are held until the response is read, then sent together.
+    """
 
     def __init__(self, stream: httpcore.AsyncNetworkStream) -> None:
         self._stream = stream
         self._socket: socket.socket | None = stream.get_extra_info("socket")
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._write_timeout: float | None = None
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if self._pending:
+            try:
+                await self._flush()
+            except httpcore.WriteError:
+                # As httpcore does with a failed write: read on, for a response the
+                # server may have sent before it closed (a 413, say).
+                pass
         return await self._stream.read(max_bytes, timeout)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        await self._stream.write(buffer, timeout)
+        if not buffer:
+            return
+        self._pending.append(buffer)
+        self._pending_bytes += len(buffer)
+        self._write_timeout = timeout
+        if self._pending_bytes >= COALESCE_BYTES:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        data = b"".join(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+        await self._stream.write(data, self._write_timeout)
 
     async def aclose(self) -> None:
+        self._pending.clear()
         await self._stream.aclose()
 
     async def start_tls(

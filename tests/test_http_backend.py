@@ -1,17 +1,25 @@
 """The async client's transport (``router.http_backend``): idle connections are checked
 with one ``poll`` on the socket kept since connecting, and still found out when the server
-has closed them. A real server on a real socket."""
+has closed them; a request goes out in one send. A real server on a real socket."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import socket
 
+import httpcore
 import httpx
 import pytest
 
 from router import AsyncClient
-from router.http_backend import SocketKeepingBackend, is_readable, keep_sockets
+from router.http_backend import (
+    COALESCE_BYTES,
+    SocketKeepingBackend,
+    SocketKeepingStream,
+    is_readable,
+    keep_sockets,
+)
 from router.wire import SHARD_LIMITS, tls_context
 
 
@@ -132,3 +140,76 @@ def test_the_async_client_pools_use_the_socket_keeping_backend() -> None:
                 return http._transport._pool._network_backend  # type: ignore[attr-defined]
 
     assert isinstance(asyncio.run(scenario()), SocketKeepingBackend)
+
+
+class RecordingStream(httpcore.AsyncNetworkStream):
+    """Stands for the socket: writes down each send."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return b"HTTP/1.1 200 OK\r\n"
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.sent.append(buffer)
+
+    async def aclose(self) -> None:
+        pass
+
+
+def test_a_request_goes_out_in_one_send_and_a_large_body_as_it_comes() -> None:
+    async def scenario() -> list[bytes]:
+        inner = RecordingStream()
+        stream = SocketKeepingStream(inner)
+        # As httpcore writes a small request: head, body, and the empty end of message.
+        await stream.write(b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n")
+        await stream.write(b"{}")
+        await stream.write(b"")
+        assert inner.sent == []  # held until the response is read
+        await stream.read(65536)
+        # A body over the limit is not held in memory.
+        await stream.write(b"POST / HTTP/1.1\r\n\r\n")
+        await stream.write(b"x" * COALESCE_BYTES)
+        return inner.sent
+
+    sent = asyncio.run(scenario())
+    assert sent[0] == b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"
+    assert sent[1] == b"POST / HTTP/1.1\r\n\r\n" + b"x" * COALESCE_BYTES
+    assert len(sent) == 2
+
+
+def test_bodies_small_and_large_reach_a_real_server_whole() -> None:
+    """Over a real socket: each body arrives complete, however it was sent."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                body = await reader.readexactly(length)
+                answer = hashlib.sha256(body).hexdigest().encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 64\r\n\r\n" + answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    bodies = [b"{}", b"y" * 10, b"z" * (3 * COALESCE_BYTES + 5), b"{}"]
+
+    async def scenario() -> list[str]:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = keep_sockets(httpx.AsyncClient(limits=SHARD_LIMITS, verify=tls_context()))
+        async with server, client:
+            return [
+                (await client.post(f"http://127.0.0.1:{port}/", content=body)).text
+                for body in bodies
+            ]
+
+    assert asyncio.run(scenario()) == [hashlib.sha256(b).hexdigest() for b in bodies]
