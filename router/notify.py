@@ -53,6 +53,22 @@ def completion_message(call_id: str, result: CallResult | None) -> str:
     return text if len(text) <= MAX_RESULT_BYTES else call_id
 
 
+_ID_PREFIX = b'{"call_id":"'
+
+
+def completion_call_id(data: bytes) -> str | None:
+    """The call id of a message, read without parsing the result that comes with it: every
+    API process hears every completion, and most have nobody waiting for them (a batch's
+    calls, other processes' callers)."""
+    if data.startswith(_ID_PREFIX):
+        end = data.find(b'"', len(_ID_PREFIX))
+        candidate = data[len(_ID_PREFIX) : end] if end > 0 else b""
+        if candidate and b"\\" not in candidate:
+            return candidate.decode("utf-8", "replace")
+    parsed = parse_completion(data)  # a message written some other way
+    return parsed[0] if parsed is not None else None
+
+
 def parse_completion(data: bytes) -> tuple[str, CallResult | None] | None:
     """``(call_id, result or None)`` from a message; None for one that makes no sense."""
     text = data.decode("utf-8", "replace")
@@ -110,6 +126,22 @@ class Notifier:
         return heard
 
 
+@dataclass(eq=False, slots=True)
+class Heard:
+    """A completion heard: its message is parsed only when a waiter asks for it."""
+
+    at: float
+    message: bytes | None
+    result: CallResult | None = None
+
+    def parsed(self) -> CallResult | None:
+        if self.message is not None:
+            parsed = parse_completion(self.message)
+            self.result = parsed[1] if parsed is not None else None
+            self.message = None
+        return self.result
+
+
 @dataclass(eq=False)
 class Waiter:
     """One caller waiting for one call: woken by ``event``, with the result if it came."""
@@ -137,7 +169,7 @@ class CompletionListener:
         # Told of every call id heard finishing (``GroupCommit.in_flight``).
         self.on_completion = on_completion
         self._waiters: dict[str, set[Waiter]] = defaultdict(set)
-        self._recent: OrderedDict[str, tuple[float, CallResult | None]] = OrderedDict()
+        self._recent: OrderedDict[str, Heard] = OrderedDict()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -161,7 +193,7 @@ class CompletionListener:
         waiter = Waiter()
         recent = self._recent.get(call_id)
         if recent is not None:
-            waiter.result = recent[1]
+            waiter.result = recent.parsed()
             waiter.event.set()
         self._waiters[call_id].add(waiter)
         try:
@@ -175,17 +207,31 @@ class CompletionListener:
 
     def deliver(self, call_id: str, result: CallResult | None) -> None:
         """Wake the waiters of ``call_id`` and remember the completion for a while."""
-        now = time.monotonic()
-        self._recent[call_id] = (now, result)
+        self._heard(call_id, Heard(time.monotonic(), None, result))
+
+    def hear(self, message: bytes) -> None:
+        """A completion message, as published; one that names no call is ignored."""
+        call_id = completion_call_id(message)
+        if call_id is None:
+            log.warning("ignoring a malformed completion message")
+            return
+        self._heard(call_id, Heard(time.monotonic(), message))
+
+    def _heard(self, call_id: str, heard: Heard) -> None:
+        now = heard.at
+        self._recent[call_id] = heard
         self._recent.move_to_end(call_id)
         while self._recent:
-            oldest_id, (at, _) = next(iter(self._recent.items()))
-            if len(self._recent) <= RECENT_MAX and now - at <= RECENT_TTL_S:
+            oldest = next(iter(self._recent.values()))
+            if len(self._recent) <= RECENT_MAX and now - oldest.at <= RECENT_TTL_S:
                 break
-            del self._recent[oldest_id]
-        for waiter in self._waiters.get(call_id, ()):
-            waiter.result = result
-            waiter.event.set()
+            self._recent.popitem(last=False)
+        waiters = self._waiters.get(call_id)
+        if waiters:
+            result = heard.parsed()
+            for waiter in waiters:
+                waiter.result = result
+                waiter.event.set()
         if self.on_completion is not None:
             self.on_completion(call_id)
 
@@ -205,9 +251,7 @@ class CompletionListener:
                                 self.key_cache.clear()
                             await _acknowledge(client, message["data"])
                             continue
-                        parsed = parse_completion(message["data"])
-                        if parsed is not None:
-                            self.deliver(*parsed)
+                        self.hear(message["data"])
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

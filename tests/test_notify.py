@@ -8,6 +8,7 @@ every waiting call in the suite; these pin the pieces that make it safe.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import threading
 import time
@@ -22,6 +23,7 @@ from router.notify import (
     MAX_RESULT_BYTES,
     CompletionListener,
     Notifier,
+    completion_call_id,
     completion_message,
     parse_completion,
 )
@@ -33,6 +35,9 @@ from . import services
 DONE = CallResult(
     status="succeeded", tool="echo", call_id="call_1", value={"a": [1, "é"]}, answered_by="b"
 )
+
+
+DONE2 = CallResult(status="failed", tool="echo", call_id="call_2", error="no", error_type="E")
 
 
 def test_a_result_survives_the_message_unchanged() -> None:
@@ -50,6 +55,32 @@ def test_malformed_messages_are_ignored() -> None:
     assert parse_completion(b"{not json") is None
     assert parse_completion(b'{"call_id": "c"}') is None
     assert parse_completion(b'{"call_id": 5, "result": {}}') is None
+
+
+def test_the_call_id_is_read_without_parsing_the_result() -> None:
+    message = completion_message("call_1", DONE).encode()
+    assert completion_call_id(message) == "call_1"
+    assert completion_call_id(b"call_2") == "call_2"  # a result too large to ride
+    # Written some other way (spaces, another key order): the whole message is parsed.
+    spaced = json.dumps({"result": json.loads(message)["result"], "call_id": "call_3"})
+    assert completion_call_id(spaced.encode()) == "call_3"
+    assert completion_call_id(b"{not json") is None
+
+
+def test_a_completion_nobody_waits_for_is_parsed_only_when_a_waiter_comes() -> None:
+    async def scenario() -> None:
+        listener = CompletionListener("redis://unused")
+        listener.hear(completion_message("call_1", DONE).encode())
+        assert listener._recent["call_1"].message is not None  # kept as it came
+        with listener.waiting_for("call_1") as late:
+            assert late.event.is_set() and late.result == DONE
+        with listener.waiting_for("call_2") as early:
+            listener.hear(completion_message("call_2", DONE2).encode())
+            assert early.event.is_set() and early.result == DONE2
+        listener.hear(b"{not json")
+        assert set(listener._recent) == {"call_1", "call_2"}
+
+    asyncio.run(scenario())
 
 
 def test_a_waiter_registered_after_the_completion_gets_it_at_once() -> None:
