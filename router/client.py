@@ -24,7 +24,7 @@ import httpx
 
 from . import wire
 from .errors import Unavailable
-from .http_backend import keep_sockets
+from .http_backend import keep_sockets, send_in_one_piece
 from .results import CallResult, unavailable
 from .wire import BATCH_TIMEOUT_S, BatchReceipt, BatchStatus, Decided
 
@@ -40,12 +40,14 @@ class Client:
     """A blocking client with one connection pool; use it as a context manager or close it."""
 
     def __init__(self, base_url: str = DEFAULT_URL, key: str = "", *, timeout: float = 60.0):
-        self._http = httpx.Client(
-            base_url=base_url,
-            headers=wire.auth_headers(key),
-            timeout=timeout,
-            limits=wire.LIMITS,
-            verify=wire.tls_context(),
+        self._http = send_in_one_piece(
+            httpx.Client(
+                base_url=base_url,
+                headers=wire.auth_headers(key),
+                timeout=timeout,
+                limits=wire.LIMITS,
+                verify=wire.tls_context(),
+            )
         )
 
     def __enter__(self) -> Client:

@@ -12,13 +12,16 @@ import httpcore
 import httpx
 import pytest
 
-from router import AsyncClient
+from router import AsyncClient, Client
 from router.http_backend import (
     COALESCE_BYTES,
+    OnePieceBackend,
+    OnePieceStream,
     SocketKeepingBackend,
     SocketKeepingStream,
     is_readable,
     keep_sockets,
+    send_in_one_piece,
 )
 from router.wire import SHARD_LIMITS, tls_context
 
@@ -158,6 +161,35 @@ class RecordingStream(httpcore.AsyncNetworkStream):
         pass
 
 
+class RecordingSyncStream(httpcore.NetworkStream):
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return b"HTTP/1.1 200 OK\r\n"
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.sent.append(buffer)
+
+
+def test_the_blocking_client_sends_a_request_in_one_piece_too() -> None:
+    inner = RecordingSyncStream()
+    stream = OnePieceStream(inner)
+    stream.write(b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n")
+    stream.write(b"{}")
+    stream.write(b"")
+    assert inner.sent == []
+    stream.read(65536)
+    stream.write(b"x" * COALESCE_BYTES)
+    assert inner.sent == [b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}", b"x" * COALESCE_BYTES]
+
+
+def test_the_blocking_client_pool_uses_the_one_piece_backend() -> None:
+    with Client("http://127.0.0.1:9", "key") as client:
+        backend = client._http._transport._pool._network_backend  # type: ignore[attr-defined]
+    assert isinstance(backend, OnePieceBackend)
+
+
 def test_a_request_goes_out_in_one_send_and_a_large_body_as_it_comes() -> None:
     async def scenario() -> list[bytes]:
         inner = RecordingStream()
@@ -202,14 +234,20 @@ def test_bodies_small_and_large_reach_a_real_server_whole() -> None:
 
     bodies = [b"{}", b"y" * 10, b"z" * (3 * COALESCE_BYTES + 5), b"{}"]
 
-    async def scenario() -> list[str]:
+    def blocking(port: int) -> list[str]:
+        with send_in_one_piece(httpx.Client(verify=tls_context())) as client:
+            return [client.post(f"http://127.0.0.1:{port}/", content=b).text for b in bodies]
+
+    async def scenario() -> tuple[list[str], list[str]]:
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         client = keep_sockets(httpx.AsyncClient(limits=SHARD_LIMITS, verify=tls_context()))
         async with server, client:
-            return [
+            answers = [
                 (await client.post(f"http://127.0.0.1:{port}/", content=body)).text
                 for body in bodies
             ]
+            return answers, await asyncio.to_thread(blocking, port)
 
-    assert asyncio.run(scenario()) == [hashlib.sha256(b).hexdigest() for b in bodies]
+    expected = [hashlib.sha256(b).hexdigest() for b in bodies]
+    assert asyncio.run(scenario()) == (expected, expected)
