@@ -36,18 +36,23 @@ DEFAULT_WAIT_S = 30.0
 TIMEOUT_MARGIN_S = 30.0
 
 
+def _http_options(base_url: str, key: str, timeout: float, limits: httpx.Limits) -> dict[str, Any]:
+    """What both clients give httpx: the API, the key, and one TLS context per process."""
+    return {
+        "base_url": base_url,
+        "headers": wire.auth_headers(key),
+        "timeout": timeout,
+        "limits": limits,
+        "verify": wire.tls_context(),
+    }
+
+
 class Client:
     """A blocking client with one connection pool; use it as a context manager or close it."""
 
     def __init__(self, base_url: str = DEFAULT_URL, key: str = "", *, timeout: float = 60.0):
         self._http = send_in_one_piece(
-            httpx.Client(
-                base_url=base_url,
-                headers=wire.auth_headers(key),
-                timeout=timeout,
-                limits=wire.LIMITS,
-                verify=wire.tls_context(),
-            )
+            httpx.Client(**_http_options(base_url, key, timeout, wire.LIMITS))
         )
 
     def __enter__(self) -> Client:
@@ -184,13 +189,7 @@ class AsyncClient:
     def __init__(self, base_url: str = DEFAULT_URL, key: str = "", *, timeout: float = 60.0):
         self._pools = _PoolShards(
             lambda: keep_sockets(
-                httpx.AsyncClient(
-                    base_url=base_url,
-                    headers=wire.auth_headers(key),
-                    timeout=timeout,
-                    limits=wire.SHARD_LIMITS,
-                    verify=wire.tls_context(),
-                )
+                httpx.AsyncClient(**_http_options(base_url, key, timeout, wire.SHARD_LIMITS))
             )
         )
 

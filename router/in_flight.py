@@ -38,6 +38,7 @@ class InFlight:
         now = self.clock()
         for call_id in call_ids:
             self._since[call_id] = now
+        self._forget(now)  # here too, so nothing grows while nobody counts
 
     def finished(self, call_id: str) -> None:
         """A completion was heard; calls this process never published are ignored."""
@@ -45,11 +46,14 @@ class InFlight:
             self.on_finished(self.count())
 
     def count(self) -> int:
-        cutoff = self.clock() - self.forget_after_s
+        self._forget(self.clock())
+        return len(self._since)
+
+    def _forget(self, now: float) -> None:
+        cutoff = now - self.forget_after_s
         since = self._since
         while since:
             oldest = next(iter(since.values()))
             if oldest > cutoff:
                 break
             since.popitem(last=False)
-        return len(since)
