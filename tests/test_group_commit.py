@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import redis
 from sqlalchemy import func, select
@@ -29,6 +31,7 @@ from router.store import Store
 
 from .faults import private_stack_in
 from .stack import Stack
+from .test_mcp_server import mcp_session
 
 WAIT_S = 30
 
@@ -508,46 +511,85 @@ def test_a_shutdown_during_a_hold_leaves_no_caller_hanging(runtime: Runtime) -> 
     assert call_count(runtime) == 0
 
 
-def test_under_a_steady_load_the_api_gathers_calls_into_full_messages(tmp_path: Path) -> None:
-    """Eight agents, each submitting its next call when the last is answered, against a
-    real API with no worker: once a full group (8, with one pool process) is in flight,
-    every group is held until all eight have come, and goes as one message of eight."""
-    settings = {"worker_concurrency": 1, "group_hold_ms": 1000}
+@contextmanager
+def api_without_workers(tmp_path: Path) -> Iterator[tuple[Stack, str]]:
+    """A real API (one pool process per worker assumed, so a full group is 8; a hold far
+    longer than the test) with no worker: every message stays in Redis to be counted.
+    Yields the API and the URL of its private Redis."""
+    settings = {"worker_concurrency": 1, "group_hold_ms": 1000, "mcp_call_wait_s": 0}
     with private_stack_in(tmp_path, **settings) as private:
-        key = private.runtime.keys.create("agent", ["agent"])
         env = {
             **private.env,
             "TOOLROUTER_WORKER_CONCURRENCY": "1",
             "TOOLROUTER_GROUP_HOLD_MS": "1000",
+            # An MCP tools/call answers with the call id at once (no worker will run it).
+            "TOOLROUTER_MCP_CALL_WAIT_S": "0",
         }
         api = Stack(env=env, state_dir=tmp_path)
+        api.keys["agent"] = private.runtime.keys.create("agent", ["agent"])
         try:
             api.start_api()
-
-            async def agent(client: AsyncClient, n: int) -> None:
-                for i in range(6):
-                    result = await client.submit("echo", {"agent": n, "i": i})
-                    assert result.status == "queued", result
-
-            async def scenario() -> None:
-                async with AsyncClient(api.base_url, key) as client:
-                    await asyncio.wait_for(
-                        asyncio.gather(*(agent(client, n) for n in range(8))), timeout=60
-                    )
-
-            asyncio.run(scenario())
+            yield api, private.redis.url
         finally:
             api.stop_all()
 
-        client = redis.Redis.from_url(private.redis.url)
-        try:
-            # Oldest first: kombu pushes each message at the head of the list.
-            messages = [json.loads(raw) for raw in reversed(client.lrange("tools.low", 0, -1))]
-        finally:
-            client.close()
-    sizes = [len(json.loads(base64.b64decode(m["body"]))[0]) for m in messages]
+
+def message_sizes(redis_url: str) -> list[int]:
+    """Calls per message waiting on ``tools.low``, oldest first (kombu pushes each
+    message at the head of the list)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        raw = list(reversed(client.lrange("tools.low", 0, -1)))
+    finally:
+        client.close()
+    return [len(json.loads(base64.b64decode(json.loads(m)["body"]))[0]) for m in raw]
+
+
+def test_under_a_steady_load_the_api_gathers_calls_into_full_messages(tmp_path: Path) -> None:
+    """Eight agents, each submitting its next call when the last is answered, against a
+    real API with no worker: once a full group (8, with one pool process) is in flight,
+    every group is held until all eight have come, and goes as one message of eight."""
+    with api_without_workers(tmp_path) as (api, redis_url):
+
+        async def agent(client: AsyncClient, n: int) -> None:
+            for i in range(6):
+                result = await client.submit("echo", {"agent": n, "i": i})
+                assert result.status == "queued", result
+
+        async def scenario() -> None:
+            async with AsyncClient(api.base_url, api.keys["agent"]) as client:
+                await asyncio.wait_for(
+                    asyncio.gather(*(agent(client, n) for n in range(8))), timeout=60
+                )
+
+        asyncio.run(scenario())
+        sizes = message_sizes(redis_url)
     assert sum(sizes) == 48
     # The first calls go as they come (fewer than eight in flight); after that, in eights.
     # Without the hold, callers answered one by one come back one by one: groups of one
-    # or two.
+    # to five.
+    assert sizes[-3:] == [8, 8, 8], sizes
+
+
+def test_mcp_tool_calls_share_the_group_queue_with_http_calls(tmp_path: Path) -> None:
+    """The same load through ``/mcp`` (SPEC §11): eight MCP sessions, each calling its next
+    tool when the last is answered, are accepted in the same held groups as HTTP calls."""
+    with api_without_workers(tmp_path) as (api, redis_url):
+
+        async def agent(n: int) -> None:
+            async with mcp_session(api) as session:
+                for i in range(6):
+                    result = await session.call_tool("echo", {"agent": n, "i": i})
+                    assert result.structured_content is not None, result
+                    assert result.structured_content["status"] == "queued", result
+
+        async def scenario() -> None:
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as agents:
+                    for n in range(8):
+                        agents.start_soon(agent, n)
+
+        anyio.run(scenario)
+        sizes = message_sizes(redis_url)
+    assert sum(sizes) == 48
     assert sizes[-3:] == [8, 8, 8], sizes
