@@ -273,20 +273,25 @@ def test_keyed_calls_do_not_wait_in_groups(runtime: Runtime) -> None:
     assert call_count(runtime) == 3
 
 
-def test_one_caller_after_another_is_answered_each_time(runtime: Runtime) -> None:
-    """Each submission comes just after the last drain task finished (its answer wakes the
-    caller before the task's end is handled): a new task must take it."""
-    group_commit = GroupCommit(lambda: runtime.dispatcher)
+def one_after_another(group_commit: GroupCommit, count: int) -> list[CallResult]:
+    """``count`` echo calls by one caller, each submitted once the last is answered."""
 
     async def scenario() -> list[CallResult]:
         return [
             await asyncio.wait_for(
                 group_commit.submit(Submission("agent", "echo", {"i": i})), timeout=30
             )
-            for i in range(5)
+            for i in range(count)
         ]
 
-    assert [r.status for r in asyncio.run(scenario())] == ["queued"] * 5
+    return asyncio.run(scenario())
+
+
+def test_one_caller_after_another_is_answered_each_time(runtime: Runtime) -> None:
+    """Each submission comes just after the last drain task finished (its answer wakes the
+    caller before the task's end is handled): a new task must take it."""
+    group_commit = GroupCommit(lambda: runtime.dispatcher)
+    assert [r.status for r in one_after_another(group_commit, 5)] == ["queued"] * 5
     assert call_count(runtime) == 5
 
 
@@ -478,18 +483,9 @@ def test_a_hold_lasts_hold_s_at_most(runtime: Runtime) -> None:
 
 def test_a_lone_caller_is_never_held(runtime: Runtime) -> None:
     group_commit = GroupCommit(lambda: runtime.dispatcher, hold_s=60, full=4)
-
-    async def scenario() -> list[CallResult]:
-        # One after another: each call's own earlier calls are all this process has out,
-        # three at most, fewer than a full group.
-        return [
-            await asyncio.wait_for(
-                group_commit.submit(Submission("agent", "echo", {"i": i})), timeout=30
-            )
-            for i in range(3)
-        ]
-
-    assert [r.status for r in asyncio.run(scenario())] == ["queued"] * 3
+    # One after another: each call's own earlier calls are all this process has out,
+    # three at most, fewer than a full group.
+    assert [r.status for r in one_after_another(group_commit, 3)] == ["queued"] * 3
 
 
 def test_a_shutdown_during_a_hold_leaves_no_caller_hanging(runtime: Runtime) -> None:

@@ -100,6 +100,20 @@ def test_over_the_rate_limit_a_call_waits_and_the_bucket_is_shared(
     assert len(ledger.read_text().splitlines()) == 2
 
 
+def test_in_a_shared_message_each_call_of_a_rate_limited_tool_asks_the_limiter(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    """Calls of one message are otherwise claimed with the outcome of the call before them;
+    a rate-limited tool's are not, so the third one here waits instead of running."""
+    ledger = tmp_path / "ledger"
+    calls = [submit(runtime, "limited_ledger", {"path": str(ledger), "i": i}) for i in range(3)]
+    redis.Redis.from_url(runtime.redis_url).delete("toolrouter:bucket:limited_ledger")
+    assert executor(runtime).run_many(calls, "limited_ledger") == ["ok", "ok", "deferred"]
+    row = runtime.calls.read(calls[2])
+    assert row.status == "queued" and row.attempt == 0
+    assert len(ledger.read_text().splitlines()) == 2
+
+
 def test_rate_limits_parse_or_fail_at_registration() -> None:
     assert parse_rate("10/s") == (10, 10)
     assert parse_rate("6/m") == (6, 0.1)

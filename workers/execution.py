@@ -118,6 +118,8 @@ class Executor:
     def _release_claimed_ahead(self) -> None:
         """A call claimed with the last outcome but not started goes back to ``queued``
         (its attempt fenced), so the process's end does not leave it for the reaper."""
+        if not self._claimed_ahead:
+            return
         now = self.clock()
         for row, _ in list(self._claimed_ahead.values()):
             if row is not None:
