@@ -20,6 +20,7 @@ from ..notify import CompletionListener, Notifier
 from ..runtime import Runtime
 from ..ui.headers import InboxHeaders
 from . import routes_approvals, routes_batches, routes_calls, routes_misc, routes_route
+from .direct import DirectRoutes
 from .responses import AsciiJSONResponse
 
 log = logging.getLogger(__name__)
@@ -68,8 +69,10 @@ EXCEPTION_HANDLERS = {
 }
 
 
-def create_app(runtime: Runtime) -> FastAPI:
-    """The API around ``runtime``; start-up checks the config and the schema first."""
+def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
+    """The API around ``runtime``; start-up checks the config and the schema first.
+    ``direct_routes=False`` serves the hot endpoints through FastAPI's routing too
+    (``router.api.direct``; the tests compare the two)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -119,6 +122,8 @@ def create_app(runtime: Runtime) -> FastAPI:
         "/ui", lambda: RedirectResponse("/ui/", status_code=307), include_in_schema=False
     )
     app.add_middleware(InboxHeaders)
+    if direct_routes:
+        app.add_middleware(DirectRoutes)
     return app
 
 
