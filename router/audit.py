@@ -16,7 +16,7 @@ from sqlalchemy import select, text
 from sqlalchemy.engine import Connection
 
 from .canonical import canonical_json, sha256_hex
-from .engine import insert_rows
+from .engine import execute_direct, insert_rows
 from .schema import audit_checkpoints, audit_log
 
 GENESIS_HASH = "0" * 64
@@ -58,7 +58,7 @@ _HASHED_FIELDS = (
 def lock_chain(conn: Connection) -> None:
     """Serialize appends to the chain until the transaction ends."""
     if conn.dialect.name == "postgresql":
-        conn.execute(_CHAIN_LOCK, {"key": _CHAIN_LOCK_KEY})
+        execute_direct(conn, _CHAIN_LOCK, {"key": _CHAIN_LOCK_KEY})
 
 
 # Built once: every append runs these (see ``router.store`` on why).
@@ -69,9 +69,9 @@ _CHAIN_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
 def chain_head(conn: Connection) -> tuple[int, str]:
     """The last ``seq`` and hash of the chain: the newest hot row, else the newest archival
     checkpoint (the hot table may have been archived empty), else the genesis."""
-    last = conn.execute(_HEAD).first()
+    last = execute_direct(conn, _HEAD, {}).first()
     if last is not None:
-        return last.seq, last.hash
+        return last["seq"], last["hash"]
     checkpoint = conn.execute(
         select(audit_checkpoints.c.through_seq, audit_checkpoints.c.last_hash)
         .order_by(audit_checkpoints.c.through_seq.desc())

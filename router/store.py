@@ -16,13 +16,14 @@ from typing import Any
 from sqlalchemy import Engine, and_, bindparam, select, update
 from sqlalchemy.engine import Connection
 
-from .engine import insert_rows, translate_errors
+from .engine import execute_direct, insert_rows, translate_errors
 from .results import CallResult
 from .schema import calls
 from .status import CallStatus
 
 # The hot path's statements, built once: building a Core statement and its cache key
 # cost more CPU than running it (a quarter of a worker's time in the benchmark's profile).
+# They run through the driver's cursor (``execute_direct``).
 _GET = select(calls).where(calls.c.id == bindparam("call_id"))
 _CLAIM = (
     update(calls)
@@ -91,6 +92,10 @@ class CallRow:
     def from_row(cls, row: Any) -> CallRow:
         return cls(**dict(row._mapping))
 
+    @classmethod
+    def from_mapping(cls, row: dict[str, Any] | None) -> CallRow | None:
+        return cls(**row) if row is not None else None
+
     @property
     def arguments(self) -> Any:
         return json.loads(self.args)
@@ -133,8 +138,7 @@ class Store:
     # -- reads -----------------------------------------------------------------------
 
     def get(self, conn: Connection, call_id: str) -> CallRow | None:
-        row = conn.execute(_GET, {"call_id": call_id}).first()
-        return CallRow.from_row(row) if row else None
+        return CallRow.from_mapping(execute_direct(conn, _GET, {"call_id": call_id}).first())
 
     def find_by_idempotency_key(
         self, conn: Connection, requested_by: str, key: str
@@ -204,10 +208,10 @@ class Store:
 
     def claim(self, conn: Connection, call_id: str, *, now: int, lease_ms: int) -> CallRow | None:
         """``queued -> running`` with attempt + 1; None if someone else has it, or it is done."""
-        row = conn.execute(
-            _CLAIM, {"call_id": call_id, "lease_until": now + lease_ms, "now": now}
-        ).first()
-        return CallRow.from_row(row) if row is not None else None
+        claimed = execute_direct(
+            conn, _CLAIM, {"call_id": call_id, "lease_until": now + lease_ms, "now": now}
+        )
+        return CallRow.from_mapping(claimed.first())
 
     def finish(
         self,
@@ -223,7 +227,8 @@ class Store:
         answered_by: str | None = None,
     ) -> bool:
         """Record the outcome of attempt ``attempt``; False if that attempt no longer owns it."""
-        result = conn.execute(
+        result = execute_direct(
+            conn,
             _FINISH,
             {
                 "call_id": call_id,
