@@ -7,10 +7,11 @@ import dataclasses
 import time
 import uuid
 
+import httpx
 import pytest
 
 from router import AsyncClient, CallResult, Client
-from router.client import BatchStatus
+from router.client import BatchStatus, endpoint
 from router.errors import Forbidden, NotAuthenticated, NotFound
 
 from .stack import Stack, free_port
@@ -208,3 +209,57 @@ def test_clients_share_one_tls_context_instead_of_loading_the_ca_bundle_per_pool
         assert agent.call("echo", {"x": 1}, wait_s=WAIT_S).ok
     assert asyncio.run(scenario()) >= 3
     assert loads == []
+
+
+@pytest.mark.parametrize(
+    "base_url",
+    [
+        "http://127.0.0.1:8000",
+        "http://127.0.0.1:8000/",
+        "https://api.example/prefix",
+        "https://api.example/prefix/",
+        "http://[::1]:9/a%20b/",
+    ],
+)
+def test_the_prebuilt_calls_url_is_the_one_httpx_would_build(base_url: str) -> None:
+    with httpx.Client(base_url=base_url) as http:
+        expected = http.build_request("POST", "/v1/calls").url
+    assert endpoint(base_url, "/v1/calls") == expected
+
+
+def test_responses_that_set_no_cookie_skip_httpxs_cookie_jar(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httpx builds a urllib request per response for its cookie jar; the clients skip
+    that for the API's answers (which set no cookie), not for a response that sets one."""
+    passed: list[str] = []
+    compat = httpx.Cookies._CookieCompatRequest
+
+    class Counting(compat):  # type: ignore[misc, valid-type]
+        def __init__(self, request: httpx.Request) -> None:
+            passed.append(request.url.path)
+            super().__init__(request)
+
+    monkeypatch.setattr(httpx.Cookies, "_CookieCompatRequest", Counting)
+    setting = httpx.Response(
+        200,
+        headers={"set-cookie": "seen=1; Path=/"},
+        request=httpx.Request("GET", stack.base_url + "/v1/calls"),
+    )
+    with client(stack) as agent:
+        done = agent.call("echo", {"x": 1}, wait_s=WAIT_S)
+        assert done.ok and done.call_id is not None
+        assert agent.result(done.call_id).ok
+        assert passed == []
+        agent._http.cookies.extract_cookies(setting)
+        assert agent._http.cookies.get("seen") == "1" and passed == ["/v1/calls"]
+
+    async def asynchronous() -> None:
+        async with AsyncClient(stack.base_url, stack.keys["agent"]) as agent:
+            assert (await agent.call("echo", {"x": 2}, wait_s=WAIT_S)).ok
+            assert passed == ["/v1/calls"]
+            (http,) = agent._pools._pools
+            http.cookies.extract_cookies(setting)
+            assert http.cookies.get("seen") == "1" and len(passed) == 2
+
+    asyncio.run(asynchronous())
