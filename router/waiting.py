@@ -46,8 +46,11 @@ async def wait_for_call(
             if remaining <= 0:
                 return (await blocking(load)).result()
             if not waiter.event.is_set():
+                # ``asyncio.timeout``, not ``wait_for``: no task of its own to start and
+                # finish, one loop iteration less between the notification and the answer.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(waiter.event.wait(), timeout=min(remaining, RECHECK_S))
+                    async with asyncio.timeout(min(remaining, RECHECK_S)):
+                        await waiter.event.wait()
             if waiter.result is not None:
                 return waiter.result
             waiter.event.clear()
