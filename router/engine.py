@@ -226,9 +226,6 @@ class DirectResult:
     def first(self) -> dict[str, Any] | None:
         return dict(zip(self.columns, self.rows[0], strict=True)) if self.rows else None
 
-    def scalar(self) -> Any:
-        return self.rows[0][0] if self.rows else None
-
 
 @dataclass(frozen=True, slots=True)
 class _DriverSql:
