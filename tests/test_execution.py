@@ -711,3 +711,38 @@ def test_a_call_claimed_ahead_that_is_no_longer_queued_is_dropped(
     assert executor.run(second, "echo") == "dropped"
     assert call_row(runtime, second).attempt == 1
     assert events(runtime, second) == ["queued", "ok"]
+
+
+def test_a_shared_message_cut_short_puts_its_call_claimed_ahead_back(
+    runtime: Runtime, executor: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``BaseException`` (a warm shutdown's, an interrupt) that ends the loop between a
+    call's outcome and the next call's start: that next call, claimed with the outcome,
+    goes back to ``queued``; the calls after it were never claimed."""
+    first, second, third = (submit(runtime, "echo", {"n": n}) for n in range(3))
+    announce = executor.notifier.call_done
+
+    def interrupted(call_id: str, result: Any = None) -> None:
+        announce(call_id, result)
+        raise KeyboardInterrupt  # after the commit that recorded ``first`` and claimed ``second``
+
+    monkeypatch.setattr(executor.notifier, "call_done", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        executor.run_many([first, second, third], "echo")
+
+    assert call_row(runtime, first).status == CallStatus.SUCCEEDED
+    assert (call_row(runtime, second).status, call_row(runtime, second).attempt) == (
+        CallStatus.QUEUED,
+        1,
+    )
+    assert (call_row(runtime, third).status, call_row(runtime, third).attempt) == (
+        CallStatus.QUEUED,
+        0,
+    )
+    monkeypatch.setattr(executor.notifier, "call_done", announce)
+    assert executor.run(second, "echo") == "ok"  # runs later, as its attempt 2
+    assert (call_row(runtime, second).status, call_row(runtime, second).attempt) == (
+        CallStatus.SUCCEEDED,
+        2,
+    )
+    assert events(runtime, second) == ["queued", "ok"]
