@@ -160,15 +160,10 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
         else:
             values = operator.itemgetter(*order)  # a tuple per row, at C speed
             params = [values(row) for row in group]
-        cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            # The driver's own cursor, as for ``execute_direct``: ``exec_driver_sql`` cost
-            # a call's insert transaction in the API about as much as the insert itself.
+        # The driver's own cursor, as for ``execute_direct``: ``exec_driver_sql`` cost a
+        # call's insert transaction in the API about as much as the insert itself.
+        with _driver_cursor(conn, sql) as cursor:
             cursor.executemany(sql, params)
-        except conn.dialect.loaded_dbapi.Error as error:
-            raise _driver_error(conn, sql, None, error, cursor) from None
-        finally:
-            cursor.close()
 
 
 @functools.cache
@@ -188,31 +183,31 @@ def _copy(
     """``COPY … FROM STDIN`` in the caller's transaction; the driver's errors are raised as
     SQLAlchemy's (a duplicate key is an ``IntegrityError``, as from ``conn.execute``)."""
     statement = f"COPY {table.name} ({', '.join(columns)}) FROM STDIN"
+    with _driver_cursor(conn, statement) as cursor, cursor.copy(statement) as copy:
+        for row in rows:
+            copy.write_row(tuple(row[column] for column in columns))
+
+
+@contextmanager
+def _driver_cursor(conn: Connection, sql: str, params: Any = None) -> Iterator[Any]:
+    """A cursor of the driver's own, in ``conn``'s transaction, closed after use. A
+    driver's error comes out as SQLAlchemy raises it from ``conn.execute``: the same
+    class (so ``translate_errors`` names a database that does not answer), and a
+    connection the server dropped is invalidated, not handed back to the pool."""
     dbapi = conn.dialect.loaded_dbapi
-    cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    raw: Any = conn.connection.dbapi_connection
+    cursor = raw.cursor()
     try:
-        with cursor.copy(statement) as copy:
-            for row in rows:
-                copy.write_row(tuple(row[column] for column in columns))
+        yield cursor
     except dbapi.Error as error:
-        raise _driver_error(conn, statement, None, error, cursor) from None
+        dropped = conn.dialect.is_disconnect(error, raw, cursor)
+        if dropped:
+            conn.invalidate()
+        raise exc.DBAPIError.instance(
+            sql, params, error, dbapi.Error, connection_invalidated=dropped, dialect=conn.dialect
+        ) from None
     finally:
         cursor.close()
-
-
-def _driver_error(
-    conn: Connection, sql: str, params: Any, error: Any, cursor: Any
-) -> exc.StatementError:
-    """A driver's error as SQLAlchemy raises it from ``conn.execute``: the same class (so
-    ``translate_errors`` names a database that does not answer), and a connection the
-    server dropped is invalidated, not handed back to the pool."""
-    dbapi = conn.dialect.loaded_dbapi
-    dropped = conn.dialect.is_disconnect(error, conn.connection.dbapi_connection, cursor)
-    if dropped:
-        conn.invalidate()
-    return exc.DBAPIError.instance(
-        sql, params, error, dbapi.Error, connection_invalidated=dropped, dialect=conn.dialect
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,14 +270,9 @@ def execute_direct(
     values: Any = {**compiled.fixed, **params}
     if compiled.order is not None:
         values = tuple(values[name] for name in compiled.order)
-    cursor: Any = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    try:
+    with _driver_cursor(conn, compiled.sql, values) as cursor:
         cursor.execute(compiled.sql, values)
         description = cursor.description
         rows = cursor.fetchall() if description else []
         columns = tuple(column[0] for column in description) if description else ()
         return DirectResult(columns, rows, cursor.rowcount)
-    except conn.dialect.loaded_dbapi.Error as error:
-        raise _driver_error(conn, compiled.sql, values, error, cursor) from None
-    finally:
-        cursor.close()

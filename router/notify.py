@@ -205,10 +205,6 @@ class CompletionListener:
                 if not waiters:
                     del self._waiters[call_id]
 
-    def deliver(self, call_id: str, result: CallResult | None) -> None:
-        """Wake the waiters of ``call_id`` and remember the completion for a while."""
-        self._heard(call_id, Heard(time.monotonic(), None, result))
-
     def hear(self, message: bytes) -> None:
         """A completion message, as published; one that names no call is ignored."""
         call_id = completion_call_id(message)
@@ -218,6 +214,7 @@ class CompletionListener:
         self._heard(call_id, Heard(time.monotonic(), message))
 
     def _heard(self, call_id: str, heard: Heard) -> None:
+        """Wake the waiters of ``call_id`` and remember the completion for a while."""
         now = heard.at
         self._recent[call_id] = heard
         self._recent.move_to_end(call_id)

@@ -86,12 +86,12 @@ def test_a_completion_nobody_waits_for_is_parsed_only_when_a_waiter_comes() -> N
 def test_a_waiter_registered_after_the_completion_gets_it_at_once() -> None:
     async def scenario() -> None:
         listener = CompletionListener("redis://unused")
-        listener.deliver("call_1", DONE)
+        listener.hear(completion_message("call_1", DONE).encode())
         with listener.waiting_for("call_1") as waiter:
             assert waiter.event.is_set() and waiter.result == DONE
         with listener.waiting_for("call_2") as other:
             assert not other.event.is_set()
-            listener.deliver("call_2", None)
+            listener.hear(completion_message("call_2", None).encode())
             assert other.event.is_set() and other.result is None
         assert not listener._waiters
 
