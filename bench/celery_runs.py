@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +15,15 @@ from .procs import REPO, Processes
 from .stats import cpu_ms_per_call, latency_ms, median_rate, rate
 
 LATENCY_SAMPLES = "latency_samples_s"
+# Where a backend's figures keep raw Celery's latency measured in turn with its own.
+PAIRED_CELERY_LATENCY = "celery_latency_paired"
 
 
-def run_baseline(params: Params, redis_url: str, log_dir: Path) -> dict[str, Any]:
-    """Start a Celery worker on ``bench.noop`` and measure it; always stops the worker."""
+@contextmanager
+def celery_worker(params: Params, redis_url: str, log_dir: Path) -> Iterator[Processes]:
+    """A raw Celery worker on ``bench.noop``, warmed up; always stopped afterwards."""
     os.environ["BENCH_REDIS_URL"] = redis_url  # read by bench.baseline, imported below
-    from .baseline import QUEUE, app, noop
+    from .baseline import QUEUE, noop
 
     env = {**os.environ, "BENCH_REDIS_URL": redis_url, "PYTHONPATH": str(REPO)}
     procs = Processes(log_dir, env)
@@ -30,6 +35,24 @@ def run_baseline(params: Params, redis_url: str, log_dir: Path) -> dict[str, Any
         noop.delay(0).get(timeout=60)  # ready: a task went all the way round
         for i in range(params.warmup):
             noop.delay(i).get(timeout=30)
+        yield procs
+    finally:
+        procs.stop_all()
+
+
+def celery_round_trip(i: int) -> float:
+    """One ``delay().get()`` of the no-op, in seconds (a worker must be up)."""
+    from .baseline import noop
+
+    started = time.perf_counter()
+    noop.delay(i).get(timeout=30)
+    return time.perf_counter() - started
+
+
+def run_baseline(params: Params, redis_url: str, log_dir: Path) -> dict[str, Any]:
+    """Start a Celery worker on ``bench.noop`` and measure it; always stops the worker."""
+    with celery_worker(params, redis_url, log_dir) as procs:
+        from .baseline import app, noop
 
         # End to end: every task submitted with delay(), every result collected.
         e2e_runs = []
@@ -52,11 +75,7 @@ def run_baseline(params: Params, redis_url: str, log_dir: Path) -> dict[str, Any
             app.ResultSet(pending).join_native(timeout=600)
 
         # Latency: one task at a time, delay().get().
-        samples = []
-        for i in range(params.latency_samples):
-            t0 = time.perf_counter()
-            noop.delay(i).get(timeout=30)
-            samples.append(time.perf_counter() - t0)
+        samples = [celery_round_trip(i) for i in range(params.latency_samples)]
         return {
             "e2e_throughput_per_s": median_rate(e2e_runs),
             "e2e_throughput_runs": e2e_runs,
@@ -68,8 +87,6 @@ def run_baseline(params: Params, redis_url: str, log_dir: Path) -> dict[str, Any
             # samples, not averaged from their percentiles.
             LATENCY_SAMPLES: samples,
         }
-    finally:
-        procs.stop_all()
 
 
 def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .celery_runs import PAIRED_CELERY_LATENCY
+
 # (key, label, where the baseline figure is, if there is one)
 ROWS = [
     ("e2e", "end-to-end throughput, ungated no-op (calls/s)", "e2e_throughput_per_s"),
@@ -36,8 +38,13 @@ def figures(tr: dict[str, Any]) -> dict[str, float]:
 
 
 def baseline_for(report: dict[str, Any], backend: str) -> dict[str, Any]:
-    """The baseline a backend is compared with: the Celery runs around it."""
-    return dict(report.get("baseline_for", {}).get(backend) or report["baseline"])
+    """The baseline a backend is compared with: the Celery runs around it, and for the
+    latency the ``delay().get()`` round trips taken in turn with the backend's own."""
+    base = dict(report.get("baseline_for", {}).get(backend) or report["baseline"])
+    paired = report["toolrouter"].get(backend, {}).get(PAIRED_CELERY_LATENCY)
+    if paired is not None:
+        base["latency"] = paired
+    return base
 
 
 def judge(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -115,6 +122,11 @@ def table(report: dict[str, Any]) -> str:
             f" end to end {_each(runs, 'e2e_throughput_per_s')} calls/s,"
             f" delay() {_each(runs, 'submit_rate_per_s')}/s,"
             f" delay().get() p50 {_each(runs, 'latency.p50_ms')} ms"
+        )
+    if any(PAIRED_CELERY_LATENCY in report["toolrouter"][b] for b in backends):
+        out.append(
+            "latency: each toolrouter call alternated with a raw Celery delay().get(), both"
+            " up (the raw Celery latency beside each backend is from those pairs)"
         )
     load = report.get("load", {})
     start, end = load.get("start", {}).get("steal_s"), load.get("end", {}).get("steal_s")

@@ -79,6 +79,7 @@ def test_bench_smoke_measures_celery_and_toolrouter_and_writes_json(
     assert baseline["latency"]["samples"] == sum(run["latency"]["samples"] for run in runs)
     assert "latency_samples_s" not in json.dumps(report)
     assert "raw Celery run by run" in result.stdout
+    assert "each toolrouter call alternated with a raw Celery delay().get()" in result.stdout
     # Each backend is judged against the runs just before and after it.
     for i, backend in enumerate(backends):
         around = report["baseline_for"][backend]
@@ -90,6 +91,18 @@ def test_bench_smoke_measures_celery_and_toolrouter_and_writes_json(
             report["toolrouter"][backend]["e2e_throughput_per_s"] / around["e2e_throughput_per_s"]
         )
         assert e2e["value"] == round(expected, 3)
+        # The latency is judged against Celery's round trips taken in turn with its own.
+        figures = report["toolrouter"][backend]
+        paired = figures["celery_latency_paired"]
+        assert (
+            paired["samples"]
+            == figures["latency"]["samples"]
+            == report["params"]["latency_samples"]
+        )
+        latency = next(
+            t for t in report["targets"] if t["backend"] == backend and "latency" in t["target"]
+        )
+        assert latency["value"] == round(figures["latency"]["p50_ms"] / paired["p50_ms"], 3)
     assert sorted(report["toolrouter"]) == sorted(backends)
     for figures in report["toolrouter"].values():
         for key in (
