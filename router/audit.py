@@ -61,9 +61,25 @@ def lock_chain(conn: Connection) -> None:
         execute_direct(conn, _CHAIN_LOCK, {"key": _CHAIN_LOCK_KEY})
 
 
+def locked_head(conn: Connection) -> tuple[int, str]:
+    """Take the chain's lock (``lock_chain``) and read its head (``chain_head``).
+
+    On PostgreSQL both in one round trip, through ``audit_chain_head`` (migration 0006):
+    every append in every process waits for this lock, and it was held for one more
+    round trip to the client and back between the two (a 7 % higher end-to-end rate
+    without it, in alternating runs)."""
+    if conn.dialect.name != "postgresql":
+        return chain_head(conn)
+    head = execute_direct(conn, _LOCKED_HEAD, {"key": _CHAIN_LOCK_KEY}).first()
+    if head is not None:
+        return head["head_seq"], head["head_hash"]
+    return chain_head(conn)  # the hot table is empty: the lock is held, read the checkpoints
+
+
 # Built once: every append runs these (see ``router.store`` on why).
 _HEAD = select(audit_log.c.seq, audit_log.c.hash).order_by(audit_log.c.seq.desc()).limit(1)
 _CHAIN_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
+_LOCKED_HEAD = text("SELECT head_seq, head_hash FROM audit_chain_head(:key)")
 
 
 def chain_head(conn: Connection) -> tuple[int, str]:
@@ -86,8 +102,7 @@ def append(conn: Connection, entries: list[AuditEntry], *, at: int) -> list[int]
     """Append ``entries`` inside the caller's transaction; returns their ``seq`` numbers."""
     if not entries:
         return []
-    lock_chain(conn)
-    seq, prev_hash = chain_head(conn)
+    seq, prev_hash = locked_head(conn)
     rows: list[dict[str, Any]] = []
     for entry in entries:
         seq += 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -171,3 +173,56 @@ def test_verify_reports_a_missing_segment_within_retention(
     with runtime.store.reading() as conn:
         _, problems = archive.verify_archives(conn, tmp_path, now=clock.now, archive_days=400)
     assert problems == [f"segment {result.segment} is missing"]
+
+
+def test_an_append_that_waited_for_the_chain_lock_continues_from_the_head_committed_meanwhile(
+    runtime: Runtime,
+) -> None:
+    """The lock and the head read are one round trip on PostgreSQL (``audit_chain_head``):
+    the head must be read after the lock is granted, not from a snapshot taken before it.
+    A second append waits for the lock while the first holds it; when the first commits,
+    the second must continue from the first's rows, not from the head it could see when
+    it started waiting (that would repeat a ``seq`` or fork the chain)."""
+    append(runtime, 2)
+    second: list[BaseException] = []
+
+    def append_second() -> None:
+        try:
+            append(runtime, 1, event="second")
+        except BaseException as exc:  # reported to the test below
+            second.append(exc)
+
+    waiter = threading.Thread(target=append_second)
+    with runtime.store.transaction() as conn:
+        audit.append(conn, [AuditEntry(event="first", actor="test")], at=runtime.clock())
+        waiter.start()
+        wait_until_blocked_on_the_chain(runtime)
+    waiter.join(timeout=30)
+    assert not waiter.is_alive() and second == []
+    with runtime.store.reading() as conn:
+        rows = audit.query(conn)
+    assert [(row["seq"], row["event"]) for row in rows] == [
+        (1, "queued"),
+        (2, "queued"),
+        (3, "first"),
+        (4, "second"),
+    ]
+    assert verify(runtime) == (4, None, None)
+
+
+def wait_until_blocked_on_the_chain(runtime: Runtime) -> None:
+    """Until another transaction waits for the chain's lock (PostgreSQL's advisory lock;
+    on SQLite, the write lock the second append polls for, which leaves no trace)."""
+    if runtime.engine.dialect.name != "postgresql":
+        time.sleep(0.3)
+        return
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with runtime.engine.connect() as conn:
+            waiting = conn.execute(
+                text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+            ).scalar_one()
+        if waiting:
+            return
+        time.sleep(0.01)
+    raise AssertionError("the second append never waited for the chain's lock")
