@@ -99,7 +99,13 @@ def chain_head(conn: Connection) -> tuple[int, str]:
 
 
 def append(conn: Connection, entries: list[AuditEntry], *, at: int) -> list[int]:
-    """Append ``entries`` inside the caller's transaction; returns their ``seq`` numbers."""
+    """Append ``entries`` inside the caller's transaction; returns their ``seq`` numbers.
+
+    On PostgreSQL this takes the chain's lock until the transaction ends, and every append
+    in every process waits for it: append after every row the transaction writes. Then
+    no transaction holds the chain while it waits for a row another holds while it waits
+    for the chain (a deadlock), and the lock is held for the append and the commit alone.
+    """
     if not entries:
         return []
     seq, prev_hash = locked_head(conn)

@@ -260,13 +260,14 @@ class BatchService:
                 )
                 new.append(item)
                 entries.append(item.audit)
-            self.dispatcher.store_new(conn, new, entries, at=now)
             if refused or conflicts:
                 conn.execute(
                     update(batches)
                     .where(batches.c.id == batch_id)
                     .values(rejected=batches.c.rejected + refused + len(conflicts))
                 )
+            # Last: its audit append takes the chain's lock (see ``audit.append``).
+            self.dispatcher.store_new(conn, new, entries, at=now)
         return new, replayed, conflicts
 
     # -- reading -----------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,8 @@ from router import archive, audit
 from router.audit import AuditEntry
 from router.clock import FakeClock
 from router.runtime import Runtime
+
+from .lock_waits import wait_until_a_transaction_waits
 
 DAY_MS = 86_400_000
 
@@ -196,7 +197,7 @@ def test_an_append_that_waited_for_the_chain_lock_continues_from_the_head_commit
     with runtime.store.transaction() as conn:
         audit.append(conn, [AuditEntry(event="first", actor="test")], at=runtime.clock())
         waiter.start()
-        wait_until_blocked_on_the_chain(runtime)
+        wait_until_a_transaction_waits(runtime, "advisory")
     waiter.join(timeout=30)
     assert not waiter.is_alive() and second == []
     with runtime.store.reading() as conn:
@@ -208,21 +209,3 @@ def test_an_append_that_waited_for_the_chain_lock_continues_from_the_head_commit
         (4, "second"),
     ]
     assert verify(runtime) == (4, None, None)
-
-
-def wait_until_blocked_on_the_chain(runtime: Runtime) -> None:
-    """Until another transaction waits for the chain's lock (PostgreSQL's advisory lock;
-    on SQLite, the write lock the second append polls for, which leaves no trace)."""
-    if runtime.engine.dialect.name != "postgresql":
-        time.sleep(0.3)
-        return
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with runtime.engine.connect() as conn:
-            waiting = conn.execute(
-                text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
-            ).scalar_one()
-        if waiting:
-            return
-        time.sleep(0.01)
-    raise AssertionError("the second append never waited for the chain's lock")

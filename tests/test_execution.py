@@ -18,6 +18,7 @@ import redis
 from sqlalchemy import exc, text
 
 from router import audit
+from router.audit import AuditEntry
 from router.clock import FakeClock
 from router.constants import POISON_CAP
 from router.context import CallContext
@@ -27,6 +28,8 @@ from router.status import AuditEvent, CallStatus
 from router.store import CallRow
 from workers.execution import Executor
 from workers.handlers import Outcome, invoke
+
+from .lock_waits import wait_until_a_transaction_waits
 
 APPEND_ONLY = "audit log is append-only"
 WORKER_LOST = "worker lost during the run; outcome unknown"
@@ -711,6 +714,48 @@ def test_a_call_claimed_ahead_that_is_no_longer_queued_is_dropped(
     assert executor.run(second, "echo") == "dropped"
     assert call_row(runtime, second).attempt == 1
     assert events(runtime, second) == ["queued", "ok"]
+
+
+def test_a_cancel_of_the_call_claimed_ahead_racing_the_outcome_before_it_does_not_deadlock(
+    runtime: Runtime, executor: Executor
+) -> None:
+    """A cancel takes the call's row, then the audit chain's lock; the outcome of the call
+    before it in a shared message claims it in the same transaction. The outcome must
+    take the row before the chain too: holding the chain while it waited for the row,
+    it would deadlock with the cancel (PostgreSQL then aborts one of them after a
+    second: the outcome lost, or the cancel refused)."""
+    first, second = submit(runtime, "echo", {"n": 1}), submit(runtime, "echo", {"n": 2})
+    with runtime.store.transaction() as conn:
+        row = runtime.store.claim(conn, first, now=runtime.clock(), lease_ms=60_000)
+    assert row is not None
+    outcome: list[object] = []
+
+    def finish_first() -> None:
+        try:
+            outcome.append(
+                executor.finish(row, Outcome(ok=True, value_json="1"), claim_next=second)
+            )
+        except BaseException as error:  # reported to the test below
+            outcome.append(error)
+
+    finishing = threading.Thread(target=finish_first)
+    with runtime.store.transaction() as conn:  # the cancel, as ``router.calls`` makes it
+        assert runtime.store.cancel(conn, second, now=runtime.clock())
+        finishing.start()
+        wait_until_a_transaction_waits(runtime, "transactionid")  # the claim, for the row
+        audit.append(
+            conn,
+            [AuditEntry(event=AuditEvent.CANCELLED, actor="agent", tool="echo", call_id=second)],
+            at=runtime.clock(),
+        )
+    finishing.join(timeout=30)
+
+    assert outcome == ["ok"]
+    assert call_row(runtime, first).status == CallStatus.SUCCEEDED
+    assert call_row(runtime, second).status == CallStatus.CANCELLED
+    assert executor.run(second, "echo") == "dropped"  # its claim found it cancelled
+    assert events(runtime, second) == ["queued", "cancelled"]
+    assert verify(runtime)[1:] == (None, None)
 
 
 def test_a_shared_message_cut_short_puts_its_call_claimed_ahead_back(

@@ -337,6 +337,12 @@ class Executor:
                 error_type=outcome.error_type,
                 answered_by=answered_by,
             )
+            if claim_next is not None:
+                # Before the audit append: the chain's lock, which every append in every
+                # process waits for, is then held for the append and the commit alone. And
+                # every writer takes its call rows' locks before the chain's, so none waits
+                # for a row while holding the chain (a cancel of the next call would have).
+                claimed = self._claim(conn, claim_next, row.tool)
             if landed:
                 audit.append(
                     conn,
@@ -352,8 +358,6 @@ class Executor:
                     ],
                     at=now,
                 )
-            if claim_next is not None:
-                claimed = self._claim(conn, claim_next, row.tool)
         if claim_next is not None:
             # Only once the transaction is committed: a rolled-back claim is no claim.
             self._claimed_ahead[claim_next] = claimed
