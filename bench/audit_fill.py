@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import os
 import secrets
 from typing import Any
 
@@ -72,6 +73,7 @@ def settle(engine: Engine) -> None:
             driver.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         raw.close()
+    os.sync()  # the fill's pages, written out (see ``bench.run.quiet_disk``)
 
 
 def _insert(conn: Connection, rows: list[dict[str, Any]]) -> None:
