@@ -25,9 +25,8 @@ def fill(database_url: str, total_rows: int, *, at: int) -> int:
     engine = make_engine(database_url)
     try:
         with engine.begin() as conn:
-            audit.lock_chain(conn)
+            seq, prev_hash = audit.locked_head(conn)
             have = int(conn.execute(select(func.count()).select_from(audit_log)).scalar_one())
-            seq, prev_hash = audit.chain_head(conn)
             wanted = max(0, total_rows - have)
             added = 0
             while added < wanted:
