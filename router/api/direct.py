@@ -6,9 +6,9 @@ Every agent call is a ``POST /v1/calls``, and an agent that polls reads
 the key dependency, the endpoint wrapper) was about a fifth of the API's samples in
 py-spy's profile of lone waited calls, on every call's critical path; skipping it saved
 less than that promised, 0.06-0.15 ms of the API's 2.2 ms of CPU per such call. This
-middleware hands
-those two requests straight to the same endpoint functions the FastAPI routes declare;
-the routes stay registered, for the OpenAPI schema and for every other method and path.
+middleware hands those two requests straight to the same endpoint functions the FastAPI
+routes declare; the routes stay registered, for the OpenAPI schema and for every other
+method and path.
 
 What FastAPI would have done around them is done here the same way: the caller's key is
 the same ``principal`` dependency, an error goes through the app's own exception handler
