@@ -15,7 +15,7 @@ import logging
 import secrets
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -92,11 +92,22 @@ class Notifier:
 
     def call_done(self, call_id: str, result: CallResult | None = None) -> None:
         """``result``, when given, must be what a read of the committed row would answer."""
+        self.calls_done([(call_id, result)])
+
+    def calls_done(self, done: Sequence[tuple[str, CallResult | None]]) -> None:
+        """``call_done`` for each of ``done``, in one round trip to Redis."""
         # Best effort: a waiter that misses this finds the result on its next database read.
         try:
-            self.client.publish(CALL_DONE_CHANNEL, completion_message(call_id, result))
+            if len(done) == 1:
+                self.client.publish(CALL_DONE_CHANNEL, completion_message(*done[0]))
+                return
+            pipe = self.client.pipeline(transaction=False)
+            for call_id, result in done:
+                pipe.publish(CALL_DONE_CHANNEL, completion_message(call_id, result))
+            pipe.execute()
         except redis.RedisError as exc:
-            log.warning("could not announce completion of %s: %s", call_id, exc)
+            ids = ", ".join(call_id for call_id, _ in done)
+            log.warning("could not announce completion of %s: %s", ids, exc)
 
     def keys_changed(self, *, ack_timeout_s: float = KEYS_ACK_TIMEOUT_S) -> int:
         """Tell the API processes to forget the principals they keep (a key was revoked),

@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     # one runs (a fifth more calls/s working off a batch in the benchmark); 1 suits slow
     # tools served by several workers, where a call taken ahead waits behind a slow one.
     worker_prefetch: int = Field(default=2, ge=1, le=16)
+    # Longest a pool process holds the outcome of a call of an idempotent tool in a shared
+    # message, to commit it with the outcomes after it (workers.execution); 0: never.
+    outcome_hold_ms: float = Field(default=5.0, ge=0, le=1000)
     # Bodies larger than this are refused with 413 before they are parsed.
     max_args_bytes: int = Field(default=256 * 1024, ge=1024)
     # A batch takes at most this many calls, and a batch body at most this many bytes (413).

@@ -285,6 +285,14 @@ class Store:
             **values,
         )
 
+    def renew_lease(
+        self, conn: Connection, call_id: str, *, attempt: int, lease_until: int
+    ) -> bool:
+        """Move the lease of attempt ``attempt``, still running, to ``lease_until``."""
+        return self._move(
+            conn, call_id, CallStatus.RUNNING, attempt=attempt, lease_until=lease_until
+        )
+
     def defer(self, conn: Connection, call_id: str, *, due_at: int) -> None:
         """A queued call held back (rate limit): tell the reconciler when it is due."""
         self._move(conn, call_id, CallStatus.QUEUED, published_at=due_at)

@@ -10,6 +10,7 @@ import pytest
 from router.clock import FakeClock
 from router.runtime import Runtime
 from router.settings import Settings
+from workers.pace import pace
 
 from . import services
 from .stack import TEST_CONFIG, Stack, stack_env
@@ -28,6 +29,15 @@ STACK_KEYS = {
 }
 
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(autouse=True)
+def _no_pace_from_other_tests() -> Iterator[None]:
+    """Each test's in-process executors start with no tool's pace known (``workers.pace``
+    is per process), so how many calls a shared message claims at once is the test's own."""
+    pace.forget()
+    yield
+    pace.forget()
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,16 @@ from sqlalchemy import exc, text
 from router import audit
 from router.audit import AuditEntry
 from router.clock import FakeClock
-from router.constants import POISON_CAP
+from router.constants import CALL_DONE_CHANNEL, POISON_CAP
 from router.context import CallContext
-from router.notify import Notifier
+from router.errors import StoreUnavailable
+from router.notify import Notifier, parse_completion
 from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 from router.store import CallRow
-from workers.execution import Executor
+from workers.execution import RENEW_AFTER_MS, Executor, Finished
 from workers.handlers import Outcome, invoke
+from workers.pace import pace
 
 from .lock_waits import wait_until_a_transaction_waits
 
@@ -676,6 +679,14 @@ def test_a_shared_message_claims_each_call_in_the_transaction_of_the_one_before(
         assert events(runtime, call_id) == ["queued", "ok"]
 
 
+def finish_claiming(executor: Executor, row: CallRow, next_call: str) -> list[str]:
+    """The transaction that ends a call of a shared message: its outcome (a success), and
+    the next call's claim. Returns the calls fenced off."""
+    outcome = Outcome(ok=True, value_json="1")
+    done = Finished(row, outcome, CallStatus.SUCCEEDED, AuditEvent.OK, at=row.created_at)
+    return executor._commit([done], claim=[next_call])
+
+
 def test_a_call_claimed_ahead_goes_back_to_the_queue_if_its_process_must_end(
     runtime: Runtime, executor: Executor, broker: redis.Redis
 ) -> None:
@@ -684,7 +695,7 @@ def test_a_call_claimed_ahead_goes_back_to_the_queue_if_its_process_must_end(
     with runtime.store.transaction() as conn:
         row = runtime.store.claim(conn, first, now=runtime.clock(), lease_ms=60_000)
     assert row is not None
-    executor.finish(row, Outcome(ok=True, value_json="1"), claim_next=second)
+    assert finish_claiming(executor, row, second) == []
     assert call_row(runtime, second).status == CallStatus.RUNNING
 
     # The first call's hard limit strikes as it ends (the watchdog, workers.call_limits).
@@ -709,7 +720,7 @@ def test_a_call_claimed_ahead_that_is_no_longer_queued_is_dropped(
     with runtime.store.transaction() as conn:
         row = runtime.store.claim(conn, first, now=runtime.clock(), lease_ms=60_000)
     assert row is not None
-    executor.finish(row, Outcome(ok=True, value_json="1"), claim_next=second)
+    assert finish_claiming(executor, row, second) == []
 
     assert executor.run(second, "echo") == "dropped"
     assert call_row(runtime, second).attempt == 1
@@ -732,9 +743,7 @@ def test_a_cancel_of_the_call_claimed_ahead_racing_the_outcome_before_it_does_no
 
     def finish_first() -> None:
         try:
-            outcome.append(
-                executor.finish(row, Outcome(ok=True, value_json="1"), claim_next=second)
-            )
+            outcome.append(finish_claiming(executor, row, second))
         except BaseException as error:  # reported to the test below
             outcome.append(error)
 
@@ -750,7 +759,7 @@ def test_a_cancel_of_the_call_claimed_ahead_racing_the_outcome_before_it_does_no
         )
     finishing.join(timeout=30)
 
-    assert outcome == ["ok"]
+    assert outcome == [[]]  # nothing fenced
     assert call_row(runtime, first).status == CallStatus.SUCCEEDED
     assert call_row(runtime, second).status == CallStatus.CANCELLED
     assert executor.run(second, "echo") == "dropped"  # its claim found it cancelled
@@ -765,13 +774,13 @@ def test_a_shared_message_cut_short_puts_its_call_claimed_ahead_back(
     call's outcome and the next call's start: that next call, claimed with the outcome,
     goes back to ``queued``; the calls after it were never claimed."""
     first, second, third = (submit(runtime, "echo", {"n": n}) for n in range(3))
-    announce = executor.notifier.call_done
+    announce = executor.notifier.calls_done
 
-    def interrupted(call_id: str, result: Any = None) -> None:
-        announce(call_id, result)
+    def interrupted(done: Any) -> None:
+        announce(done)
         raise KeyboardInterrupt  # after the commit that recorded ``first`` and claimed ``second``
 
-    monkeypatch.setattr(executor.notifier, "call_done", interrupted)
+    monkeypatch.setattr(executor.notifier, "calls_done", interrupted)
     with pytest.raises(KeyboardInterrupt):
         executor.run_many([first, second, third], "echo")
 
@@ -784,10 +793,195 @@ def test_a_shared_message_cut_short_puts_its_call_claimed_ahead_back(
         CallStatus.QUEUED,
         0,
     )
-    monkeypatch.setattr(executor.notifier, "call_done", announce)
+    monkeypatch.setattr(executor.notifier, "calls_done", announce)
     assert executor.run(second, "echo") == "ok"  # runs later, as its attempt 2
     assert (call_row(runtime, second).status, call_row(runtime, second).attempt) == (
         CallStatus.SUCCEEDED,
         2,
     )
     assert events(runtime, second) == ["queued", "ok"]
+
+
+# -- shared messages: runs of calls claimed, and their outcomes held, together ------------
+
+
+class Transactions:
+    """Counts the store's write transactions."""
+
+    def __init__(self, runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real_transaction = runtime.store.transaction
+
+        def counted() -> Any:
+            self.count += 1
+            return real_transaction()
+
+        monkeypatch.setattr(runtime.store, "transaction", counted)
+
+
+def announced(subscription: Any, count: int) -> list[tuple[str, Any]]:
+    """The first ``count`` completions published: (call id, parsed result)."""
+    heard = []
+    deadline = time.monotonic() + 10
+    while len(heard) < count and time.monotonic() < deadline:
+        message = subscription.get_message(timeout=1.0)
+        if message is not None and message["type"] == "message":
+            parsed = parse_completion(message["data"])
+            assert parsed is not None
+            heard.append(parsed)
+    return heard
+
+
+def test_a_run_of_calls_of_an_idempotent_tool_is_claimed_and_recorded_in_one_transaction_each(
+    runtime: Runtime, executor: Executor, broker: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once this process knows ``echo`` runs in well under the outcome hold, a message's
+    calls are claimed in one transaction and their outcomes recorded in one more, each
+    with its own row update, audit row and notification."""
+    call_ids = [submit(runtime, "echo", {"n": n}) for n in range(5)]
+    pace.observe("echo", 0.01)  # calls of a hundredth of a millisecond: all fit the hold
+    subscription = broker.pubsub(ignore_subscribe_messages=True)
+    subscription.subscribe(CALL_DONE_CHANNEL)
+    transactions = Transactions(runtime, monkeypatch)
+
+    assert executor.run_many(call_ids, "echo") == ["ok"] * 5
+
+    assert transactions.count == 2  # the run's claim, then its outcomes: not six
+    for n, call_id in enumerate(call_ids):
+        row = call_row(runtime, call_id)
+        assert (row.status, row.attempt, row.arguments) == ("succeeded", 1, {"n": n})
+        assert row.value is not None and json.loads(row.value) == {"n": n}
+        assert events(runtime, call_id) == ["queued", "ok"]
+    heard = announced(subscription, len(call_ids))
+    subscription.close()
+    assert [call_id for call_id, _ in heard] == call_ids
+    assert [result.value for _, result in heard] == [{"n": n} for n in range(5)]
+    assert verify(runtime)[1:] == (None, None)
+
+
+def test_calls_of_a_tool_that_is_not_idempotent_are_recorded_one_by_one(
+    runtime: Runtime, executor: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outcome held is lost if the process dies, and a lost run of a tool that is not
+    idempotent is never run again: such outcomes are committed as they come."""
+    call_ids = [submit(runtime, "value", {"value": n}) for n in range(3)]
+    pace.observe("value", 0.01)
+    transactions = Transactions(runtime, monkeypatch)
+
+    assert executor.run_many(call_ids, "value") == ["ok"] * 3
+
+    assert transactions.count == 4  # a claim, then each outcome with the next call's claim
+    assert [call_row(runtime, call_id).status for call_id in call_ids] == ["succeeded"] * 3
+
+
+def test_held_outcomes_are_committed_once_the_oldest_was_held_for_the_hold(
+    runtime: Runtime, executor: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pace said the calls were quick, but each takes longer than the hold: each
+    outcome is committed after its own call, not after all three."""
+    call_ids = [submit(runtime, "sleep", {"seconds": 0.02}) for _ in range(3)]
+    pace.observe("sleep", 0.01)
+    assert runtime.settings.outcome_hold_ms < 20
+    transactions = Transactions(runtime, monkeypatch)
+    seen_done: list[list[str]] = []
+    real_run = executor.run
+
+    def run_noting_what_is_done(call_id: str, tool_hint: str | None = None) -> str:
+        seen_done.append([call_row(runtime, c).status for c in call_ids])
+        return real_run(call_id, tool_hint)
+
+    monkeypatch.setattr(executor, "run", run_noting_what_is_done)
+
+    assert executor.run_many(call_ids, "sleep") == ["ok"] * 3
+
+    assert transactions.count == 4  # the run's claim, then each outcome on its own
+    assert seen_done == [
+        ["running", "running", "running"],
+        ["succeeded", "running", "running"],
+        ["succeeded", "succeeded", "running"],
+    ]
+
+
+def test_a_call_claimed_ahead_behind_a_slow_one_gets_a_fresh_lease_before_its_turn(
+    runtime: Runtime, executor: Executor, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its lease was taken when its run was claimed; had the calls before it taken most
+    of it, the reaper would take the call back while it runs."""
+    call_ids = [submit(runtime, "echo", {"n": n}) for n in range(3)]
+    pace.observe("echo", 0.01)
+    lease_ms = executor.lease_ms("echo")
+    leases_at_start: list[int | None] = []
+    real_run = executor.run
+
+    def slow_run(call_id: str, tool_hint: str | None = None) -> str:
+        leases_at_start.append(call_row(runtime, call_id).lease_until)
+        result = real_run(call_id, tool_hint)
+        clock.advance(RENEW_AFTER_MS + 500)  # this call took longer than its pace
+        return result
+
+    monkeypatch.setattr(executor, "run", slow_run)
+    claimed_at = clock()
+
+    assert executor.run_many(call_ids, "echo") == ["ok"] * 3
+
+    step = RENEW_AFTER_MS + 500
+    assert leases_at_start == [
+        claimed_at + lease_ms,
+        claimed_at + step + lease_ms,  # renewed with the first call's outcome
+        claimed_at + 2 * step + lease_ms,
+    ]
+    assert [call_row(runtime, c).status for c in call_ids] == ["succeeded"] * 3
+    assert [events(runtime, c) for c in call_ids] == [["queued", "ok"]] * 3
+
+
+def test_held_outcomes_stand_when_the_message_is_cut_short(
+    runtime: Runtime, executor: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warm shutdown's exception between two calls: the outcomes held are committed,
+    and the calls claimed and not started go back to ``queued``."""
+    call_ids = [submit(runtime, "echo", {"n": n}) for n in range(4)]
+    pace.observe("echo", 0.01)
+    real_run = executor.run
+
+    def interrupted_at_the_third(call_id: str, tool_hint: str | None = None) -> str:
+        if call_id == call_ids[2]:
+            raise KeyboardInterrupt
+        return real_run(call_id, tool_hint)
+
+    monkeypatch.setattr(executor, "run", interrupted_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        executor.run_many(call_ids, "echo")
+
+    rows = [call_row(runtime, call_id) for call_id in call_ids]
+    assert [(row.status, row.attempt) for row in rows] == [
+        ("succeeded", 1),
+        ("succeeded", 1),
+        ("queued", 1),  # claimed with the run, given back (its attempt fenced)
+        ("queued", 1),
+    ]
+    assert [events(runtime, c) for c in call_ids[:2]] == [["queued", "ok"]] * 2
+    assert verify(runtime)[1:] == (None, None)
+
+
+def test_held_outcomes_the_database_never_took_leave_their_calls_to_the_reaper(
+    runtime: Runtime, executor: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    call_ids = [submit(runtime, "echo", {"n": n}) for n in range(3)]
+    pace.observe("echo", 0.01)
+    real_transaction = runtime.store.transaction
+    transactions = 0
+
+    def down_after_the_claim() -> Any:
+        nonlocal transactions
+        transactions += 1
+        if transactions > 1:
+            raise StoreUnavailable("the database is down")
+        return real_transaction()
+
+    monkeypatch.setattr(runtime.store, "transaction", down_after_the_claim)
+
+    assert executor.run_many(call_ids, "echo") == ["failed"] * 3
+
+    monkeypatch.setattr(runtime.store, "transaction", real_transaction)
+    assert [call_row(runtime, c).status for c in call_ids] == ["running"] * 3
+    assert [events(runtime, c) for c in call_ids] == [["queued"]] * 3

@@ -7,10 +7,13 @@ lives here too, since it must agree with the claim and the fence.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -32,11 +35,60 @@ from router.store import CallRow
 
 from .call_limits import KERNEL_MARGIN_S, limits
 from .handlers import Outcome, invoke
+from .pace import pace
 from .policies import Limiter, ResultCache, backoff_s, should_retry
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 30.0
+# A call claimed ahead in a shared message whose lease has run this long by the time the
+# calls before it are done gets its lease renewed before its turn (a slow call before it).
+RENEW_AFTER_MS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """A call's outcome, to be recorded against the attempt that ran it."""
+
+    row: CallRow
+    outcome: Outcome
+    status: CallStatus
+    event: AuditEvent
+    at: int
+    cached: bool = False
+    answered_by: str | None = None
+
+    def audit_entry(self, actor: str) -> AuditEntry:
+        detail: dict[str, Any] = {"attempt": self.row.attempt}
+        if self.cached:
+            detail["cached"] = True
+        if not self.outcome.ok:
+            detail.update(error=self.outcome.error, error_type=self.outcome.error_type)
+        return AuditEntry(
+            event=self.event,
+            actor=actor,
+            tool=self.answered_by or self.row.tool,
+            call_id=self.row.id,
+            request_id=self.row.request_id,
+            detail=detail,
+        )
+
+    def result(self) -> CallResult | None:
+        """The answer for the call's completion notice; None for a value too large to ride
+        (then it is not decoded only to be dropped)."""
+        value_json = self.outcome.value_json
+        if value_json is not None and len(value_json) > MAX_RESULT_BYTES:
+            return None
+        return CallResult(
+            status=self.status,
+            tool=self.row.tool,
+            call_id=self.row.id,
+            value=None if value_json is None else json.loads(value_json),
+            error=self.outcome.error,
+            error_type=self.outcome.error_type,
+            request_id=self.row.request_id,
+            answered_by=self.answered_by,
+        )
 
 
 class Executor:
@@ -49,10 +101,14 @@ class Executor:
         self.cache = ResultCache(notifier.client)
         # The call (id, attempt) this executor claimed last, in a shared message.
         self.claimed: tuple[str, int] | None = None
-        # In a shared message, the next call is claimed in the transaction that records
-        # the outcome of the one before (one transaction per call instead of two): its
-        # row (None: not queued any more) and approved digest, until its turn comes.
+        # In a shared message, calls are claimed in the transaction that records the
+        # outcomes before them (``run_many``): each one's row (None: not queued any more)
+        # and approved digest, until its turn comes.
         self._claimed_ahead: dict[str, tuple[CallRow | None, str | None]] = {}
+        # In a shared message, outcomes not committed yet, and since when (monotonic);
+        # None elsewhere: each outcome is committed as it comes.
+        self._held: list[Finished] | None = None
+        self._held_since: float | None = None
 
     def lease_ms(self, tool_name: str | None) -> int:
         tool = self.registry.get(tool_name)
@@ -63,26 +119,50 @@ class Executor:
         hard_limit = timeout + self.runtime.publisher.hard_limit_grace_s + KERNEL_MARGIN_S
         return int((hard_limit + self.runtime.settings.lease_grace_s) * 1000)
 
+    def outcome_hold_ms(self, tool: Tool | None) -> float:
+        """How long outcomes of ``tool`` may be held in a shared message. Idempotent tools
+        only: outcomes held are lost with their process (a kill, a crash), and the reaper
+        runs a lost call of an idempotent tool again, while one of any other tool would
+        become ``interrupted`` although its run had ended. Not for a rate-limited tool,
+        whose calls are each claimed on their own."""
+        if tool is None or not tool.spec.idempotent or tool.spec.rate_limit:
+            return 0.0
+        return self.runtime.settings.outcome_hold_ms
+
     def run_many(self, call_ids: Sequence[str], tool_hint: str | None = None) -> list[str]:
         """Run the calls of one message in turn, each under its own time limits
-        (``workers.call_limits``). A call is claimed only when its turn comes (in the
-        transaction that records the outcome of the call before it), so calls further on
-        are still queued: if this process dies they are published again, and a worker that
-        claims one first takes it over."""
+        (``workers.call_limits``).
+
+        Calls are claimed in runs, each run in the transaction that records the outcomes
+        before it, and only when their turn comes, so calls further on are still queued:
+        if this process dies they are published again, and a worker that claims one first
+        takes it over. A run is one call (each claimed with the outcome before it: one
+        transaction per call instead of two) or, for an idempotent tool, as many calls as
+        this process lately finished within ``outcome_hold_ms`` (``workers.pace``). Their
+        outcomes are held and committed together (one transaction for the run) when the
+        run ends, or sooner once the oldest has been held that long."""
         tool = self.registry.get(tool_hint)
         timeout = tool.spec.timeout_s if tool else DEFAULT_TIMEOUT_S
         grace = self.runtime.publisher.hard_limit_grace_s
         # A rate-limited tool's calls each ask the limiter first, before their claim.
         ahead = tool is None or not tool.spec.rate_limit
+        hold_ms = self.outcome_hold_ms(tool)
+        run_length = pace.calls_within(tool.name, hold_ms, len(call_ids)) if tool else 1
+        positions = {call_id: index for index, call_id in enumerate(call_ids)}
         done: list[str] = []
+        self._held, self._held_since = [], None
         try:
             for index, call_id in enumerate(call_ids):
                 self.claimed = None
-                following = call_ids[index + 1] if ahead and index + 1 < len(call_ids) else None
+                if ahead and call_id not in self._claimed_ahead:
+                    # Its run is claimed with the outcomes held so far.
+                    claim = call_ids[index : index + run_length]
+                    self._settle_logged(done, positions, claim, tool_hint)
                 on_hard = functools.partial(self._hard_timeout, call_id, call_ids[index + 1 :])
+                started = time.monotonic()
                 try:
                     with limits.applied(timeout, grace, on_hard):
-                        done.append(self.run(call_id, tool_hint, claim_next=following))
+                        done.append(self.run(call_id, tool_hint))
                 except SoftTimeLimitExceeded:
                     # Struck just before the handler started or as it returned, outside
                     # what the handler adapters catch: the call timed out all the same.
@@ -94,11 +174,86 @@ class Executor:
                     # own. The calls after it are independent of it.
                     log.exception("call %s of a shared message did not run", call_id)
                     done.append("failed")
+                ended = time.monotonic()
+                if tool is not None:
+                    pace.observe(tool.name, (ended - started) * 1000)
+                if self._held and self._held_since is None:
+                    self._held_since = ended
+                following = call_ids[index + 1] if index + 1 < len(call_ids) else None
+                if ahead and following is not None and following not in self._claimed_ahead:
+                    continue  # the next call's claim commits what is held
+                # Were the next call to take as long as this one, would the oldest outcome
+                # held have waited too long by its end? Then it is committed first.
+                stale = following is not None and self._stale_claims(following)
+                if stale or self._held_for(ended + (ended - started)) >= hold_ms:
+                    self._settle_logged(done, positions)
         finally:
-            # Nothing is claimed ahead after the last call, unless the loop was cut short
-            # (a warm shutdown's exception, say): then that call goes back to the queue.
-            self._release_claimed_ahead()
+            try:
+                self._settle_logged(done, positions, last=True)
+            finally:
+                self._held = None
+                # Nothing is claimed ahead after the last call, unless the loop was cut
+                # short (a warm shutdown's exception, say): such calls go back to the queue.
+                self._release_claimed_ahead()
         return done
+
+    def _held_for(self, when: float) -> float:
+        """How long the oldest outcome held will have been held at ``when``, in ms."""
+        since = self._held_since
+        return -1.0 if since is None else (when - since) * 1000
+
+    def _stale_claims(self, call_id: str | None = None) -> list[CallRow]:
+        """Calls claimed ahead (``call_id`` alone, when given) whose lease has run for more
+        than ``RENEW_AFTER_MS``: the calls before them took longer than their pace."""
+        now = self.clock()
+        rows = (
+            [row for row, _ in self._claimed_ahead.values()]
+            if call_id is None
+            else [self._claimed_ahead.get(call_id, (None, None))[0]]
+        )
+        return [
+            row
+            for row in rows
+            if row is not None
+            and row.lease_until is not None
+            and row.lease_until - now < self.lease_ms(row.tool) - RENEW_AFTER_MS
+        ]
+
+    def _settle_logged(
+        self,
+        done: list[str],
+        positions: dict[str, int],
+        claim: Sequence[str] = (),
+        tool_hint: str | None = None,
+        *,
+        last: bool = False,
+    ) -> None:
+        """``_settle``, with what it finds marked in ``done``. If the database does not
+        answer, the outcomes stay held for the next try; after the ``last`` one their
+        calls stay running, and the reaper recovers them as lost runs."""
+        try:
+            for call_id in self._settle(claim, tool_hint):
+                done[positions[call_id]] = "fenced"
+        except Exception:
+            held = [outcome.row.id for outcome in self._held or ()]
+            log.exception("could not record the outcomes of %s", ", ".join(held) or "no call")
+            if last:
+                for call_id in held:
+                    done[positions[call_id]] = "failed"
+                self._held = []
+
+    def _settle(self, claim: Sequence[str] = (), tool_hint: str | None = None) -> list[str]:
+        """Commit the held outcomes, claim ``claim`` and renew stale claims ahead
+        (``_stale_claims``), in one transaction; the ids of held calls fenced off."""
+        held = list(self._held or ())
+        stale = [] if claim else self._stale_claims()
+        if not held and not claim and not stale:
+            return []
+        fenced = self._commit(held, claim, stale, tool_hint)
+        if self._held is not None:
+            del self._held[: len(held)]
+        self._held_since = None
+        return fenced
 
     def _record_timeout(self, call_id: str) -> None:
         """Fail ``call_id`` as timed out if this process's claim of it still holds."""
@@ -108,11 +263,14 @@ class Executor:
 
     def _hard_timeout(self, call_id: str, unstarted: Sequence[str]) -> None:
         """``call_id`` ignored its soft limit and its process is about to end: first the
-        calls after it go back to the queue, then it is recorded as timed out."""
+        outcomes held are committed and the calls after it go back to the queue, then it
+        is recorded as timed out."""
         try:
+            self._settle()
             self._release_claimed_ahead()
             self.republish(unstarted)
         finally:
+            self._held = None  # from here on, an outcome is committed as it comes
             self._record_timeout(call_id)
 
     def _release_claimed_ahead(self) -> None:
@@ -145,11 +303,9 @@ class Executor:
                 self.store.mark_published(conn, [m.call_id for m in messages], now=self.clock())
         return len(messages)
 
-    def run(
-        self, call_id: str, tool_hint: str | None = None, *, claim_next: str | None = None
-    ) -> str:
+    def run(self, call_id: str, tool_hint: str | None = None) -> str:
         """Run one call if it is still queued. Returns what happened, for the worker log.
-        ``claim_next``: the next call of a shared message, claimed with this one's outcome."""
+        In a shared message, its outcome may be held (``run_many``)."""
         if call_id in self._claimed_ahead:
             row, approved_digest = self._claimed_ahead.pop(call_id)
         else:
@@ -188,9 +344,7 @@ class Executor:
             )
             cached = self.cache.get(tool, row.args_sha256)
             if cached is not None:
-                return self.finish(
-                    row, Outcome(ok=True, value_json=cached), cached=True, claim_next=claim_next
-                )
+                return self.finish(row, Outcome(ok=True, value_json=cached), cached=True)
             with limits.handler():
                 outcome = invoke(tool, row.arguments, ctx, mcp=self.runtime.mcp)
             if outcome.ok and outcome.value_json is not None:
@@ -199,8 +353,8 @@ class Executor:
                 return self._retry_later(tool, row, outcome)
             elif row.chain or tool.spec.fallbacks:
                 outcome, answered_by = self._fall_back(row, tool, outcome)
-                return self.finish(row, outcome, answered_by=answered_by, claim_next=claim_next)
-        return self.finish(row, outcome, claim_next=claim_next)
+                return self.finish(row, outcome, answered_by=answered_by)
+        return self.finish(row, outcome)
 
     def _claim(
         self, conn: Connection, call_id: str, tool_hint: str | None
@@ -311,90 +465,86 @@ class Executor:
         event: AuditEvent | None = None,
         cached: bool = False,
         answered_by: str | None = None,
-        claim_next: str | None = None,
     ) -> str:
         """Record ``outcome`` for ``row``'s attempt; "fenced" if that attempt lost the call.
-        ``claim_next`` is claimed in the same transaction (see ``_claimed_ahead``)."""
-        now = self.clock()
+        In a shared message the outcome may be held, to be committed with those after it."""
         if status is None:
             status = CallStatus.SUCCEEDED if outcome.ok else CallStatus.FAILED
         if event is None:
             event = AuditEvent.OK if outcome.ok else AuditEvent.ERROR
-        detail: dict[str, Any] = {"attempt": row.attempt}
-        if cached:
-            detail["cached"] = True
-        if not outcome.ok:
-            detail.update(error=outcome.error, error_type=outcome.error_type)
-        with self.store.transaction() as conn:
-            landed = self.store.finish(
-                conn,
-                row.id,
-                attempt=row.attempt,
-                status=status,
-                now=now,
-                value=outcome.value_json,
-                error=outcome.error,
-                error_type=outcome.error_type,
-                answered_by=answered_by,
-            )
-            if claim_next is not None:
-                # Before the audit append: the chain's lock, which every append in every
-                # process waits for, is then held for the append and the commit alone. And
-                # every writer takes its call rows' locks before the chain's, so none waits
-                # for a row while holding the chain (a cancel of the next call would have).
-                claimed = self._claim(conn, claim_next, row.tool)
-            if landed:
-                audit.append(
-                    conn,
-                    [
-                        AuditEntry(
-                            event=event,
-                            actor=self.actor,
-                            tool=answered_by or row.tool,
-                            call_id=row.id,
-                            request_id=row.request_id,
-                            detail=detail,
-                        )
-                    ],
-                    at=now,
-                )
-        if claim_next is not None:
-            # Only once the transaction is committed: a rolled-back claim is no claim.
-            self._claimed_ahead[claim_next] = claimed
-        if not landed:
-            log.warning(
-                "call %s attempt %s finished after losing its lease; outcome dropped",
-                row.id,
-                row.attempt,
-            )
+        done = Finished(row, outcome, status, event, self.clock(), cached, answered_by)
+        if self._held is not None:
+            self._held.append(done)
+        elif self._commit([done]):
             return "fenced"
-        # The answer rides with the notification, so the caller's wait needs no read; a
-        # value too large to ride is not decoded only to be dropped.
-        value_json = outcome.value_json
-        fits = value_json is None or len(value_json) <= MAX_RESULT_BYTES
-        self.notifier.call_done(
-            row.id,
-            CallResult(
-                status=status,
-                tool=row.tool,
-                call_id=row.id,
-                value=None if value_json is None else json.loads(value_json),
-                error=outcome.error,
-                error_type=outcome.error_type,
-                request_id=row.request_id,
-                answered_by=answered_by,
-            )
-            if fits
-            else None,
-        )
-        tool = self.registry.get(row.tool)
-        metrics.call_finished(
-            row.tool,
-            str(status),
-            (now - row.started_at) / 1000 if row.started_at is not None else None,
-            0.0 if cached or tool is None else tool.spec.cost_per_call,
-        )
         return "ok" if outcome.ok else "error"
+
+    def _commit(
+        self,
+        finished: Sequence[Finished],
+        claim: Sequence[str] = (),
+        renew: Sequence[CallRow] = (),
+        tool_hint: str | None = None,
+    ) -> list[str]:
+        """Record ``finished``, claim ``claim`` and renew the leases of ``renew`` in one
+        transaction, then announce the outcomes that landed. Returns the ids of the calls
+        whose outcome was fenced off: their attempt lost the call meanwhile."""
+        now = self.clock()
+        with self.store.transaction() as conn:
+            landed = [done for done in finished if self._land(conn, done)]
+            # Before the audit append: the chain's lock, which every append in every
+            # process waits for, is then held for the append and the commit alone. And
+            # every writer takes its call rows' locks before the chain's, so none waits
+            # for a row while holding the chain (a cancel of a call claimed here would).
+            claimed = {call_id: self._claim(conn, call_id, tool_hint) for call_id in claim}
+            renewed = {row.id: self._renew(conn, row, now) for row in renew}
+            audit.append(conn, [done.audit_entry(self.actor) for done in landed], at=now)
+        # Only once the transaction is committed: a rolled-back claim is no claim.
+        self._claimed_ahead.update(claimed)
+        for call_id, row in renewed.items():
+            digest = self._claimed_ahead.get(call_id, (None, None))[1]
+            self._claimed_ahead[call_id] = (row, digest)  # None: lost meanwhile, dropped
+        if landed:
+            self._announce(landed)
+        landed_ids = {done.row.id for done in landed}
+        fenced = [done.row.id for done in finished if done.row.id not in landed_ids]
+        for call_id in fenced:
+            log.warning("call %s finished after losing its lease; outcome dropped", call_id)
+        return fenced
+
+    def _land(self, conn: Connection, done: Finished) -> bool:
+        outcome = done.outcome
+        return self.store.finish(
+            conn,
+            done.row.id,
+            attempt=done.row.attempt,
+            status=done.status,
+            now=done.at,
+            value=outcome.value_json,
+            error=outcome.error,
+            error_type=outcome.error_type,
+            answered_by=done.answered_by,
+        )
+
+    def _renew(self, conn: Connection, row: CallRow, now: int) -> CallRow | None:
+        lease_until = now + self.lease_ms(row.tool)
+        if self.store.renew_lease(conn, row.id, attempt=row.attempt, lease_until=lease_until):
+            return dataclasses.replace(row, lease_until=lease_until)
+        return None
+
+    def _announce(self, landed: Sequence[Finished]) -> None:
+        """After the commit: the answers ride with the notifications (one round trip for
+        all), so a caller's wait needs no read."""
+        self.notifier.calls_done([(done.row.id, done.result()) for done in landed])
+        for done in landed:
+            tool = self.registry.get(done.row.tool)
+            started_at = done.row.started_at
+            metrics.call_finished(
+                done.row.tool,
+                str(done.status),
+                (done.at - started_at) / 1000 if started_at is not None else None,
+                0.0 if done.cached or tool is None else tool.spec.cost_per_call,
+            )
 
     def fail_hard_timeout(self, call_id: str, attempt: int | None = None) -> None:
         """The handler ignored its soft limit and was killed: fail the call as timed out
