@@ -84,6 +84,8 @@ def ledger(args: dict[str, Any], ctx: CallContext) -> Any:
         handle.write(f"{ctx.call_id} {ctx.attempt} {os.getpid()}\n")
         handle.flush()
         os.fsync(handle.fileno())
+    if args.get("kill_on_attempt") == ctx.attempt:
+        os.kill(os.getpid(), signal.SIGKILL)  # after its run, before its outcome is recorded
     if args.get("sleep"):
         time.sleep(float(args["sleep"]))
     return {"pid": os.getpid()}

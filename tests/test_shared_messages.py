@@ -260,3 +260,58 @@ def test_a_pool_process_killed_mid_message_loses_none_of_it_and_runs_none_twice(
         if worker is not None:
             stop_group(worker)
         client.close()
+
+
+def test_outcomes_held_when_their_pool_process_dies_are_recovered_and_their_calls_run_again(
+    tmp_path: Path,
+) -> None:
+    """A run of three calls of an idempotent tool, claimed together, their outcomes held
+    (a long hold, so nothing is committed before the run ends): the third call's handler
+    takes the pool process down after the first two ran. Nothing of the run was recorded,
+    so all three are still ``running``; the reaper re-queues them as lost runs of an
+    idempotent tool, and they run again, once each, under the same idempotency keys."""
+    with private_stack_in(tmp_path, worker_concurrency=1) as private:
+        runtime, ledger = private.runtime, private.dir / "ledger.txt"
+        env = {**private.env, "TOOLROUTER_OUTCOME_HOLD_MS": "1000"}
+        later = Runtime(runtime.settings, clock=lambda: wall_clock_ms() + 60_000)
+        notifier = Notifier(private.redis.url)
+        recovery = Executor(later, notifier, actor="test-recovery")
+        worker = start_worker(env, private.dir / "worker.log")
+        try:
+            # The pool process learns the tool's pace, so the next message is one run.
+            warm = submit_together(runtime, "ledger_idempotent", [{"path": str(ledger)}] * 2)
+            wait_until_finished(runtime, warm, timeout=60)
+            (pool_process,) = psutil.Process(worker.pid).children()
+
+            run = submit_together(
+                runtime,
+                "ledger_idempotent",
+                [
+                    {"path": str(ledger)},
+                    {"path": str(ledger)},
+                    {"path": str(ledger), "kill_on_attempt": 1},
+                ],
+            )
+            wait_for(lambda: not pool_process.is_running(), 30, "the pool process to die")
+            assert ledger_runs(ledger) == {**{c: 1 for c in warm}, **{c: 1 for c in run}}
+            assert [status(runtime, call_id) for call_id in run] == ["running"] * 3
+            with runtime.store.reading() as conn:
+                assert [
+                    [row["event"] for row in audit.query(conn, call_id=call_id)] for call_id in run
+                ] == [[AuditEvent.QUEUED]] * 3
+
+            assert recovery.reap() == {"requeued": 3}
+            rows = wait_until_finished(runtime, run, timeout=60)
+            assert [(row.status, row.attempt) for row in rows.values() if row] == [
+                (CallStatus.SUCCEEDED, 2)
+            ] * 3
+            assert ledger_runs(ledger) == {**{c: 1 for c in warm}, **{c: 2 for c in run}}
+            with runtime.store.reading() as conn:
+                for call_id in run:
+                    events = [row["event"] for row in audit.query(conn, call_id=call_id)]
+                    assert events == [AuditEvent.QUEUED, AuditEvent.RETRY, AuditEvent.OK]
+                assert audit.verify(conn)[1:] == (None, None)
+        finally:
+            stop_group(worker)
+            notifier.client.close()
+            later.close()
