@@ -175,7 +175,8 @@ class Executor:
                     log.exception("call %s of a shared message did not run", call_id)
                     done.append("failed")
                 ended = time.monotonic()
-                if tool is not None:
+                if tool is not None and done[-1] not in ("dropped", "deferred"):
+                    # The pace of runs: a call that was not run says nothing about it.
                     pace.observe(tool.name, (ended - started) * 1000)
                 if self._held and self._held_since is None:
                     self._held_since = ended
