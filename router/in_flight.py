@@ -5,7 +5,11 @@ is enough of it (see there for why).
 Only the process's completion listener tells it that a call finished. A completion it
 never hears (the listener between two Redis connections, a call that waits on a rate
 limit, a slow tool) must not keep the count up for ever: a call is forgotten after
-``forget_after_s``, which errs towards holding less, never more.
+``forget_after_s``, which errs towards holding less, never more. A completion heard
+before the call's publish is counted (a quick call, its worker faster than the event
+loop's return to the group that published it) is asked of the listener (``heard``), so
+it is not counted as in flight for those seconds: counted, enough of them made lone
+callers wait out the whole hold (lone waited calls' p99 13.6-14.5 ms, 7.0-7.6 without).
 """
 
 from __future__ import annotations
@@ -33,11 +37,14 @@ class InFlight:
         self._since: OrderedDict[str, float] = OrderedDict()
         # Called with the count each time a completion lowers it.
         self.on_finished: Callable[[int], None] | None = None
+        # Whether the call's completion was heard already (``CompletionListener``).
+        self.heard: Callable[[str], bool] | None = None
 
     def published(self, call_ids: Iterable[str]) -> None:
-        now = self.clock()
+        now, heard = self.clock(), self.heard
         for call_id in call_ids:
-            self._since[call_id] = now
+            if heard is None or not heard(call_id):
+                self._since[call_id] = now
         self._forget(now)  # here too, so nothing grows while nobody counts
 
     def finished(self, call_id: str) -> None:

@@ -216,6 +216,10 @@ class CompletionListener:
                 if not waiters:
                     del self._waiters[call_id]
 
+    def heard_recently(self, call_id: str) -> bool:
+        """Whether a completion of ``call_id`` was heard in the last ``RECENT_TTL_S``."""
+        return call_id in self._recent
+
     def hear(self, message: bytes) -> None:
         """A completion message, as published; one that names no call is ignored."""
         call_id = completion_call_id(message)

@@ -18,6 +18,7 @@ import redis
 from sqlalchemy import func, select
 
 from router import AsyncClient
+from router.api.app import create_app
 from router.broker import Publisher, make_celery
 from router.cli.privredis import free_port
 from router.dispatcher import Dispatcher, Submission
@@ -420,6 +421,31 @@ def test_in_flight_counts_published_calls_until_they_finish_or_are_forgotten() -
     assert in_flight.count() == 0
     in_flight.finished("c")  # heard after it was forgotten: nothing to do
     assert heard == [2]
+
+
+def test_a_call_heard_finishing_before_its_publish_is_counted_is_not_in_flight() -> None:
+    """A quick call's completion can reach the listener before the group that published
+    it is back on the event loop: counted after that, it stayed "in flight" for the
+    whole ``forget_after_s``, and enough of them held lone callers back."""
+    ticks = Ticks()
+    in_flight = InFlight(forget_after_s=2.0, clock=ticks)
+    heard_already = {"quick"}
+    in_flight.heard = heard_already.__contains__
+
+    in_flight.finished("quick")  # heard first: not counted yet, nothing to remove
+    in_flight.published(["quick", "slow"])
+
+    assert in_flight.count() == 1
+    in_flight.finished("slow")
+    assert in_flight.count() == 0
+
+
+def test_the_api_asks_its_completion_listener_what_finished_already(runtime: Runtime) -> None:
+    app = create_app(runtime)
+    assert runtime.group_commit.in_flight.heard == app.state.listener.heard_recently
+    app.state.listener.hear(b"call_done_already")
+    assert runtime.group_commit.in_flight.heard("call_done_already")
+    assert not runtime.group_commit.in_flight.heard("call_not_heard")
 
 
 def busy(group_commit: GroupCommit, count: int) -> None:

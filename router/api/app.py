@@ -107,6 +107,7 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
         key_cache=runtime.keys.cache,
         on_completion=runtime.group_commit.in_flight.finished,
     )
+    runtime.group_commit.in_flight.heard = app.state.listener.heard_recently
     app.state.notifier = Notifier(runtime.redis_url)
     # MCP over streamable HTTP (SPEC §11); its session manager runs in the lifespan above.
     app.state.mcp = McpEndpoint(runtime, app.state.listener)
