@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql.expression import ClauseElement, Executable
 
 from .errors import StoreUnavailable
+from .wal_checkpoints import AUTOCHECKPOINT_PAGES
 
 # SQLite waits this long for a competing writer before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -60,6 +61,9 @@ def _sqlite_engine(url: str) -> Engine:
         # the calls and audit indexes reads pages back through the OS (batch submission
         # fell from 11k to 7k calls/s as the tables grew). Pages are allocated as used.
         cursor.execute(f"PRAGMA cache_size=-{SQLITE_CACHE_KIB}")
+        # Checkpoints are the API's checkpoint thread's to run (``router.wal_checkpoints``);
+        # a commit runs one only past this many pages of log.
+        cursor.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_PAGES}")
         cursor.close()
 
     @event.listens_for(engine, "begin")

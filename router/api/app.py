@@ -19,6 +19,7 @@ from ..mcp import McpEndpoint
 from ..notify import CompletionListener, Notifier
 from ..runtime import Runtime
 from ..ui.headers import InboxHeaders
+from ..wal_checkpoints import WalCheckpointer
 from . import routes_approvals, routes_batches, routes_calls, routes_misc, routes_route
 from .direct import DirectRoutes
 from .responses import AsciiJSONResponse
@@ -78,10 +79,15 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtime.prepare()
         app.state.listener.start()
+        checkpointer = app.state.checkpointer = WalCheckpointer.for_engine(runtime.engine)
+        if checkpointer is not None:
+            checkpointer.start()
         try:
             async with app.state.mcp.run():
                 yield
         finally:
+            if checkpointer is not None:
+                checkpointer.stop()
             await app.state.listener.stop()
             runtime.close()
 
