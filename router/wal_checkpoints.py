@@ -33,8 +33,8 @@ class WalCheckpointer:
         self.database_path, self.interval_s = database_path, interval_s
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        # Log frames this thread has copied into the database file so far.
-        self.frames_copied = 0
+        # What this thread's last checkpoint found (``checkpoint``), once it has run.
+        self.last: tuple[int, int, int] | None = None
 
     @classmethod
     def for_engine(cls, engine: Engine) -> WalCheckpointer | None:
@@ -45,7 +45,8 @@ class WalCheckpointer:
         return cls(path)
 
     def checkpoint(self, connection: sqlite3.Connection) -> tuple[int, int, int]:
-        """One PASSIVE checkpoint: (1 if it was blocked, log frames, frames copied)."""
+        """One PASSIVE checkpoint: (1 if it was blocked, frames in the log, frames of the
+        log now in the database file)."""
         busy, frames, copied = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         return int(busy), int(frames), int(copied)
 
@@ -71,8 +72,7 @@ class WalCheckpointer:
         try:
             while not self._stopping.wait(self.interval_s):
                 try:
-                    _, _, copied = self.checkpoint(connection)
-                    self.frames_copied += max(copied, 0)
+                    self.last = self.checkpoint(connection)
                 except sqlite3.Error as exc:
                     # The next commit over the engine's threshold checkpoints instead.
                     log.warning("WAL checkpoint of %s failed: %s", self.database_path, exc)
