@@ -24,6 +24,7 @@ import httpx
 
 from . import wire
 from .errors import Unavailable
+from .fast_transport import fast_transport_for
 from .http_backend import keep_sockets, send_in_one_piece
 from .results import CallResult, unavailable
 from .wire import BATCH_TIMEOUT_S, BatchReceipt, BatchStatus, Decided
@@ -216,13 +217,30 @@ class Client:
 
 
 class AsyncClient:
-    """The same as ``Client``, for asyncio: ``async with AsyncClient(url, key) as client``."""
+    """The same as ``Client``, for asyncio: ``async with AsyncClient(url, key) as client``.
+
+    Calls (``call``, ``submit``, ``result``, ``cancel``) go through ``FastTransport``
+    when the API is plain HTTP with no proxy in the way (``router.fast_transport``);
+    everything else, and calls over HTTPS or a proxy, through httpx's own transport."""
 
     def __init__(self, base_url: str = DEFAULT_URL, key: str = "", *, timeout: float = 60.0):
         self._pools = _PoolShards(
             lambda: _without_cookie_pass(
                 keep_sockets(
                     httpx.AsyncClient(**_http_options(base_url, key, timeout, wire.SHARD_LIMITS))
+                )
+            )
+        )
+        fast = fast_transport_for(base_url)
+        self._fast = (
+            None
+            if fast is None
+            else _without_cookie_pass(
+                httpx.AsyncClient(
+                    base_url=base_url,
+                    headers=wire.auth_headers(key),
+                    timeout=timeout,
+                    transport=fast,
                 )
             )
         )
@@ -236,13 +254,19 @@ class AsyncClient:
 
     async def aclose(self) -> None:
         await self._pools.aclose()
+        if self._fast is not None:
+            await self._fast.aclose()
 
     async def _call_request(
         self, method: str, path: str | httpx.URL, wait_s: float, **kw: Any
     ) -> CallResult:
+        timeout = wait_s + TIMEOUT_MARGIN_S
         try:
-            with self._pools.lease() as http:
-                response = await http.request(method, path, timeout=wait_s + TIMEOUT_MARGIN_S, **kw)
+            if self._fast is not None:
+                response = await self._fast.request(method, path, timeout=timeout, **kw)
+            else:
+                with self._pools.lease() as http:
+                    response = await http.request(method, path, timeout=timeout, **kw)
         except httpx.HTTPError as exc:
             return unavailable(f"cannot reach the API: {exc}")
         return wire.call_answer(response)

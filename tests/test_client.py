@@ -13,6 +13,7 @@ import pytest
 from router import AsyncClient, CallResult, Client
 from router.client import BatchStatus, endpoint
 from router.errors import Forbidden, NotAuthenticated, NotFound
+from router.fast_transport import FastTransport
 
 from .stack import Stack, free_port
 
@@ -156,12 +157,37 @@ def test_async_client_does_the_same(stack: Stack) -> None:
     asyncio.run(scenario())
 
 
+def test_async_client_calls_share_keep_alive_connections(stack: Stack) -> None:
+    """40 calls in flight through ``FastTransport``: every one answered, on at most 40
+    connections, which the next calls reuse instead of opening new ones."""
+
+    async def scenario() -> None:
+        async with AsyncClient(stack.base_url, stack.keys["agent"]) as agent:
+            assert agent._fast is not None
+            transport = agent._fast._transport
+            assert isinstance(transport, FastTransport)
+            for _ in range(2):
+                results = await asyncio.gather(
+                    *(agent.call("echo", {"i": i}, wait_s=WAIT_S) for i in range(40))
+                )
+                assert [r.value for r in results] == [{"i": i} for i in range(40)]
+                assert 1 <= transport._open <= 40
+            opened = transport._open
+            for i in range(5):
+                assert (await agent.call("echo", {"one": i}, wait_s=WAIT_S)).ok
+            assert transport._open == opened
+
+    asyncio.run(scenario())
+
+
 def test_async_client_spreads_many_calls_over_small_pools(stack: Stack) -> None:
-    """40 calls in flight: every one answered, over pools of at most 8 connections each
-    (one big httpcore pool costs quadratic CPU in its connections)."""
+    """Over httpx's own transport (HTTPS, or a proxy from the environment): 40 calls in
+    flight, every one answered, over pools of at most 8 connections each (one big
+    httpcore pool costs quadratic CPU in its connections)."""
 
     async def scenario() -> list[int]:
         async with AsyncClient(stack.base_url, stack.keys["agent"]) as agent:
+            agent._fast = None  # as for an API behind HTTPS or a proxy
             results = await asyncio.gather(
                 *(agent.call("echo", {"i": i}, wait_s=WAIT_S) for i in range(40))
             )
@@ -199,6 +225,7 @@ def test_clients_share_one_tls_context_instead_of_loading_the_ca_bundle_per_pool
 
     async def scenario() -> int:
         async with AsyncClient(stack.base_url, stack.keys["agent"]) as agent:
+            agent._fast = None  # calls over httpx's pools, as for HTTPS or a proxy
             results = await asyncio.gather(
                 *(agent.call("echo", {"i": i}, wait_s=WAIT_S) for i in range(24))
             )
@@ -256,10 +283,14 @@ def test_responses_that_set_no_cookie_skip_httpxs_cookie_jar(
 
     async def asynchronous() -> None:
         async with AsyncClient(stack.base_url, stack.keys["agent"]) as agent:
-            assert (await agent.call("echo", {"x": 2}, wait_s=WAIT_S)).ok
+            assert (await agent.call("echo", {"x": 2}, wait_s=WAIT_S)).ok  # FastTransport
+            assert (await agent.batch([{"tool": "echo", "args": {}}])).accepted == 1
             assert passed == ["/v1/calls"]
             (http,) = agent._pools._pools
-            http.cookies.extract_cookies(setting)
-            assert http.cookies.get("seen") == "1" and len(passed) == 2
+            assert agent._fast is not None
+            for jar in (http.cookies, agent._fast.cookies):
+                jar.extract_cookies(setting)
+                assert jar.get("seen") == "1"
+            assert len(passed) == 3
 
     asyncio.run(asynchronous())
