@@ -85,6 +85,32 @@ def card(page: Any, request_id: str) -> Any:
     return page.locator(f'article[data-request-id="{request_id}"]')
 
 
+# inbox.js reloads the page when the pending set changes (other tests' requests come and go).
+# A script run during a reload fails, or reads a document whose stylesheet has not arrived
+# (unstyled, so as wide as its longest line). So each check runs as one script, only on a
+# document that has finished loading with the request on it, and is retried otherwise.
+ON_A_LOADED_INBOX = """(id) => {
+  if (document.readyState !== "complete") return null;
+  if (!document.querySelector(`article[data-request-id="${id}"]`)) return null;
+  return {value: (CHECK)()};
+}"""
+
+
+def check_loaded_inbox(page: Any, request_id: str, check: str) -> Any:
+    """What the JavaScript function `check` returns on the inbox showing `request_id`."""
+    script = ON_A_LOADED_INBOX.replace("CHECK", check)
+    for _ in range(50):
+        try:
+            page.wait_for_load_state("load")
+            settled = page.evaluate(script, request_id)
+        except playwright_sync.Error:  # the page reloaded under the script
+            settled = None
+        if settled is not None:
+            return settled["value"]
+        page.wait_for_timeout(100)
+    raise AssertionError(f"the inbox never settled with {request_id} on it")
+
+
 def test_approver_signs_in_sees_a_request_approves_it_and_the_call_runs(
     stack: Stack, page: Any
 ) -> None:
@@ -144,7 +170,7 @@ def test_hostile_arguments_stay_inert(stack: Stack, page: Any, tmp_path: Path) -
     text = item.locator("pre.args").inner_text()
     for value in HOSTILE.values():
         assert value.replace('"', '\\"') in text
-    assert page.evaluate("window.__pwned === undefined")
+    assert check_loaded_inbox(page, call["request_id"], "() => window.__pwned === undefined")
     assert page.locator("#injected").count() == 0
     assert page.dialogs == []
     # The README's screenshot; refreshed with TOOLROUTER_UPDATE_SCREENSHOT=1.
@@ -214,33 +240,6 @@ def test_a_tampered_or_expired_session_cookie_is_signed_out(stack: Stack) -> Non
         assert page.status_code == 200 and 'id="key"' in page.text
 
 
-# One script, so the width and the culprits come from the same document, and only from one
-# that has finished loading: inbox.js reloads the page when the pending set changes (other
-# tests' requests come and go), and a layout forced before the stylesheet of a reloading
-# page has arrived is unstyled and as wide as its longest line.
-MEASURE_OVERFLOW = """(id) => {
-  if (document.readyState !== "complete") return null;
-  if (!document.querySelector(`article[data-request-id="${id}"]`)) return null;
-  const wide = Array.from(document.querySelectorAll("body *"))
-    .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)
-    .slice(0, 3).map(e => e.tagName + "." + e.className + " " + e.textContent.slice(0, 60));
-  return {overflow: document.documentElement.scrollWidth - window.innerWidth, widest: wide};
-}"""
-
-
-def measure_overflow(page: Any, request_id: str) -> dict[str, Any]:
-    for _ in range(50):
-        try:
-            page.wait_for_load_state("load")
-            measured = page.evaluate(MEASURE_OVERFLOW, request_id)
-        except playwright_sync.Error:  # the page reloaded under the script
-            measured = None
-        if measured is not None:
-            return measured  # type: ignore[no-any-return]
-        page.wait_for_timeout(100)
-    raise AssertionError(f"the inbox never settled with {request_id} on it")
-
-
 def test_the_inbox_fits_a_phone(stack: Stack, browser: Any) -> None:
     call = submit(stack, args={"long": "x" * 300})
     context = browser.new_context(viewport={"width": 375, "height": 740}, is_mobile=True)
@@ -248,7 +247,16 @@ def test_the_inbox_fits_a_phone(stack: Stack, browser: Any) -> None:
         page = context.new_page()
         sign_in(page, stack)
         card(page, call["request_id"]).wait_for()
-        measured = measure_overflow(page, call["request_id"])
-        assert measured["overflow"] <= 0, measured["widest"]
+        measured = check_loaded_inbox(
+            page,
+            call["request_id"],
+            """() => ({
+              overflow: document.documentElement.scrollWidth - window.innerWidth,
+              wide: Array.from(document.querySelectorAll("body *"))
+                .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)
+                .slice(0, 3).map(e => `${e.tagName}.${e.className} ${e.textContent.slice(0, 60)}`),
+            })""",
+        )
+        assert measured["overflow"] <= 0, measured["wide"]
     finally:
         context.close()
