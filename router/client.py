@@ -1,7 +1,8 @@
 """The Python client, for agents and approvers: ``Client`` (blocking) and ``AsyncClient``.
 
 Both speak the HTTP API over pooled ``httpx`` connections (``AsyncClient`` in several
-small pools, see ``_PoolShards``). Answers about a call are ``CallResult`` values, as the
+small pools, see ``_PoolShards``), and send their calls through ``router.fast_transport``
+when they can. Answers about a call are ``CallResult`` values, as the
 server gives them (SPEC §4): a tool that failed, a call that is pending, even a service
 that cannot take the call (``status="unavailable"``) is a value, never an exception. The
 caller's own mistakes are exceptions from ``router.errors``: a bad key
@@ -24,7 +25,7 @@ import httpx
 
 from . import wire
 from .errors import Unavailable
-from .fast_transport import fast_transport_for
+from .fast_transport import fast_transport_for, sync_fast_transport_for
 from .http_backend import keep_sockets, send_in_one_piece
 from .results import CallResult, unavailable
 from .wire import BATCH_TIMEOUT_S, BatchReceipt, BatchStatus, Decided
@@ -68,6 +69,24 @@ def _without_cookie_pass(http: _Http) -> _Http:
     return http
 
 
+def _fast_client(
+    http_class: type[_Http],
+    base_url: str,
+    key: str,
+    timeout: float,
+    transport: httpx.BaseTransport | httpx.AsyncBaseTransport,
+) -> _Http:
+    """The httpx client the calls go through when a ``router.fast_transport`` applies."""
+    return _without_cookie_pass(
+        http_class(
+            base_url=base_url,
+            headers=wire.auth_headers(key),
+            timeout=timeout,
+            transport=transport,  # type: ignore[arg-type]
+        )
+    )
+
+
 def endpoint(base_url: str, path: str) -> httpx.URL:
     """``path`` under ``base_url``, joined as httpx joins a path to its ``base_url``, but
     parsed once: httpx parses and joins a path given as text on every request (a tenth
@@ -78,11 +97,20 @@ def endpoint(base_url: str, path: str) -> httpx.URL:
 
 
 class Client:
-    """A blocking client with one connection pool; use it as a context manager or close it."""
+    """A blocking client; use it as a context manager or close it.
+
+    Calls (``call``, ``submit``, ``result``, ``cancel``) go through ``SyncFastTransport``
+    when the API is plain HTTP with no proxy in the way (``router.fast_transport``);
+    everything else, and calls over HTTPS or a proxy, through httpx's own transport. Both
+    may be used from several threads at once."""
 
     def __init__(self, base_url: str = DEFAULT_URL, key: str = "", *, timeout: float = 60.0):
         self._http = _without_cookie_pass(
             send_in_one_piece(httpx.Client(**_http_options(base_url, key, timeout, wire.LIMITS)))
+        )
+        fast = sync_fast_transport_for(base_url)
+        self._fast = (
+            None if fast is None else _fast_client(httpx.Client, base_url, key, timeout, fast)
         )
         self._calls_url = endpoint(base_url, "/v1/calls")
 
@@ -94,12 +122,15 @@ class Client:
 
     def close(self) -> None:
         self._http.close()
+        if self._fast is not None:
+            self._fast.close()
 
     def _call_request(
         self, method: str, path: str | httpx.URL, wait_s: float, **kw: Any
     ) -> CallResult:
+        http = self._fast or self._http
         try:
-            response = self._http.request(method, path, timeout=wait_s + TIMEOUT_MARGIN_S, **kw)
+            response = http.request(method, path, timeout=wait_s + TIMEOUT_MARGIN_S, **kw)
         except httpx.HTTPError as exc:
             return unavailable(f"cannot reach the API: {exc}")
         return wire.call_answer(response)
@@ -233,16 +264,7 @@ class AsyncClient:
         )
         fast = fast_transport_for(base_url)
         self._fast = (
-            None
-            if fast is None
-            else _without_cookie_pass(
-                httpx.AsyncClient(
-                    base_url=base_url,
-                    headers=wire.auth_headers(key),
-                    timeout=timeout,
-                    transport=fast,
-                )
-            )
+            None if fast is None else _fast_client(httpx.AsyncClient, base_url, key, timeout, fast)
         )
         self._calls_url = endpoint(base_url, "/v1/calls")
 

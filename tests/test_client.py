@@ -6,6 +6,8 @@ import asyncio
 import dataclasses
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 import pytest
@@ -13,7 +15,7 @@ import pytest
 from router import AsyncClient, CallResult, Client
 from router.client import BatchStatus, endpoint
 from router.errors import Forbidden, NotAuthenticated, NotFound
-from router.fast_transport import FastTransport
+from router.fast_transport import FastTransport, SyncFastTransport
 
 from .stack import Stack, free_port
 
@@ -180,6 +182,32 @@ def test_async_client_calls_share_keep_alive_connections(stack: Stack) -> None:
     asyncio.run(scenario())
 
 
+def test_client_calls_from_threads_share_keep_alive_connections(stack: Stack) -> None:
+    """The blocking client's calls go through ``SyncFastTransport``: eight threads at
+    once, every call answered with its own result, on at most eight connections, which
+    later calls reuse instead of opening new ones."""
+    with client(stack) as agent:
+        assert agent._fast is not None
+        transport = agent._fast._transport
+        assert isinstance(transport, SyncFastTransport)
+
+        def calls(thread: int) -> list[Any]:
+            return [
+                agent.call("echo", {"t": thread, "i": i}, wait_s=WAIT_S).value for i in range(10)
+            ]
+
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(calls, range(8)))
+        assert answers == [[{"t": t, "i": i} for i in range(10)] for t in range(8)]
+        assert 1 <= transport._open <= 8
+        opened = transport._open
+        for i in range(5):
+            done = agent.call("echo", {"one": i}, wait_s=WAIT_S)
+            assert done.ok and done.call_id is not None
+            assert agent.result(done.call_id).value == {"one": i}
+        assert transport._open == opened
+
+
 def test_async_client_spreads_many_calls_over_small_pools(stack: Stack) -> None:
     """Over httpx's own transport (HTTPS, or a proxy from the environment): 40 calls in
     flight, every one answered, over pools of at most 8 connections each (one big
@@ -278,19 +306,22 @@ def test_responses_that_set_no_cookie_skip_httpxs_cookie_jar(
         assert done.ok and done.call_id is not None
         assert agent.result(done.call_id).ok
         assert passed == []
-        agent._http.cookies.extract_cookies(setting)
-        assert agent._http.cookies.get("seen") == "1" and passed == ["/v1/calls"]
+        assert agent._fast is not None
+        for jar in (agent._http.cookies, agent._fast.cookies):
+            jar.extract_cookies(setting)
+            assert jar.get("seen") == "1"
+        assert passed == ["/v1/calls", "/v1/calls"]
 
     async def asynchronous() -> None:
         async with AsyncClient(stack.base_url, stack.keys["agent"]) as agent:
             assert (await agent.call("echo", {"x": 2}, wait_s=WAIT_S)).ok  # FastTransport
             assert (await agent.batch([{"tool": "echo", "args": {}}])).accepted == 1
-            assert passed == ["/v1/calls"]
+            assert passed == ["/v1/calls"] * 2
             (http,) = agent._pools._pools
             assert agent._fast is not None
             for jar in (http.cookies, agent._fast.cookies):
                 jar.extract_cookies(setting)
                 assert jar.get("seen") == "1"
-            assert len(passed) == 3
+            assert len(passed) == 4
 
     asyncio.run(asynchronous())

@@ -1,6 +1,7 @@
-"""``FastTransport`` (the async client's calls) against real sockets: a scripted HTTP
-server on localhost plays what a server or the network may do. Its use against the real
-API is in ``test_client.py``."""
+"""``FastTransport`` and ``SyncFastTransport`` (the clients' calls) against real sockets:
+a scripted HTTP server on localhost plays what a server or the network may do, and each
+test runs with both (the blocking one from threads, as an application's threads would
+use it). Their use against the real API is in ``test_client.py``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ from typing import Any
 import httpx
 import pytest
 
-from router.fast_transport import FastTransport, fast_transport_for
+from router.fast_transport import (
+    FastTransport,
+    SyncFastTransport,
+    fast_transport_for,
+    sync_fast_transport_for,
+)
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -69,18 +75,50 @@ def run(scenario: Callable[[], Awaitable[Any]]) -> Any:
     return asyncio.run(asyncio.wait_for(scenario(), timeout=30))
 
 
-def client(server: Server, **kw: Any) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=server.url, transport=FastTransport(**kw), timeout=5)
+class Http:
+    """An httpx client on one of the two transports, used the same way from a scenario."""
+
+    def __init__(self, url: str, flavour: str, **kw: Any) -> None:
+        self.flavour = flavour
+        self._async = httpx.AsyncClient(base_url=url, transport=FastTransport(**kw), timeout=5)
+        self._sync = httpx.Client(base_url=url, transport=SyncFastTransport(**kw), timeout=5)
+
+    async def request(self, method: str, url: str, **kw: Any) -> httpx.Response:
+        if self.flavour == "async":
+            return await self._async.request(method, url, **kw)
+        return await asyncio.to_thread(self._sync.request, method, url, **kw)
+
+    async def get(self, url: str, **kw: Any) -> httpx.Response:
+        return await self.request("GET", url, **kw)
+
+    async def post(self, url: str, **kw: Any) -> httpx.Response:
+        return await self.request("POST", url, **kw)
+
+    async def __aenter__(self) -> Http:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self._async.aclose()
+        self._sync.close()
 
 
-def test_requests_go_whole_and_keep_alive_connections_are_reused() -> None:
+def client(server: Server, flavour: str, **kw: Any) -> Http:
+    return Http(server.url, flavour, **kw)
+
+
+@pytest.fixture(params=["async", "sync"])
+def flavour(request: pytest.FixtureRequest) -> str:
+    return request.param  # type: ignore[no-any-return]
+
+
+def test_requests_go_whole_and_keep_alive_connections_are_reused(flavour: str) -> None:
     async def scenario() -> None:
         server: Server
 
         async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             await server.answer_each(r, w, OK)
 
-        async with Server(handler) as server, client(server) as http:
+        async with Server(handler) as server, client(server, flavour) as http:
             for i in range(3):
                 response = await http.post("/v1/calls", params={"i": i}, json={"n": i})
                 assert (response.status_code, response.json()) == (200, {"ok": True})
@@ -91,7 +129,7 @@ def test_requests_go_whole_and_keep_alive_connections_are_reused() -> None:
     run(scenario)
 
 
-def test_chunked_and_close_delimited_bodies_are_read_whole() -> None:
+def test_chunked_and_close_delimited_bodies_are_read_whole(flavour: str) -> None:
     chunked = (
         b'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4\r\n{"a"\r\n3\r\n:1}\r\n0\r\n\r\n'
     )
@@ -105,7 +143,7 @@ def test_chunked_and_close_delimited_bodies_are_read_whole() -> None:
             w.write(until_close)
             await w.drain()
 
-        async with Server(handler) as server, client(server) as http:
+        async with Server(handler) as server, client(server, flavour) as http:
             assert (await http.get("/a")).json() == {"a": 1}
             assert (await http.get("/b")).json() == {"b": 2}
             # The connection was closed with that answer: the next request opens another.
@@ -115,7 +153,7 @@ def test_chunked_and_close_delimited_bodies_are_read_whole() -> None:
     run(scenario)
 
 
-def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
+def test_a_connection_the_server_closed_while_idle_is_not_reused(flavour: str) -> None:
     async def scenario() -> None:
         async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             await read_request(r)
@@ -123,7 +161,7 @@ def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
             await w.drain()
             # Then closes it, as uvicorn does after its keep-alive timeout.
 
-        async with Server(handler) as server, client(server) as http:
+        async with Server(handler) as server, client(server, flavour) as http:
             assert (await http.get("/")).status_code == 200
             await asyncio.sleep(0.1)  # the event loop sees the close
             assert (await http.get("/")).status_code == 200
@@ -142,7 +180,7 @@ def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
     ids=["cut short", "malformed", "no answer"],
 )
 def test_what_goes_wrong_on_the_wire_is_an_httpx_error(
-    response: bytes | None, error: type[Exception]
+    response: bytes | None, error: type[Exception], flavour: str
 ) -> None:
     async def scenario() -> None:
         async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
@@ -153,7 +191,7 @@ def test_what_goes_wrong_on_the_wire_is_an_httpx_error(
             w.write(response)
             await w.drain()
 
-        async with Server(handler) as server, client(server) as http:
+        async with Server(handler) as server, client(server, flavour) as http:
             with pytest.raises(error):
                 await http.get("/", timeout=0.3)
             # The spoilt connection is gone: the next request has a connection of its own.
@@ -164,18 +202,18 @@ def test_what_goes_wrong_on_the_wire_is_an_httpx_error(
     run(scenario)
 
 
-def test_a_refused_connection_is_a_connect_error() -> None:
+def test_a_refused_connection_is_a_connect_error(flavour: str) -> None:
     async def scenario() -> None:
         async with Server(lambda r, w: read_request(r)) as server:  # type: ignore[arg-type,return-value]
             url = server.url
-        async with httpx.AsyncClient(base_url=url, transport=FastTransport()) as http:
+        async with Http(url, flavour) as http:
             with pytest.raises(httpx.ConnectError):
                 await http.get("/")
 
     run(scenario)
 
 
-def test_no_more_connections_than_allowed_and_every_request_answered() -> None:
+def test_no_more_connections_than_allowed_and_every_request_answered(flavour: str) -> None:
     async def scenario() -> None:
         server: Server
 
@@ -185,7 +223,7 @@ def test_no_more_connections_than_allowed_and_every_request_answered() -> None:
                 w.write(OK)
                 await w.drain()
 
-        async with Server(handler) as server, client(server, max_connections=2) as http:
+        async with Server(handler) as server, client(server, flavour, max_connections=2) as http:
             answers = await asyncio.gather(*(http.get(f"/{i}") for i in range(7)))
             assert [a.status_code for a in answers] == [200] * 7
             assert server.most_open <= 2 and server.connections == 2
@@ -196,9 +234,15 @@ def test_no_more_connections_than_allowed_and_every_request_answered() -> None:
 def test_only_plain_http_with_no_proxy_in_the_way_gets_it(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
-    assert isinstance(fast_transport_for("http://127.0.0.1:8000"), FastTransport)
-    assert fast_transport_for("https://api.example") is None
-    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
-    assert fast_transport_for("http://api.example:8000") is None
-    monkeypatch.setenv("NO_PROXY", "api.example")
-    assert isinstance(fast_transport_for("http://api.example:8000"), FastTransport)
+    for transport_for, transport in (
+        (fast_transport_for, FastTransport),
+        (sync_fast_transport_for, SyncFastTransport),
+    ):
+        monkeypatch.delenv("HTTP_PROXY", raising=False)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        assert isinstance(transport_for("http://127.0.0.1:8000"), transport)
+        assert transport_for("https://api.example") is None
+        monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+        assert transport_for("http://api.example:8000") is None
+        monkeypatch.setenv("NO_PROXY", "api.example")
+        assert isinstance(transport_for("http://api.example:8000"), transport)

@@ -136,6 +136,27 @@ def test_the_async_client_still_goes_through_the_proxy_of_the_environment(
     assert pools and all(isinstance(p._network_backend, SocketKeepingBackend) for p in pools)
 
 
+def test_the_blocking_client_still_goes_through_the_proxy_of_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    requests: list[bytes] = []
+
+    async def scenario() -> object:
+        proxy = await http_server(close_after_answer=False, requests=requests)
+        port = proxy.sockets[0].getsockname()[1]
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        async with proxy:
+            with Client("http://toolrouter.invalid:8000", "key") as client:
+                assert client._fast is None  # SyncFastTransport knows no proxies
+                return await asyncio.to_thread(client.submit, "echo", {})
+
+    answer = asyncio.run(scenario())
+    assert requests == [b"POST http://toolrouter.invalid:8000/v1/calls HTTP/1.1"]
+    assert answer.status == "unavailable" or answer.call_id is None  # type: ignore[attr-defined]
+
+
 def test_the_async_client_pools_use_the_socket_keeping_backend() -> None:
     async def scenario() -> object:
         async with AsyncClient("http://127.0.0.1:9", "key") as client:
