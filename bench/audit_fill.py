@@ -64,6 +64,7 @@ def settle(engine: Engine) -> None:
     try:
         driver = raw.driver_connection
         if engine.dialect.name == "postgresql":
+            driver.rollback()  # the pool's checkout began a transaction (router.engine)
             driver.autocommit = True
             driver.execute("VACUUM ANALYZE audit_log")
             driver.execute("CHECKPOINT")

@@ -13,6 +13,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, cast
 
+from psycopg import pq
 from sqlalchemy import Engine, Table, create_engine, event, exc
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql.expression import ClauseElement, Executable
@@ -39,7 +40,39 @@ def make_engine(url: str) -> Engine:
     url = normalize_url(url)
     if url.startswith("sqlite"):
         return _sqlite_engine(url)
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return _postgresql_engine(url)
+
+
+def _postgresql_engine(url: str) -> Engine:
+    engine = create_engine(url, pool_size=10, max_overflow=20)
+
+    @event.listens_for(engine, "checkout")
+    def _begin_as_the_ping(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        """Every use of a pooled connection begins with psycopg's ``BEGIN`` (it begins a
+        transaction before the first statement), and a connection the server dropped
+        (restart, ``pg_terminate_backend``) must be replaced before that use. SQLAlchemy's
+        ``pool_pre_ping`` checks with a ``SELECT 1`` of its own: one round trip more per
+        transaction, three for a lone call, about 0.14 ms each on a busy 2-core machine.
+        Sending the ``BEGIN`` here makes it the check: if it fails, nothing of the
+        transaction has run, and the pool replaces the connection and tries again (as it
+        does when its own ping fails). psycopg then sees a transaction in progress and
+        sends no ``BEGIN`` of its own; its ``commit`` and ``rollback`` end this one."""
+        if (
+            dbapi_connection.autocommit
+            or dbapi_connection.isolation_level is not None
+            or dbapi_connection.read_only is not None
+            or dbapi_connection.pgconn.transaction_status != pq.TransactionStatus.IDLE
+        ):
+            return  # psycopg begins such a transaction itself
+        try:
+            result = dbapi_connection.pgconn.exec_(b"BEGIN")
+            began = result.status == pq.ExecStatus.COMMAND_OK
+        except Exception:  # the driver's error for a connection gone
+            began = False
+        if not began:
+            raise exc.DisconnectionError("the connection did not take BEGIN")
+
+    return engine
 
 
 def _sqlite_engine(url: str) -> Engine:

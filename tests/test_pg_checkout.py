@@ -1,0 +1,83 @@
+"""A PostgreSQL engine's pooled connections begin their transaction at checkout, and that
+``BEGIN`` is the check that the connection is alive (``router.engine``): a connection
+the server dropped while pooled is replaced before anything of a transaction runs, and
+a transaction costs no round trip for a ping. Real PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from psycopg import pq
+from sqlalchemy import create_engine, text
+
+from router.engine import make_engine, normalize_url
+
+pytestmark = pytest.mark.parametrize(
+    "database_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
+)
+
+
+def backend_pid(engine: object) -> int:
+    with engine.begin() as conn:  # type: ignore[attr-defined]
+        return int(conn.execute(text("SELECT pg_backend_pid()")).scalar())
+
+
+def test_a_connection_the_server_dropped_while_pooled_is_replaced(database_url: str) -> None:
+    engine = make_engine(database_url)
+    admin = create_engine(normalize_url(database_url))
+    try:
+        engine.pool.dispose()
+        first = backend_pid(engine)
+        with admin.connect() as other:
+            other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first})
+            # pg_terminate_backend only signals: wait until the backend has gone.
+            for _ in range(200):
+                if not other.execute(
+                    text("SELECT 1 FROM pg_stat_activity WHERE pid = :pid"), {"pid": first}
+                ).first():
+                    break
+                other.rollback()
+                time.sleep(0.01)
+        # The pool hands out the dead connection first; its BEGIN fails, and the pool
+        # replaces it before the transaction runs anything.
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE IF NOT EXISTS checkout_probe (x int)"))
+            conn.execute(text("INSERT INTO checkout_probe VALUES (1)"))
+            second = conn.execute(text("SELECT pg_backend_pid()")).scalar()
+        assert second != first
+        with admin.connect() as other:
+            assert other.execute(text("SELECT count(*) FROM checkout_probe")).scalar() == 1
+    finally:
+        engine.dispose()
+        admin.dispose()
+
+
+def test_a_checked_out_connection_is_in_its_transaction_and_commit_and_rollback_end_it(
+    database_url: str,
+) -> None:
+    engine = make_engine(database_url)
+    admin = create_engine(normalize_url(database_url))
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE checkout_tx (x int)"))
+        with engine.connect() as conn:
+            driver = conn.connection.dbapi_connection
+            assert driver is not None
+            # Begun at checkout, before any statement: psycopg sends no BEGIN of its own.
+            assert driver.pgconn.transaction_status == pq.TransactionStatus.INTRANS
+            started = conn.execute(
+                text("SELECT xact_start FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+            ).scalar()
+            assert started is not None
+            conn.execute(text("INSERT INTO checkout_tx VALUES (1)"))
+            conn.rollback()
+            assert driver.pgconn.transaction_status == pq.TransactionStatus.IDLE
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO checkout_tx VALUES (2)"))
+        with admin.connect() as other:
+            rows = other.execute(text("SELECT x FROM checkout_tx")).scalars().all()
+        assert rows == [2]
+    finally:
+        engine.dispose()
+        admin.dispose()
