@@ -13,6 +13,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, cast
 
+import psycopg
 from psycopg import pq
 from sqlalchemy import Engine, Table, create_engine, event, exc
 from sqlalchemy.engine import Connection, Dialect
@@ -43,11 +44,19 @@ def make_engine(url: str) -> Engine:
     return _postgresql_engine(url)
 
 
+# Marks a pooled connection not yet checked out (``record.info``).
+_NEW = "toolrouter_new"
+
+
 def _postgresql_engine(url: str) -> Engine:
     engine = create_engine(url, pool_size=10, max_overflow=20)
 
+    @event.listens_for(engine, "connect")
+    def _on_connect(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_NEW] = True
+
     @event.listens_for(engine, "checkout")
-    def _begin_as_the_ping(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    def _begin_as_the_ping(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
         """Every use of a pooled connection begins with psycopg's ``BEGIN`` (it begins a
         transaction before the first statement), and a connection the server dropped
         (restart, ``pg_terminate_backend``) must be replaced before that use. SQLAlchemy's
@@ -56,21 +65,36 @@ def _postgresql_engine(url: str) -> Engine:
         Sending the ``BEGIN`` here makes it the check: if it fails, nothing of the
         transaction has run, and the pool replaces the connection and tries again (as it
         does when its own ping fails). psycopg then sees a transaction in progress and
-        sends no ``BEGIN`` of its own; its ``commit`` and ``rollback`` end this one."""
-        if (
+        sends no ``BEGIN`` of its own; its ``commit`` and ``rollback`` end this one.
+
+        So a connection of these engines is in a transaction from checkout on: its
+        isolation level, read-only flag and autocommit cannot be changed then (psycopg
+        refuses); roll back first, as ``bench.audit_fill`` does for ``VACUUM``."""
+        new = record.info.pop(_NEW, False)
+        pgconn = dbapi_connection.pgconn
+        if pgconn.transaction_status == pq.TransactionStatus.UNKNOWN:
+            began, reason = False, "the connection is gone"  # libpq knows already
+        elif (
             dbapi_connection.autocommit
             or dbapi_connection.isolation_level is not None
             or dbapi_connection.read_only is not None
-            or dbapi_connection.pgconn.transaction_status != pq.TransactionStatus.IDLE
+            or pgconn.transaction_status != pq.TransactionStatus.IDLE
         ):
             return  # psycopg begins such a transaction itself
-        try:
-            result = dbapi_connection.pgconn.exec_(b"BEGIN")
-            began = result.status == pq.ExecStatus.COMMAND_OK
-        except Exception:  # the driver's error for a connection gone
-            began = False
-        if not began:
-            raise exc.DisconnectionError("the connection did not take BEGIN")
+        else:
+            try:
+                result = pgconn.exec_(b"BEGIN")
+                began = result.status == pq.ExecStatus.COMMAND_OK
+                reason = (result.error_message or b"").decode(errors="replace").strip()
+            except Exception as error:  # the driver's error for a connection gone
+                began, reason = False, str(error)
+        if began:
+            return
+        if new:
+            # The pool's replacement failed too: the database's own error, which callers
+            # see as ``StoreUnavailable`` (the pool would raise a bare "connection closed").
+            raise psycopg.OperationalError(f"BEGIN on a new connection failed: {reason}")
+        raise exc.DisconnectionError(f"BEGIN failed: {reason}")
 
     return engine
 

@@ -27,14 +27,17 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import httptools
 import httpx
 
 from .http_backend import is_readable
+from .wire import KEEPALIVE_EXPIRY_S
 
 # At most this many connections per client (what its httpx pools allowed in all).
 MAX_CONNECTIONS = 200
@@ -45,8 +48,9 @@ READ_BYTES = 65536
 class _ResponseReader:
     """httptools' callbacks for one response at a time on one connection."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_complete: Callable[[], None] | None = None) -> None:
         self._parser = httptools.HttpResponseParser(self)
+        self._on_complete = on_complete
         self.headers: list[tuple[bytes, bytes]] = []
         self.body: list[bytes] = []
         self.headers_complete = False
@@ -96,6 +100,8 @@ class _ResponseReader:
     def on_message_complete(self) -> None:
         self.keep_alive = self._parser.should_keep_alive()
         self.complete = True
+        if self._on_complete is not None:
+            self._on_complete()
 
 
 class _Connection(asyncio.Protocol):
@@ -104,7 +110,8 @@ class _Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
-        self._reader = _ResponseReader()
+        self.idle_since = 0.0
+        self._reader = _ResponseReader(on_complete=self._completed)
         self._done: asyncio.Future[None] | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------
@@ -117,10 +124,11 @@ class _Connection(asyncio.Protocol):
         try:
             self._reader.feed(data)
         except httpx.RemoteProtocolError as exc:
-            self._fail(exc)
+            self._fail(exc)  # nothing if the response was complete before the bad bytes
             self.close()
-            return
-        if self._reader.complete and self._done is not None and not self._done.done():
+
+    def _completed(self) -> None:
+        if self._done is not None and not self._done.done():
             self._done.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -148,6 +156,9 @@ class _Connection(asyncio.Protocol):
 
     def reusable(self) -> bool:
         return not self.closed and self._reader.keep_alive
+
+    def usable_again(self) -> bool:
+        return not self.closed  # the event loop has seen any close by the server
 
     def close(self) -> None:
         self.closed = True
@@ -188,27 +199,24 @@ class FastTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         for connections in self._idle.values():
-            for connection in connections:
-                connection.close()
-        self._idle.clear()
+            self._open -= _close_all(connections)
 
     async def _connection(
         self, request: httpx.Request, pool_timeout: float | None, connect_timeout: float | None
     ) -> _Connection:
         origin = _origin(request.url)
         idle = self._idle.setdefault(origin, [])
-        while idle:
-            connection = idle.pop()
-            if not connection.closed:
-                return connection
-            self._open -= 1
+        connection = self._take(idle)
+        if connection is not None:
+            return connection
         if self._free is None:
             self._free = asyncio.Condition()
         async with self._free:
             async with asyncio.timeout(pool_timeout):
                 await self._free.wait_for(lambda: self._open < self._max or bool(idle))
-            if idle:
-                return idle.pop()
+            connection = self._take(idle)
+            if connection is not None:
+                return connection
             self._open += 1
         try:
             async with asyncio.timeout(connect_timeout):
@@ -220,8 +228,14 @@ class FastTransport(httpx.AsyncBaseTransport):
             raise
         return connection
 
+    def _take(self, idle: list[_Connection]) -> _Connection | None:
+        connection, dropped = _take_idle(idle)
+        self._open -= dropped
+        return connection
+
     async def _release(self, request: httpx.Request, connection: _Connection) -> None:
         if connection.reusable():
+            connection.idle_since = time.monotonic()
             self._idle.setdefault(_origin(request.url), []).append(connection)
             if self._free is not None:
                 async with self._free:
@@ -243,6 +257,7 @@ class _SyncConnection:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.closed = False
+        self.idle_since = 0.0
         self._reader = _ResponseReader()
 
     def exchange(
@@ -283,6 +298,7 @@ class SyncFastTransport(httpx.BaseTransport):
         self._open = 0
         self._max = max_connections
         self._free = threading.Condition()
+        self._closed = False
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         timeouts = request.extensions.get("timeout", {})
@@ -301,52 +317,80 @@ class SyncFastTransport(httpx.BaseTransport):
         )
 
     def close(self) -> None:
+        """Close the idle connections; those in use are closed when their request ends."""
         with self._free:
+            self._closed = True
             for connections in self._idle.values():
-                for connection in connections:
-                    connection.close()
-                    self._open -= 1
-            self._idle.clear()
+                self._open -= _close_all(connections)
             self._free.notify_all()
 
     def _connection(
         self, request: httpx.Request, pool_timeout: float | None, connect_timeout: float | None
     ) -> _SyncConnection:
-        origin = _origin(request.url)
+        deadline = None if pool_timeout is None else time.monotonic() + pool_timeout
         with self._free:
-            idle = self._idle.setdefault(origin, [])
-            if not self._free.wait_for(
-                lambda: self._reuse(idle) or self._open < self._max, timeout=pool_timeout
-            ):
-                raise httpx.PoolTimeout("no connection free in time", request=request)
-            if idle:
-                return idle.pop()
-            self._open += 1
+            idle = self._idle.setdefault(_origin(request.url), [])
+            while True:
+                connection, dropped = _take_idle(idle)
+                self._open -= dropped
+                if connection is not None:
+                    return connection
+                if self._open < self._max:
+                    self._open += 1
+                    break
+                left = None if deadline is None else deadline - time.monotonic()
+                if (left is not None and left <= 0) or not self._free.wait(left):
+                    raise httpx.PoolTimeout("no connection free in time", request=request)
         try:
-            sock = socket.create_connection(origin, timeout=connect_timeout)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock = socket.create_connection(_origin(request.url), timeout=connect_timeout)
         except BaseException:
             self._release(request, None)
             raise
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass  # only a latency matter
         return _SyncConnection(sock)
-
-    def _reuse(self, idle: list[_SyncConnection]) -> bool:
-        """Whether ``idle`` ends with a usable connection; drops the ones that are not
-        (with the lock held)."""
-        while idle and not idle[-1].usable_again():
-            idle.pop().close()
-            self._open -= 1
-        return bool(idle)
 
     def _release(self, request: httpx.Request, connection: _SyncConnection | None) -> None:
         with self._free:
-            if connection is not None and connection.reusable():
+            if connection is not None and connection.reusable() and not self._closed:
+                connection.idle_since = time.monotonic()
                 self._idle.setdefault(_origin(request.url), []).append(connection)
             else:
                 if connection is not None:
                     connection.close()
                 self._open -= 1
             self._free.notify()
+
+
+_Kept = TypeVar("_Kept", _Connection, _SyncConnection)
+
+
+def _take_idle(idle: list[_Kept]) -> tuple[_Kept | None, int]:
+    """The most recently used connection of ``idle`` that can take a request, and how many
+    were closed on the way: those kept longer than ``KEEPALIVE_EXPIRY_S`` (the oldest,
+    at the front), so none is used as the server closes it after its own keep-alive
+    timeout (uvicorn's is 5 s), and those the server has closed already."""
+    now, dropped = time.monotonic(), 0
+    while idle and now - idle[0].idle_since > KEEPALIVE_EXPIRY_S:
+        idle.pop(0).close()
+        dropped += 1
+    while idle:
+        connection = idle.pop()
+        if connection.usable_again():
+            return connection, dropped
+        connection.close()
+        dropped += 1
+    return None, dropped
+
+
+def _close_all(connections: list[_Kept]) -> int:
+    """Close and forget ``connections``; how many there were."""
+    count = len(connections)
+    while connections:
+        connections.pop().close()
+    return count
 
 
 @contextmanager

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from router import fast_transport
 from router.fast_transport import (
     FastTransport,
     SyncFastTransport,
@@ -166,6 +167,55 @@ def test_a_connection_the_server_closed_while_idle_is_not_reused(flavour: str) -
             await asyncio.sleep(0.1)  # the event loop sees the close
             assert (await http.get("/")).status_code == 200
             assert server.connections == 2
+
+    run(scenario)
+
+
+def test_a_connection_kept_past_the_keep_alive_expiry_is_not_reused(
+    flavour: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kept connection is dropped before the server's keep-alive timeout can close it
+    under a new request (``wire.KEEPALIVE_EXPIRY_S``, here shortened)."""
+    monkeypatch.setattr(fast_transport, "KEEPALIVE_EXPIRY_S", 0.2)
+
+    async def scenario() -> None:
+        server: Server
+
+        async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await server.answer_each(r, w, OK)
+
+        async with Server(handler) as server, client(server, flavour) as http:
+            assert (await http.get("/")).status_code == 200
+            assert (await http.get("/")).status_code == 200  # at once: the same connection
+            assert server.connections == 1
+            await asyncio.sleep(0.3)
+            assert (await http.get("/")).status_code == 200
+            assert server.connections == 2
+
+    run(scenario)
+
+
+def test_closing_the_blocking_transport_with_a_request_in_flight() -> None:
+    """The idle connections close at once; the one in use when its request ends."""
+
+    async def scenario() -> None:
+        async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            while await read_request(r) is not None:
+                await asyncio.sleep(0.2)
+                w.write(OK)
+                await w.drain()
+
+        async with Server(handler) as server:
+            transport = SyncFastTransport()
+            with httpx.Client(base_url=server.url, transport=transport, timeout=5) as http:
+                await asyncio.to_thread(http.get, "/")
+                assert transport._open == 1
+                in_flight = asyncio.ensure_future(asyncio.to_thread(http.get, "/"))
+                await asyncio.sleep(0.1)
+                transport.close()
+                assert (await in_flight).status_code == 200
+                assert transport._open == 0
+                assert all(not kept for kept in transport._idle.values())
 
     run(scenario)
 

@@ -112,17 +112,24 @@ def test_a_connection_the_server_keeps_is_used_again() -> None:
     assert opened == 1
 
 
+async def proxy_in_the_environment(
+    monkeypatch: pytest.MonkeyPatch, requests: list[bytes]
+) -> asyncio.Server:
+    """A scripted server that ``HTTP_PROXY`` points at; it records what it is asked."""
+    proxy = await http_server(close_after_answer=False, requests=requests)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.sockets[0].getsockname()[1]}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    return proxy
+
+
 def test_the_async_client_still_goes_through_the_proxy_of_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     requests: list[bytes] = []
 
     async def scenario() -> object:
-        proxy = await http_server(close_after_answer=False, requests=requests)
-        port = proxy.sockets[0].getsockname()[1]
-        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
-        monkeypatch.delenv("NO_PROXY", raising=False)
-        monkeypatch.delenv("no_proxy", raising=False)
+        proxy = await proxy_in_the_environment(monkeypatch, requests)
         async with proxy, AsyncClient("http://toolrouter.invalid:8000", "key") as client:
             answer = await client.submit("echo", {})
             with client._pools.lease() as http:
@@ -142,11 +149,7 @@ def test_the_blocking_client_still_goes_through_the_proxy_of_the_environment(
     requests: list[bytes] = []
 
     async def scenario() -> object:
-        proxy = await http_server(close_after_answer=False, requests=requests)
-        port = proxy.sockets[0].getsockname()[1]
-        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
-        monkeypatch.delenv("NO_PROXY", raising=False)
-        monkeypatch.delenv("no_proxy", raising=False)
+        proxy = await proxy_in_the_environment(monkeypatch, requests)
         async with proxy:
             with Client("http://toolrouter.invalid:8000", "key") as client:
                 assert client._fast is None  # SyncFastTransport knows no proxies

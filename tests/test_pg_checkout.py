@@ -6,12 +6,16 @@ a transaction costs no round trip for a ping. Real PostgreSQL."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
+import psycopg
 import pytest
 from psycopg import pq
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
 
 from router.engine import make_engine, normalize_url
+from router.errors import StoreUnavailable
+from router.store import Store
 
 pytestmark = pytest.mark.parametrize(
     "database_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
@@ -81,3 +85,26 @@ def test_a_checked_out_connection_is_in_its_transaction_and_commit_and_rollback_
     finally:
         engine.dispose()
         admin.dispose()
+
+
+def test_a_new_connection_that_cannot_begin_is_store_unavailable(database_url: str) -> None:
+    """When the replacement fails as well (the database going down), callers get the
+    database's error as ``StoreUnavailable`` (a 503 from the API), not the pool's bare
+    "this connection is closed"."""
+    engine = make_engine(database_url)
+    try:
+        backend_pid(engine)  # the dialect has met the server
+        engine.pool.dispose()
+
+        @event.listens_for(engine, "connect")
+        def _dies_at_once(dbapi_connection: Any, _record: Any) -> None:
+            try:
+                dbapi_connection.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+            except psycopg.OperationalError:
+                pass  # this connection is gone now, before its first checkout
+
+        failed = pytest.raises(StoreUnavailable, match="BEGIN on a new connection failed")
+        with failed, Store(engine).transaction() as conn:
+            conn.execute(text("SELECT 1"))
+    finally:
+        engine.dispose()
