@@ -14,7 +14,8 @@ httpx's own transport for HTTPS, for a proxy from the environment, and for strea
 responses (``fast_transport_for`` decides). Nothing is retried: a request that fails
 on the wire is an ``httpx`` error, which the client answers as ``unavailable``, as
 before. A connection the server has closed while idle (uvicorn closes them after 5 s)
-is noticed by the event loop and never reused.
+is noticed by the event loop and never reused, and none is reused after
+``wire.KEEPALIVE_EXPIRY_S`` (2 s) idle, so a request never meets that close.
 
 ``SyncFastTransport`` is the same for the blocking ``Client``, on blocking sockets: a
 lone waited call's latency includes all of the client's own CPU, and httpx's transport
