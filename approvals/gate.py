@@ -4,6 +4,11 @@ Each decision is one transaction: lock the request, check it, spend it with a
 conditional update (``status = 'pending' AND expires_at > now``), write the decision and
 the audit row, commit; only then publish the released call to its risk queue. A handler
 that fails later cannot make the approval live again, and a replay finds nothing to spend.
+
+Nothing about who decides is taken from the message: the deciding key is looked up in the
+database (revoked keys, missing roles, the requester and repeat approvers are refused
+there), the request's sealed binding must verify and still match its call, and only the
+decisions this worker sealed count towards N-of-M (``router.approval_binding``).
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ from typing import Any
 
 from sqlalchemy import text
 
-from router import audit, metrics, pending
+from router import metrics, pending
+from router.approval_binding import binding_verifies, release_text
 from router.audit import AuditEntry
 from router.canonical import sha256_hex
 from router.dispatcher import message_for
+from router.keyring import Purpose
+from router.keys import principal_named
 from router.notify import Notifier
 from router.pending import Decision, RequestStatus
 from router.runtime import Runtime
@@ -70,16 +78,17 @@ class Gate:
     def __init__(self, runtime: Runtime, notifier: Notifier) -> None:
         self.runtime, self.notifier = runtime, notifier
         self.store, self.clock = runtime.store, runtime.clock
+        self.audit, self.keyring = runtime.audit, runtime.keyring
 
     def decide(
         self,
         request_id: str,
         actor: str,
-        roles: frozenset[str],
         decision: str,
         reason: str | None = None,
         deadline_ms: int | None = None,
     ) -> Answer:
+        """Apply one decision by the key named ``actor`` (from an authenticated message)."""
         now = self.clock()
         if deadline_ms is not None and now > deadline_ms:
             # The API has already told the approver this failed; never apply it now.
@@ -108,6 +117,13 @@ class Gate:
                 return refusal(404, f"unknown request: {request_id}")
             if request.status == RequestStatus.EXPIRED or request.expires_at <= now:
                 return refusal(409, f"expired request: {request_id}")
+            who = principal_named(conn, actor)
+            if who is None:
+                return refusal(403, f"key {actor} is unknown or revoked")
+            problem = self._unbound(conn, request)
+            if problem is not None:
+                return refusal(409, problem)
+            roles = who.roles
             ids = (request.id, request.call_id)
             if choice is Decision.CANCEL:
                 if actor != request.requested_by:
@@ -134,7 +150,9 @@ class Gate:
             elif any(d["approver"] == actor for d in pending.decisions(conn, request_id)):
                 return refusal(409, f"{actor} already decided {request_id}")
             elif choice is Decision.DENY:
-                pending.record_decision(conn, request_id, actor, choice, reason, now=now)
+                pending.record_decision(
+                    conn, request_id, actor, choice, reason, now=now, keyring=self.keyring
+                )
                 self._close(
                     conn,
                     request,
@@ -147,18 +165,22 @@ class Gate:
                 )
                 answer = Answer(ok=True, status="denied", request_id=ids[0], call_id=ids[1])
             else:
-                problem = self._unreleasable(conn, request)
-                if problem is not None:
-                    return refusal(409, problem)
-                pending.record_decision(conn, request_id, actor, choice, reason, now=now)
-                count = pending.approvals_so_far(conn, request_id)
+                if self.runtime.registry.get(request.tool) is None:
+                    return refusal(409, f"tool {request.tool} is no longer registered")
+                pending.record_decision(
+                    conn, request_id, actor, choice, reason, now=now, keyring=self.keyring
+                )
+                count = self._approvals(conn, request_id)
                 released = count >= request.approvals_required
                 if released:
-                    if not pending.spend(conn, request_id, RequestStatus.APPROVED, now=now):
+                    release_mac = self.keyring.sign(Purpose.APPROVAL, release_text(request, now))
+                    if not pending.spend(
+                        conn, request_id, RequestStatus.APPROVED, now=now, release_mac=release_mac
+                    ):
                         raise RuntimeError("request changed under its row lock")
                     self.store.release(conn, request.call_id, now=now)
                     released_tool = request.tool
-                audit.append(
+                self.audit.append(
                     conn,
                     [
                         AuditEntry(
@@ -201,15 +223,36 @@ class Gate:
             self.notifier.call_done(request.call_id)
         return answer
 
-    def _unreleasable(self, conn: Any, request: pending.ApprovalRequest) -> str | None:
-        """Why this request's call must not run, if it must not: the approval covers the
-        arguments bound at issue time, and a tool that is still registered."""
+    def _unbound(self, conn: Any, request: pending.ApprovalRequest) -> str | None:
+        """Why no decision may touch this request, if none may: its binding was not sealed
+        by an API process of this deployment, or its call is no longer what was bound."""
+        if not binding_verifies(request, self.keyring):
+            metrics.tampered("approval_request")
+            log.error("request %s: its sealed binding does not verify; refused", request.id)
+            return f"request {request.id} does not verify: it was changed outside toolrouter"
         call = self.store.get(conn, request.call_id)
-        if call is None or sha256_hex(call.args) != request.args_sha256:
-            return f"the arguments of {request.call_id} changed after the request was issued"
-        if self.runtime.registry.get(request.tool) is None:
-            return f"tool {request.tool} is no longer registered"
+        if (
+            call is None
+            or call.request_id != request.id
+            or call.tool != request.tool
+            or call.requested_by != request.requested_by
+            or call.args_sha256 != request.args_sha256
+            or sha256_hex(call.args) != request.args_sha256
+        ):
+            metrics.tampered("call")
+            log.error("request %s: its call no longer matches the binding; refused", request.id)
+            return f"the call of {request.id} changed after the request was issued"
         return None
+
+    def _approvals(self, conn: Any, request_id: str) -> int:
+        """Distinct approvers whose approval this worker recorded (sealed); rows written
+        any other way are not approvals."""
+        recorded = pending.decisions(conn, request_id)
+        sealed = pending.decisions(conn, request_id, keyring=self.keyring)
+        if len(sealed) != len(recorded):
+            metrics.tampered("approval_decision")
+            log.error("request %s has decisions this worker did not seal; ignored", request_id)
+        return len({d["approver"] for d in sealed if d["decision"] == Decision.APPROVE})
 
     def _close(
         self,
@@ -225,7 +268,7 @@ class Gate:
         if not pending.spend(conn, request.id, status, now=now):
             raise RuntimeError("request changed under its row lock")
         self.store.close_pending(conn, request.call_id, call_status, now=now)
-        audit.append(
+        self.audit.append(
             conn,
             [
                 AuditEntry(
@@ -255,7 +298,7 @@ class Gate:
                 ):
                     continue
                 self.store.close_pending(conn, request.call_id, CallStatus.EXPIRED, now=now)
-                audit.append(
+                self.audit.append(
                     conn,
                     [
                         AuditEntry(

@@ -1,5 +1,6 @@
 """Growing the audit table fast, with a chain ``verify`` accepts: rows generated in bulk with
-``router.audit.row_hash``, inserted with COPY (PostgreSQL) or executemany (SQLite)."""
+``AuditLog.row_hash`` (the deployment's key), inserted with COPY (PostgreSQL) or executemany
+(SQLite)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ COLUMNS = ("seq", "at", "tool", "event", "call_id", "request_id", "actor", "deta
 BLOCK = 50_000
 
 
-def fill(database_url: str, total_rows: int, *, at: int) -> int:
+def fill(database_url: str, log: audit.AuditLog, total_rows: int, *, at: int) -> int:
     """Append rows until the hot audit table holds ``total_rows``; returns how many were added."""
     engine = make_engine(database_url)
     try:
@@ -44,7 +45,7 @@ def fill(database_url: str, total_rows: int, *, at: int) -> int:
                         "detail": canonical_json({"attempt": 1}),
                         "prev_hash": prev_hash,
                     }
-                    row["hash"] = prev_hash = audit.row_hash(row)
+                    row["hash"] = prev_hash = log.row_hash(row)
                     rows.append(row)
                 _insert(conn, rows)
                 added += len(rows)

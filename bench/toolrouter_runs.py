@@ -201,7 +201,12 @@ def run_toolrouter(
             figures["batch_end_to_end_per_s"] = median_rate(drain_runs)
 
         started = time.perf_counter()
-        added = audit_fill.fill(database_url, params.audit_rows, at=wall_clock_ms())
+        runtime = Runtime(stack.settings)
+        try:
+            log = runtime.audit
+        finally:
+            runtime.close()
+        added = audit_fill.fill(database_url, log, params.audit_rows, at=wall_clock_ms())
         figures["audit_fill"] = {
             "rows_added": added,
             "rows_total": params.audit_rows,

@@ -1,14 +1,17 @@
 """Audit retention: old rows leave the hot table for compressed JSONL segments.
 
 The one archival path: rows older than the hot window are written to a gzip segment,
-a checkpoint (last seq, last hash, segment digest) is inserted, and only then are the
-rows deleted — the database's trigger refuses to delete any row not covered by a
-checkpoint. ``verify`` continues the chain from the latest checkpoint, and a manifest
-(``manifest.jsonl``) lists every segment's chain hashes beside the files.
+a checkpoint (last seq, last hash, segment digest), signed with the deployment's key, is
+inserted, and only then are the rows deleted — the database's trigger refuses to delete
+any row not covered by a checkpoint, and ``verify`` refuses a checkpoint the key did not
+sign. ``verify`` continues the chain from the latest checkpoint, and a manifest
+(``manifest.jsonl``, each line signed too) lists every segment's chain hashes beside the
+files.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -20,8 +23,11 @@ from typing import IO, Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.engine import Connection
 
-from .audit import GENESIS_HASH, lock_chain, row_hash
+from .audit import GENESIS_HASH, AuditLog, lock_chain
+from .canonical import canonical_json
 from .clock import Clock
+from .files import private_dir, private_file
+from .keyring import KeyRing, Purpose
 from .schema import audit_checkpoints, audit_log
 from .store import Store
 
@@ -37,6 +43,35 @@ class Checkpoint:
     segment: str
     segment_sha256: str
     at: int
+    mac: str | None = None
+
+    def signed_text(self) -> str:
+        return canonical_json(
+            {
+                "through_seq": self.through_seq,
+                "last_hash": self.last_hash,
+                "rows": self.rows,
+                "segment": self.segment,
+                "segment_sha256": self.segment_sha256,
+                "at": self.at,
+            }
+        )
+
+    def verifies(self, keyring: KeyRing) -> bool:
+        return keyring.verify(Purpose.AUDIT_HEAD, self.signed_text(), self.mac)
+
+
+def manifest_line(entry: dict[str, Any], keyring: KeyRing) -> str:
+    """One manifest line: ``entry`` with its signature."""
+    body = {key: value for key, value in entry.items() if key != "mac"}
+    return json.dumps(
+        {**body, "mac": keyring.sign(Purpose.AUDIT_HEAD, canonical_json(body))}, sort_keys=True
+    )
+
+
+def manifest_entry_verifies(entry: dict[str, Any], keyring: KeyRing) -> bool:
+    body = {key: value for key, value in entry.items() if key != "mac"}
+    return keyring.verify(Purpose.AUDIT_HEAD, canonical_json(body), entry.get("mac"))
 
 
 def latest_checkpoint(conn: Connection) -> Checkpoint | None:
@@ -79,12 +114,18 @@ class ArchiveResult:
 
 
 def archive(
-    store: Store, archive_dir: Path, *, clock: Clock, hot_days: float, archive_days: float
+    store: Store,
+    log: AuditLog,
+    archive_dir: Path,
+    *,
+    clock: Clock,
+    hot_days: float,
+    archive_days: float,
 ) -> ArchiveResult:
     """Move rows older than ``hot_days`` to a segment; prune segments past ``archive_days``."""
     now = clock()
     cutoff = now - int(hot_days * DAY_MS)
-    archive_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(archive_dir)
     with store.transaction() as conn:
         # Hold the chain lock: nothing is appended while the prefix moves out.
         lock_chain(conn)
@@ -104,7 +145,7 @@ def archive(
         path = archive_dir / name
         tmp = path.with_suffix(".tmp")
         count, last_hash, first_prev = 0, GENESIS_HASH, None
-        with gzip.open(tmp, "wt", encoding="utf-8") as handle:
+        with gzip.open(private_file(tmp), "wt", encoding="utf-8") as handle:
             after = start
             while after < last_old:
                 rows = conn.execute(
@@ -124,37 +165,24 @@ def archive(
                 after = rows[-1].seq
         digest = _file_sha256(tmp)
         os.replace(tmp, path)
-        conn.execute(
-            audit_checkpoints.insert(),
-            [
-                {
-                    "through_seq": last_old,
-                    "last_hash": last_hash,
-                    "rows": count,
-                    "segment": name,
-                    "segment_sha256": digest,
-                    "at": now,
-                }
-            ],
+        checkpoint = Checkpoint(last_old, last_hash, count, name, digest, now)
+        signed = dataclasses.replace(
+            checkpoint, mac=log.keyring.sign(Purpose.AUDIT_HEAD, checkpoint.signed_text())
         )
+        conn.execute(audit_checkpoints.insert(), [dataclasses.asdict(signed)])
         conn.execute(delete(audit_log).where(audit_log.c.seq <= last_old))
+    entry = {
+        "segment": name,
+        "from_seq": start + 1,
+        "through_seq": last_old,
+        "rows": count,
+        "first_prev_hash": first_prev,
+        "last_hash": last_hash,
+        "sha256": digest,
+        "archived_at": now,
+    }
     with (archive_dir / "manifest.jsonl").open("a", encoding="utf-8") as manifest:
-        manifest.write(
-            json.dumps(
-                {
-                    "segment": name,
-                    "from_seq": start + 1,
-                    "through_seq": last_old,
-                    "rows": count,
-                    "first_prev_hash": first_prev,
-                    "last_hash": last_hash,
-                    "sha256": digest,
-                    "archived_at": now,
-                },
-                sort_keys=True,
-            )
-            + "\n"
-        )
+        manifest.write(manifest_line(entry, log.keyring) + "\n")
     return ArchiveResult(count, name, last_old, _prune(archive_dir, now, archive_days))
 
 
@@ -177,14 +205,14 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def verify_segment(path: Path, checkpoint: Checkpoint, prev_hash: str) -> str | None:
+def verify_segment(path: Path, checkpoint: Checkpoint, prev_hash: str, log: AuditLog) -> str | None:
     """Check one segment against its checkpoint; the problem as a sentence, or None."""
     if _file_sha256(path) != checkpoint.segment_sha256:
         return f"{path.name}: file digest does not match its checkpoint"
     with gzip.open(path, "rt", encoding="utf-8") as handle:
         for line in handle:
             row: dict[str, Any] = json.loads(line)
-            if row["prev_hash"] != prev_hash or row_hash(row) != row["hash"]:
+            if row["prev_hash"] != prev_hash or log.row_hash(row) != row["hash"]:
                 return f"{path.name}: chain broken at seq {row['seq']}"
             prev_hash = row["hash"]
     if prev_hash != checkpoint.last_hash:
@@ -193,9 +221,9 @@ def verify_segment(path: Path, checkpoint: Checkpoint, prev_hash: str) -> str | 
 
 
 def verify_archives(
-    conn: Connection, archive_dir: Path, *, now: int, archive_days: float
+    conn: Connection, archive_dir: Path, log: AuditLog, *, now: int, archive_days: float
 ) -> tuple[list[str], list[str]]:
-    """Check every checkpoint against the manifest and its segment file.
+    """Check every checkpoint against its signature, the manifest and its segment file.
 
     Returns (lines to show, problems). A segment may be missing only once it is past the
     archive retention; rows a checkpoint covers must have left the hot table.
@@ -211,8 +239,29 @@ def verify_archives(
     problems: list[str] = []
     prev_hash = GENESIS_HASH
     retention_cutoff = now - int(archive_days * DAY_MS)
+    expected_from = 1
     for checkpoint in checkpoints(conn):
+        if checkpoint.through_seq > log.keyed_from_seq and not checkpoint.verifies(log.keyring):
+            problems.append(
+                f"checkpoint through seq {checkpoint.through_seq} is not signed with this "
+                "deployment's key (forged)"
+            )
+        if checkpoint.through_seq - checkpoint.rows + 1 != expected_from:
+            problems.append(
+                f"checkpoint through seq {checkpoint.through_seq} does not start where the "
+                f"one before it ended (seq {expected_from})"
+            )
+        expected_from = checkpoint.through_seq + 1
         entry = manifest.get(checkpoint.through_seq)
+        if (
+            entry is not None
+            and checkpoint.through_seq > log.keyed_from_seq
+            and not (manifest_entry_verifies(entry, log.keyring))
+        ):
+            problems.append(
+                f"manifest line through seq {checkpoint.through_seq} is not signed with this "
+                "deployment's key (forged)"
+            )
         if (
             entry is None
             or entry["sha256"] != checkpoint.segment_sha256
@@ -223,7 +272,7 @@ def verify_archives(
             )
         path = archive_dir / checkpoint.segment
         if path.exists():
-            problem = verify_segment(path, checkpoint, prev_hash)
+            problem = verify_segment(path, checkpoint, prev_hash, log)
             if problem:
                 problems.append(problem)
             else:

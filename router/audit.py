@@ -1,9 +1,11 @@
-"""The append-only audit log with its SHA-256 hash chain (SPEC §7).
+"""The append-only audit log with its keyed hash chain (SPEC §7).
 
-Rows are only ever inserted. Each row's ``hash`` covers its own fields and the previous
-row's hash, so rewriting or removing any row breaks the chain at that row. The
-database enforces append-only with triggers (see the migrations); this module is the
-one writer.
+Rows are only ever inserted. Each row's ``hash`` is an HMAC-SHA256, with the deployment's
+audit key, of its own fields and the previous row's hash: rewriting or removing a row
+breaks the chain at that row, and without the key nobody can re-hash the rows after it
+to hide that. The database enforces append-only with triggers (see the migrations), which
+stop mistakes; the key stops whoever can drop them. ``AuditLog`` is the one writer;
+``router.audit_verify`` checks the chain.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from sqlalchemy.engine import Connection
 
 from .canonical import canonical_json, sha256_hex
 from .engine import execute_direct, insert_rows
+from .keyring import KeyRing, Purpose
 from .schema import audit_checkpoints, audit_log
 
 GENESIS_HASH = "0" * 64
@@ -36,10 +39,9 @@ class AuditEntry:
     detail: Any = None
 
 
-def row_hash(row: dict[str, Any]) -> str:
-    """The chain hash of a row: SHA-256 over the canonical JSON of every other field."""
-    fields = {key: row[key] for key in _HASHED_FIELDS}
-    return sha256_hex(canonical_json(fields))
+def hashed_text(row: dict[str, Any]) -> str:
+    """What a row's hash covers: the canonical JSON of every other field."""
+    return canonical_json({key: row[key] for key in _HASHED_FIELDS})
 
 
 _HASHED_FIELDS = (
@@ -98,35 +100,53 @@ def chain_head(conn: Connection) -> tuple[int, str]:
     return 0, GENESIS_HASH
 
 
-def append(conn: Connection, entries: list[AuditEntry], *, at: int) -> list[int]:
-    """Append ``entries`` inside the caller's transaction; returns their ``seq`` numbers.
+class AuditLog:
+    """Appends to the chain with the deployment's key, and recomputes row hashes.
 
-    On PostgreSQL this takes the chain's lock until the transaction ends, and every append
-    in every process waits for it: append after every row the transaction writes. Then
-    no transaction holds the chain while it waits for a row another holds while it waits
-    for the chain (a deadlock), and the lock is held for the append and the commit alone.
+    ``keyed_from_seq``: rows up to it were chained, before the deployment had a key, with
+    plain SHA-256 (``router.deployment``).
     """
-    if not entries:
-        return []
-    seq, prev_hash = locked_head(conn)
-    rows: list[dict[str, Any]] = []
-    for entry in entries:
-        seq += 1
-        row = {
-            "seq": seq,
-            "at": at,
-            "tool": entry.tool,
-            "event": str(entry.event),
-            "call_id": entry.call_id,
-            "request_id": entry.request_id,
-            "actor": entry.actor,
-            "detail": None if entry.detail is None else canonical_json(entry.detail),
-            "prev_hash": prev_hash,
-        }
-        row["hash"] = prev_hash = row_hash(row)
-        rows.append(row)
-    insert_rows(conn, audit_log, rows)
-    return [row["seq"] for row in rows]
+
+    def __init__(self, keyring: KeyRing, *, keyed_from_seq: int = 0) -> None:
+        self.keyring, self.keyed_from_seq = keyring, keyed_from_seq
+
+    def row_hash(self, row: dict[str, Any]) -> str:
+        text = hashed_text(row)
+        if row["seq"] <= self.keyed_from_seq:
+            return sha256_hex(text)
+        return self.keyring.sign(Purpose.AUDIT, text)
+
+    def append(self, conn: Connection, entries: list[AuditEntry], *, at: int) -> list[int]:
+        """Append ``entries`` inside the caller's transaction; returns their ``seq`` numbers.
+
+        On PostgreSQL this takes the chain's lock until the transaction ends, and every
+        append in every process waits for it: append after every row the transaction
+        writes. Then no transaction holds the chain while it waits for a row another holds
+        while it waits for the chain (a deadlock), and the lock is held for the append and
+        the commit alone.
+        """
+        if not entries:
+            return []
+        seq, prev_hash = locked_head(conn)
+        rows: list[dict[str, Any]] = []
+        sign = self.keyring.sign
+        for entry in entries:
+            seq += 1
+            row = {
+                "seq": seq,
+                "at": at,
+                "tool": entry.tool,
+                "event": str(entry.event),
+                "call_id": entry.call_id,
+                "request_id": entry.request_id,
+                "actor": entry.actor,
+                "detail": None if entry.detail is None else canonical_json(entry.detail),
+                "prev_hash": prev_hash,
+            }
+            row["hash"] = prev_hash = sign(Purpose.AUDIT, hashed_text(row))
+            rows.append(row)
+        insert_rows(conn, audit_log, rows)
+        return [row["seq"] for row in rows]
 
 
 def to_public(row: Any) -> dict[str, Any]:
@@ -156,36 +176,3 @@ def query(
         stmt = stmt.where(audit_log.c.call_id == call_id)
     rows = conn.execute(stmt.order_by(audit_log.c.seq).limit(limit))
     return [to_public(row) for row in rows]
-
-
-def verify(conn: Connection, batch: int = 5000) -> tuple[int, int | None, str | None]:
-    """Walk the hot chain from the latest archival checkpoint (or the genesis).
-
-    Returns (rows checked, first bad seq or None, reason or None).
-    """
-    checkpoint = conn.execute(
-        select(audit_checkpoints.c.through_seq, audit_checkpoints.c.last_hash)
-        .order_by(audit_checkpoints.c.through_seq.desc())
-        .limit(1)
-    ).first()
-    after, prev_hash = (
-        (checkpoint.through_seq, checkpoint.last_hash) if checkpoint else (0, GENESIS_HASH)
-    )
-    expected_seq, checked = after + 1, 0
-    while True:
-        rows = conn.execute(
-            select(audit_log).where(audit_log.c.seq > after).order_by(audit_log.c.seq).limit(batch)
-        ).all()
-        if not rows:
-            return checked, None, None
-        for row in rows:
-            data = dict(row._mapping)
-            if data["seq"] != expected_seq:
-                return checked, data["seq"], f"gap: expected seq {expected_seq}"
-            if data["prev_hash"] != prev_hash:
-                return checked, data["seq"], "prev_hash does not match the previous row"
-            if row_hash(data) != data["hash"]:
-                return checked, data["seq"], "hash does not match the row's contents"
-            prev_hash, expected_seq = data["hash"], data["seq"] + 1
-            checked += 1
-        after = rows[-1].seq

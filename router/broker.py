@@ -18,6 +18,7 @@ from kombu import Exchange, Queue
 from .bulk import MessageBuilder, publish_many
 from .constants import ALL_QUEUES
 from .errors import BrokerUnavailable
+from .namespace import Namespace
 from .redis_transport import TRANSPORT
 from .settings import Settings
 
@@ -42,7 +43,7 @@ def resolve_redis_url(settings: Settings) -> str:
     return LOCAL_REDIS_URL
 
 
-def celery_settings(redis_url: str) -> dict[str, Any]:
+def celery_settings(redis_url: str, namespace: Namespace) -> dict[str, Any]:
     """Settings shared by every process that publishes or consumes (one reason per line)."""
     return {
         "broker_url": redis_url,
@@ -70,6 +71,10 @@ def celery_settings(redis_url: str) -> dict[str, Any]:
             "interval_max": 0.5,
         },
         "broker_transport_options": {
+            # Every key and channel kombu uses (queues, fanout for remote control and
+            # events) starts with the deployment's namespace: deployments sharing a Redis
+            # never take each other's messages. Flower reads queue lengths with it too.
+            "global_keyprefix": namespace.prefix,
             # No acknowledgement bookkeeping in Redis: a message only wakes a worker, the
             # database row is the truth, and a message lost with its worker is healed from
             # there (a queued call is published again after ``requeue_after_s``, a running
@@ -84,9 +89,9 @@ def celery_settings(redis_url: str) -> dict[str, Any]:
     }
 
 
-def make_celery(redis_url: str, name: str = "toolrouter") -> Celery:
+def make_celery(redis_url: str, namespace: Namespace, name: str = "toolrouter") -> Celery:
     app = Celery(name)
-    app.conf.update(celery_settings(redis_url))
+    app.conf.update(celery_settings(redis_url, namespace))
     return app
 
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from . import audit
-from .audit import AuditEntry
+from .audit import AuditEntry, AuditLog
 from .clock import Clock, wall_clock_ms
 from .decisions import DecisionClient
 from .errors import NotCancellable, NotFound, Unavailable
@@ -18,9 +17,14 @@ class CallService:
     """A key reads its own calls; operators read every call; only the requester cancels."""
 
     def __init__(
-        self, store: Store, decisions: DecisionClient, *, clock: Clock = wall_clock_ms
+        self,
+        store: Store,
+        decisions: DecisionClient,
+        audit: AuditLog,
+        *,
+        clock: Clock = wall_clock_ms,
     ) -> None:
-        self.store, self.decisions, self.clock = store, decisions, clock
+        self.store, self.decisions, self.audit, self.clock = store, decisions, audit, clock
 
     def get(self, principal: Principal, call_id: str) -> CallRow:
         """The call, or ``NotFound`` (also for calls the key may not see: no existence leak)."""
@@ -48,9 +52,7 @@ class CallService:
         if row.requested_by != principal.name:
             raise NotFound(f"unknown call: {call_id}")
         if row.status == CallStatus.PENDING and row.request_id is not None:
-            answer = self.decisions.send(
-                row.request_id, principal.name, principal.roles, Decision.CANCEL, None
-            )
+            answer = self.decisions.send(row.request_id, principal.name, Decision.CANCEL, None)
             if not answer.get("ok"):
                 if answer.get("http_status") == 503:
                     raise Unavailable(str(answer.get("error")).removeprefix("unavailable: "))
@@ -64,7 +66,7 @@ class CallService:
                 raise NotCancellable(
                     f"call is {status}; only queued or pending calls can be cancelled"
                 )
-            audit.append(
+            self.audit.append(
                 conn,
                 [
                     AuditEntry(

@@ -22,3 +22,36 @@ def sha256_hex(text: str) -> str:
 def args_digest(args: Any) -> str:
     """SHA-256 of the canonical JSON of a call's arguments."""
     return sha256_hex(canonical_json(args))
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests arrays and objects more than ``limit`` levels deep (a scalar
+    is 0 levels, ``[]`` is 1). Walked without recursion, so any depth can be asked about."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth + 1 > limit:
+            return True
+        stack.extend(
+            (child, depth + 1) for child in children if isinstance(child, dict | list | tuple)
+        )
+    return False
+
+
+def too_deep_message(what: str, limit: int) -> str:
+    return f"{what} nested deeper than the limit of {limit} levels"
+
+
+def load_for_display(text: str) -> Any:
+    """Stored JSON for people to read; what cannot be read back (nested past Python's
+    recursion limit, written before the nesting limit) is named instead of raising."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        return {"unreadable": "nested too deeply to show"}

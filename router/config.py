@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigError
+from .redaction import Redactor
 
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*$")
@@ -145,24 +146,72 @@ class ToolConfig(_Strict):
     mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # ``{rules: [{pattern, tool, priority, description}]}`` for the ``rules`` strategy.
     routing: dict[str, Any] = Field(default_factory=dict)
+    # Every ``${VAR}`` interpolated, with its value: what ``router.redaction`` hides.
+    secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
+
+    @property
+    def redactor(self) -> Redactor:
+        return Redactor(self.secrets)
 
 
-def interpolate(value: Any, env: Mapping[str, str], *, file: str, tool: str | None) -> Any:
-    """Replace ``${VAR}`` in every string; a missing variable is a config error."""
+def interpolate(
+    value: Any,
+    env: Mapping[str, str],
+    *,
+    file: str,
+    tool: str | None,
+    used: dict[str, str] | None = None,
+) -> Any:
+    """Replace ``${VAR}`` in every string; a missing variable is a config error. Each
+    variable interpolated is noted in ``used``, with its value."""
     if isinstance(value, str):
 
         def sub(match: re.Match[str]) -> str:
             name = match.group(1)
             if name not in env:
                 raise ConfigError(f"environment variable {name} is not set", file=file, tool=tool)
+            if used is not None:
+                used[name] = env[name]
             return env[name]
 
         return _VAR_RE.sub(sub, value)
     if isinstance(value, list):
-        return [interpolate(item, env, file=file, tool=tool) for item in value]
+        return [interpolate(item, env, file=file, tool=tool, used=used) for item in value]
     if isinstance(value, dict):
-        return {key: interpolate(item, env, file=file, tool=tool) for key, item in value.items()}
+        return {
+            key: interpolate(item, env, file=file, tool=tool, used=used)
+            for key, item in value.items()
+        }
     return value
+
+
+def check_headers(
+    headers: Any, env: Mapping[str, str], *, file: str, tool: str | None, where: str
+) -> None:
+    """Header values must be one line of ASCII once interpolated: refused at load time,
+    naming the variable and never its value (an HTTP client would put the value in its
+    error, and the error in the call's result and the audit log)."""
+    if not isinstance(headers, dict):
+        return
+    for name, template in headers.items():
+        if not isinstance(template, str):
+            continue
+        for var in _VAR_RE.findall(template):
+            value = env.get(var, "")
+            if "\r" in value or "\n" in value:
+                raise ConfigError(
+                    f"{where} header {name}: ${{{var}}} contains a line break (CR or LF)",
+                    file=file,
+                    tool=tool,
+                )
+            if not value.isascii():
+                raise ConfigError(
+                    f"{where} header {name}: ${{{var}}} is not ASCII", file=file, tool=tool
+                )
+        if ("\r" in template or "\n" in template) or not template.isascii():
+            raise ConfigError(
+                f"{where} header {name}: value must be one line of ASCII", file=file, tool=tool
+            )
 
 
 def _describe(error: ValidationError) -> str:
@@ -175,8 +224,17 @@ def _describe(error: ValidationError) -> str:
 
 
 def parse_config(text: str, *, file: str, env: Mapping[str, str] | None = None) -> ToolConfig:
-    """Parse config text; raises ``ConfigError`` on the first problem found."""
+    """Parse config text; raises ``ConfigError`` on the first problem found, with the
+    values of ``${VAR}`` secrets replaced by their names."""
     env = os.environ if env is None else env
+    used: dict[str, str] = {}
+    try:
+        return _parse(text, file=file, env=env, used=used)
+    except ConfigError as exc:
+        raise Redactor(used).config_error(exc) from None
+
+
+def _parse(text: str, *, file: str, env: Mapping[str, str], used: dict[str, str]) -> ToolConfig:
     try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
@@ -195,17 +253,28 @@ def parse_config(text: str, *, file: str, env: Mapping[str, str] | None = None) 
         label = name if isinstance(name, str) else f"#{index}"
         if not isinstance(item, dict):
             raise ConfigError("each tool must be a mapping", file=file, tool=label)
-        item = interpolate(item, env, file=file, tool=label)
+        handler = item.get("handler")
+        if isinstance(handler, dict) and isinstance(handler.get("http"), dict):
+            check_headers(
+                handler["http"].get("headers"), env, file=file, tool=label, where="http handler"
+            )
+        item = interpolate(item, env, file=file, tool=label, used=used)
         try:
             tools.append(ToolSpec.model_validate(item))
         except ValidationError as exc:
             raise ConfigError(_describe(exc), file=file, tool=label) from None
     servers = raw.get("mcp_servers") or raw.get("mcpServers") or {}
-    servers = interpolate(servers, env, file=file, tool=None)
+    if isinstance(servers, dict):
+        for name, server in servers.items():
+            if isinstance(server, dict):
+                check_headers(
+                    server.get("headers"), env, file=file, tool=None, where=f"mcp server {name}"
+                )
+    servers = interpolate(servers, env, file=file, tool=None, used=used)
     routing = raw.get("routing") or {}
     if not isinstance(routing, dict) or set(routing) - {"rules"}:
         raise ConfigError("routing must be a mapping with a 'rules' list", file=file)
-    return ToolConfig(tools=tuple(tools), mcp_servers=servers, routing=routing)
+    return ToolConfig(tools=tuple(tools), mcp_servers=servers, routing=routing, secrets=used)
 
 
 def load_config(path: Path, env: Mapping[str, str] | None = None) -> ToolConfig:

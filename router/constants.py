@@ -1,7 +1,8 @@
-"""Every queue name, task name and Redis key prefix the processes share.
+"""Every queue name, task name and Redis key name the processes share.
 
 Kept in one module (as arq does in ``arq/constants.py``) so that the core, the workers
-and the approval worker can never disagree about a name.
+and the approval worker can never disagree about a name. In Redis every one of them is
+prefixed with the deployment's namespace (``router.namespace``).
 """
 
 from __future__ import annotations
@@ -22,15 +23,22 @@ DECIDE_TASK = "toolrouter.decide"
 REAP_TASK = "toolrouter.reap_lost_runs"
 RECONCILE_TASK = "toolrouter.reconcile_queued"
 EXPIRE_TASK = "toolrouter.expire_requests"
+SIGN_AUDIT_HEAD_TASK = "toolrouter.sign_audit_head"
 
+# Names in Redis, each under the namespace's prefix (``Namespace.key``).
 # The approval worker pushes its answer to a decision onto this list (+ decision id).
-DECISION_REPLY_PREFIX = "toolrouter:decision-reply:"
-
-# Redis pub/sub channel on which workers announce a finished call (payload: call id).
-CALL_DONE_CHANNEL = "toolrouter:call-done"
+DECISION_REPLY = "decision-reply"
+# Pub/sub channel on which workers announce a finished call.
+CALL_DONE_CHANNEL = "call-done"
 # Pub/sub channel on which a key's revocation is announced, so API processes drop the
-# principals they keep (``router.key_cache``).
-KEYS_CHANGED_CHANNEL = "toolrouter:keys-changed"
+# principals they keep (``router.key_cache``); and the lists their answers go to.
+KEYS_CHANGED_CHANNEL = "keys-changed"
+KEYS_ACK = "keys-ack"
+# Rate limits' token buckets and cached results, by tool.
+RATE_BUCKET = "bucket"
+RESULT_CACHE = "cache"
+# Failed inbox sign-ins, by client address.
+LOGIN_FAILURES = "login-failures"
 
 # A call whose run has taken its worker down this many times is failed as poison.
 POISON_CAP = 3

@@ -17,13 +17,14 @@ from typing import Any
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from . import audit, pending
-from .audit import AuditEntry
+from . import pending
+from .audit import AuditEntry, AuditLog
 from .broker import Publisher, RunMessage
-from .canonical import canonical_json, sha256_hex
+from .canonical import canonical_json, nested_deeper_than, sha256_hex, too_deep_message
 from .clock import Clock, wall_clock_ms
 from .errors import BrokerUnavailable, Unavailable
 from .ids import new_call_id, new_request_id
+from .keyring import KeyRing
 from .registry import Tool, ToolRegistry
 from .results import CallResult, error_message, rejected, unavailable
 from .status import AuditEvent, CallStatus
@@ -100,13 +101,18 @@ class Dispatcher:
         store: Store,
         registry: ToolRegistry,
         publisher: Publisher,
+        audit: AuditLog,
+        keyring: KeyRing,
         *,
         clock: Clock = wall_clock_ms,
         max_args_bytes: int = 256 * 1024,
+        max_nesting: int = 64,
     ) -> None:
         self.store, self.registry, self.publisher = store, registry, publisher
+        self.audit, self.keyring = audit, keyring
         self.clock = clock
         self.max_args_bytes = max_args_bytes
+        self.max_nesting = max_nesting
 
     def submit(
         self,
@@ -139,7 +145,7 @@ class Dispatcher:
             if checked.audit is not None:
                 # Rejected calls are not stored as calls, but the attempt is audited.
                 with self.store.transaction() as conn:
-                    audit.append(conn, [checked.audit], at=self.clock())
+                    self.audit.append(conn, [checked.audit], at=self.clock())
             return checked.result
         if idempotency_key is not None:
             replay = self._replay(requested_by, checked)
@@ -193,6 +199,9 @@ class Dispatcher:
     def _check_arguments(self, tool: Tool, args: object) -> tuple[str | None, str | None]:
         if not isinstance(args, dict):
             return "arguments must be a JSON object", None
+        if nested_deeper_than(args, self.max_nesting):
+            # Before anything walks them recursively: serializing, validating, storing.
+            return too_deep_message("arguments", self.max_nesting), None
         try:
             canonical = canonical_json(args)
         except (TypeError, ValueError) as exc:
@@ -267,6 +276,7 @@ class Dispatcher:
                 approvals_required=tool.spec.approvals_required,
                 now=now,
                 timeout_ms=int(tool.spec.approval_timeout_s * 1000),
+                keyring=self.keyring,
             )
         entry = AuditEntry(
             event=AuditEvent.PENDING if gated else AuditEvent.QUEUED,
@@ -290,7 +300,7 @@ class Dispatcher:
         if new:
             self.store.insert(conn, [item.row for item in new])
             pending.insert(conn, [item.request for item in new if item.request is not None])
-        audit.append(conn, list(entries), at=at)
+        self.audit.append(conn, list(entries), at=at)
 
     def _accept(self, requested_by: str, checked: Checked, chain: Sequence[str] = ()) -> CallResult:
         now = self.clock()
@@ -417,6 +427,14 @@ class Dispatcher:
     ) -> CallResult:
         """A call by capability: the best-ranked tool that takes these arguments runs it,
         the rest of the ranking (ungated tools only) is its fallback chain. Never raises."""
+        label = f"capability:{echo_name(capability)}"
+        if isinstance(args, dict) and nested_deeper_than(args, self.max_nesting):
+            too_deep = too_deep_message("arguments", self.max_nesting)
+            return self._refuse(
+                _rejection(
+                    requested_by, label, AuditEvent.INVALID, f"invalid arguments: {too_deep}"
+                )
+            )
         usable = [
             name
             for name in ranked
@@ -425,22 +443,26 @@ class Dispatcher:
             and tool.argument_errors(args) is None
         ]
         if not usable:
-            label = f"capability:{echo_name(capability)}"
-            refused = _rejection(
-                requested_by,
-                label,
-                AuditEvent.UNKNOWN,
-                f"no tool with capability {echo_name(capability)} takes these arguments",
+            return self._refuse(
+                _rejection(
+                    requested_by,
+                    label,
+                    AuditEvent.UNKNOWN,
+                    f"no tool with capability {echo_name(capability)} takes these arguments",
+                )
             )
-            try:
-                with self.store.transaction() as conn:
-                    audit.append(conn, [refused.audit] if refused.audit else [], at=self.clock())
-            except Unavailable as exc:
-                return unavailable(str(exc), tool=label)
-            return refused.result
         first, rest = usable[0], usable[1:]
         chain = [name for name in rest if not self.registry.get(name).spec.gated]  # type: ignore[union-attr]
         return self.submit(requested_by, first, args, idempotency_key, chain=chain)
+
+    def _refuse(self, refused: Refused) -> CallResult:
+        """Audit a refusal on its own and answer it. Never raises."""
+        try:
+            with self.store.transaction() as conn:
+                self.audit.append(conn, [refused.audit] if refused.audit else [], at=self.clock())
+        except Unavailable as exc:
+            return unavailable(str(exc), tool=refused.result.tool)
+        return refused.result
 
     def _fail_unpublished(self, actor: str, tool: str, call_id: str, error: str) -> CallResult:
         """The broker refused the message: fail the call now rather than run it behind the
@@ -454,7 +476,7 @@ class Dispatcher:
                 if row is not None:
                     return row.result()
             else:
-                audit.append(
+                self.audit.append(
                     conn,
                     [
                         AuditEntry(

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql.expression import ClauseElement, Executable
 
 from .errors import StoreUnavailable
+from .files import private_dir, private_file
 from .wal_checkpoints import AUTOCHECKPOINT_PAGES
 
 # SQLite waits this long for a competing writer before giving up.
@@ -102,7 +103,14 @@ def _postgresql_engine(url: str) -> Engine:
 def _sqlite_engine(url: str) -> Engine:
     path = url.split("///", 1)[1] if "///" in url else ""
     if path and path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        database = Path(path)
+        private_dir(database.parent)
+        # Made 0600 before SQLite opens it: SQLite gives its -wal and -shm files the
+        # database file's permissions.
+        private_file(database)
+        for companion in ("-wal", "-shm"):
+            if (sidecar := database.with_name(database.name + companion)).exists():
+                private_file(sidecar)
     engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
 
     @event.listens_for(engine, "connect")

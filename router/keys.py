@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy import bindparam, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from .clock import Clock, wall_clock_ms
 from .errors import Conflict, NotAuthenticated, NotFound
 from .ids import new_token
-from .schema import api_keys
+from .schema import api_keys, ui_sessions
 from .status import Role
 from .store import Store
 
@@ -40,6 +41,19 @@ class Principal:
     @property
     def is_operator(self) -> bool:
         return self.has(Role.OPERATOR, Role.ADMIN)
+
+
+_BY_NAME = select(api_keys).where(api_keys.c.name == bindparam("name"))
+
+
+def principal_named(conn: Connection, name: str) -> Principal | None:
+    """The key called ``name`` with its current roles, read from the database now; None when
+    there is no such key or it is revoked. Who decides is always settled this way, never
+    from what a message says about them."""
+    row = conn.execute(_BY_NAME, {"name": name}).first()
+    if row is None or row.revoked_at is not None:
+        return None
+    return Principal(name=row.name, roles=frozenset(json.loads(row.roles)))
 
 
 def token_hash(token: str) -> str:
@@ -85,11 +99,18 @@ class KeyStore:
         return token
 
     def revoke(self, name: str) -> None:
+        """Revoke the key and end its inbox sessions."""
+        now = self.clock()
         with self.store.transaction() as conn:
             result = conn.execute(
                 update(api_keys)
                 .where(api_keys.c.name == name, api_keys.c.revoked_at.is_(None))
-                .values(revoked_at=self.clock())
+                .values(revoked_at=now)
+            )
+            conn.execute(
+                update(ui_sessions)
+                .where(ui_sessions.c.key_name == name, ui_sessions.c.ended_at.is_(None))
+                .values(ended_at=now)
             )
         if result.rowcount != 1:
             raise NotFound(f"unknown key: {name}")

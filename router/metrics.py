@@ -13,6 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from .files import private_dir
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,8 @@ def metrics_dir(settings: Settings) -> Path:
 def enable(settings: Settings) -> None:
     """Point prometheus-client at the shared directory; before any metric is created."""
     path = metrics_dir(settings)
-    path.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
+    private_dir(path)
     # prometheus-client reads this variable to choose its multiprocess value class.
     os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(path))
     # It chooses once, when first imported, and Celery's command line imports it before
@@ -57,6 +59,17 @@ def _instruments() -> dict[str, Any]:
         "cost": Counter(
             "toolrouter_cost_total", "Summed cost_per_call of calls that ran", ["tool"]
         ),
+        "untrusted": Counter(
+            "toolrouter_untrusted_messages_total",
+            "Messages from Redis that no toolrouter process made (bad or missing tag); "
+            "each changed nothing",
+            ["kind"],
+        ),
+        "tampered": Counter(
+            "toolrouter_tampered_records_total",
+            "Database rows whose tag does not verify (changed outside toolrouter); refused",
+            ["kind"],
+        ),
         "approval_wait": Histogram(
             "toolrouter_approval_wait_seconds",
             "From a request's issue to its decision",
@@ -74,6 +87,22 @@ def call_finished(tool: str, outcome: str, duration_s: float | None, cost: float
             instruments["latency"].labels(tool).observe(max(0.0, duration_s))
         if cost:
             instruments["cost"].labels(tool).inc(cost)
+    except Exception:
+        log.debug("metric not recorded", exc_info=True)
+
+
+def untrusted(kind: str) -> None:
+    """A message from Redis failed its tag: counted, and logged by the caller."""
+    try:
+        _instruments()["untrusted"].labels(kind).inc()
+    except Exception:
+        log.debug("metric not recorded", exc_info=True)
+
+
+def tampered(kind: str) -> None:
+    """A database row failed its tag: counted, and logged by the caller."""
+    try:
+        _instruments()["tampered"].labels(kind).inc()
     except Exception:
         log.debug("metric not recorded", exc_info=True)
 
@@ -106,8 +135,9 @@ class LiveCollector:
             client = redis.Redis.from_url(
                 self.runtime.redis_url, socket_timeout=2, socket_connect_timeout=2
             )
+            prefix = self.runtime.namespace.prefix  # kombu's global_keyprefix
             for queue in ALL_QUEUES:
-                depth.add_metric([queue], float(client.llen(queue)))
+                depth.add_metric([queue], float(client.llen(prefix + queue)))
             client.close()
         except Exception:
             log.debug("queue depths not read", exc_info=True)

@@ -1,9 +1,11 @@
 """Completion notifications over Redis pub/sub, so waiting callers wake without polling.
 
-A worker's notification carries the call's result (when it is small), so a caller waiting
-on its own call gets the answer without reading the database again. Pub/sub is not
-durable, so waiters also re-read the database once a second: a lost notification delays
-an answer by at most that, it never loses it.
+Pub/sub only wakes a waiter; what the caller is told is what the database holds. A
+worker's notification may carry the result it has just committed (when it is small),
+tagged with the deployment's completion key, so the waiter need not read the row back;
+a result whose tag does not verify (Redis is not trusted) is dropped, counted, and the
+waiter reads the database instead. Pub/sub is not durable, so waiters also re-read the
+database once a second: a lost notification delays an answer by at most that.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ from typing import TYPE_CHECKING
 import redis
 import redis.asyncio as aioredis
 
-from .constants import CALL_DONE_CHANNEL, KEYS_CHANGED_CHANNEL
+from . import metrics
+from .constants import CALL_DONE_CHANNEL, KEYS_ACK, KEYS_CHANGED_CHANNEL
+from .keyring import KeyRing, Purpose
+from .namespace import Namespace
 from .results import CallResult
 
 if TYPE_CHECKING:
@@ -36,27 +41,30 @@ MAX_RESULT_BYTES = 64 * 1024
 # registers after its submit returns, and a fast tool can finish before that.
 RECENT_MAX = 10_000
 RECENT_TTL_S = 30.0
-_KEYS_CHANNEL = KEYS_CHANGED_CHANNEL.encode()
 # A revocation waits this long for the API processes to confirm they forgot their keys.
 KEYS_ACK_TIMEOUT_S = 1.5
-KEYS_ACK_PREFIX = "toolrouter:keys-ack:"
 KEYS_ACK_TTL_S = 30
 _RESULT_FIELDS = ("status", "tool", "value", "error", "error_type", "request_id", "answered_by")
+# Between a message's JSON and its tag (64 hex characters at the very end).
+TAG_SEPARATOR = b"|"
+TAG_LENGTH = 64
 
 
-def completion_message(call_id: str, result: CallResult | None) -> str:
-    """The pub/sub message: the call id alone, or ``{"call_id", "result"}``."""
+def completion_message(call_id: str, result: CallResult | None, keyring: KeyRing) -> str:
+    """The pub/sub message: the call id alone, or ``{"call_id", "result"}|tag``."""
     if result is None:
         return call_id
     fields = {name: getattr(result, name) for name in _RESULT_FIELDS}
     text = json.dumps({"call_id": call_id, "result": fields}, separators=(",", ":"))
-    return text if len(text) <= MAX_RESULT_BYTES else call_id
+    if len(text) > MAX_RESULT_BYTES:
+        return call_id
+    return f"{text}|{keyring.sign(Purpose.COMPLETION, text)}"
 
 
 _ID_PREFIX = b'{"call_id":"'
 
 
-def completion_call_id(data: bytes) -> str | None:
+def completion_call_id(data: bytes, keyring: KeyRing) -> str | None:
     """The call id of a message, read without parsing the result that comes with it: every
     API process hears every completion, and most have nobody waiting for them (a batch's
     calls, other processes' callers)."""
@@ -65,30 +73,43 @@ def completion_call_id(data: bytes) -> str | None:
         candidate = data[len(_ID_PREFIX) : end] if end > 0 else b""
         if candidate and b"\\" not in candidate:
             return candidate.decode("utf-8", "replace")
-    parsed = parse_completion(data)  # a message written some other way
+    parsed = parse_completion(data, keyring)  # a message written some other way
     return parsed[0] if parsed is not None else None
 
 
-def parse_completion(data: bytes) -> tuple[str, CallResult | None] | None:
-    """``(call_id, result or None)`` from a message; None for one that makes no sense."""
-    text = data.decode("utf-8", "replace")
-    if not text.startswith("{"):
-        return text, None
+def parse_completion(data: bytes, keyring: KeyRing) -> tuple[str, CallResult | None] | None:
+    """``(call_id, result or None)`` from a message; None for one that makes no sense. A
+    result whose tag does not verify is dropped: the message is then only a wake-up."""
+    if not data.startswith(b"{"):
+        return data.decode("utf-8", "replace"), None
+    body_bytes, separator, tag = data.rpartition(TAG_SEPARATOR)
     try:
-        body = json.loads(text)
+        body = json.loads(body_bytes if separator else data)
         call_id, fields = body["call_id"], body["result"]
         result = CallResult(call_id=call_id, **{name: fields[name] for name in _RESULT_FIELDS})
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         log.warning("ignoring a malformed completion message")
         return None
-    return (call_id, result) if isinstance(call_id, str) else None
+    if not isinstance(call_id, str):
+        return None
+    if not (
+        separator
+        and len(tag) == TAG_LENGTH
+        and keyring.verify(Purpose.COMPLETION, body_bytes, tag.decode("ascii", "replace"))
+    ):
+        log.warning("a completion of %s did not verify; reading the database", call_id[:64])
+        metrics.untrusted("completion")
+        return call_id, None
+    return call_id, result
 
 
 class Notifier:
     """Announces finished calls (workers, the approval worker, the API on cancel)."""
 
-    def __init__(self, redis_url: str) -> None:
+    def __init__(self, redis_url: str, namespace: Namespace, keyring: KeyRing) -> None:
         self.client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+        self.namespace, self.keyring = namespace, keyring
+        self.channel = namespace.key(CALL_DONE_CHANNEL)
 
     def call_done(self, call_id: str, result: CallResult | None = None) -> None:
         """``result``, when given, must be what a read of the committed row would answer."""
@@ -99,11 +120,12 @@ class Notifier:
         # Best effort: a waiter that misses this finds the result on its next database read.
         try:
             if len(done) == 1:
-                self.client.publish(CALL_DONE_CHANNEL, completion_message(*done[0]))
+                call_id, result = done[0]
+                self.client.publish(self.channel, completion_message(call_id, result, self.keyring))
                 return
             pipe = self.client.pipeline(transaction=False)
             for call_id, result in done:
-                pipe.publish(CALL_DONE_CHANNEL, completion_message(call_id, result))
+                pipe.publish(self.channel, completion_message(call_id, result, self.keyring))
             pipe.execute()
         except redis.RedisError as exc:
             ids = ", ".join(call_id for call_id, _ in done)
@@ -115,15 +137,20 @@ class Notifier:
         request gets in with the revoked key. Returns how many acknowledged."""
         # Best effort: a process that misses this forgets within ``key_cache.TTL_S``.
         nonce = secrets.token_hex(8)
-        acks = KEYS_ACK_PREFIX + nonce
+        acks = self.namespace.key(KEYS_ACK, nonce)
         try:
-            listening = int(self.client.publish(KEYS_CHANGED_CHANNEL, nonce))
+            listening = int(self.client.publish(self.namespace.key(KEYS_CHANGED_CHANNEL), nonce))
             deadline = time.monotonic() + ack_timeout_s
             heard = 0
             while heard < listening and (left := deadline - time.monotonic()) > 0:
-                if self.client.blpop([acks], timeout=max(left, 0.01)) is None:
+                popped = self.client.blpop([acks], timeout=max(left, 0.01))
+                if popped is None:
                     break
-                heard += 1
+                # Only an API process holds the key to acknowledge; Redis cannot.
+                if self.keyring.verify(Purpose.KEYS, nonce, _text(popped[1])):
+                    heard += 1
+                else:
+                    metrics.untrusted("key_ack")
             self.client.delete(acks)
         except redis.RedisError as exc:
             log.warning("could not announce a key revocation: %s", exc)
@@ -137,6 +164,10 @@ class Notifier:
         return heard
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode("ascii", "replace") if isinstance(value, bytes) else value
+
+
 @dataclass(eq=False, slots=True)
 class Heard:
     """A completion heard: its message is parsed only when a waiter asks for it."""
@@ -145,9 +176,9 @@ class Heard:
     message: bytes | None
     result: CallResult | None = None
 
-    def parsed(self) -> CallResult | None:
+    def parsed(self, keyring: KeyRing) -> CallResult | None:
         if self.message is not None:
-            parsed = parse_completion(self.message)
+            parsed = parse_completion(self.message, keyring)
             self.result = parsed[1] if parsed is not None else None
             self.message = None
         return self.result
@@ -171,11 +202,15 @@ class CompletionListener:
     def __init__(
         self,
         redis_url: str,
+        namespace: Namespace,
+        keyring: KeyRing,
         *,
         key_cache: PrincipalCache | None = None,
         on_completion: Callable[[str], None] | None = None,
     ) -> None:
-        self.redis_url = redis_url
+        self.redis_url, self.namespace, self.keyring = redis_url, namespace, keyring
+        self.channel = namespace.key(CALL_DONE_CHANNEL).encode()
+        self.keys_channel = namespace.key(KEYS_CHANGED_CHANNEL).encode()
         self.key_cache = key_cache
         # Told of every call id heard finishing (``GroupCommit.in_flight``).
         self.on_completion = on_completion
@@ -204,7 +239,7 @@ class CompletionListener:
         waiter = Waiter()
         recent = self._recent.get(call_id)
         if recent is not None:
-            waiter.result = recent.parsed()
+            waiter.result = recent.parsed(self.keyring)
             waiter.event.set()
         self._waiters[call_id].add(waiter)
         try:
@@ -222,7 +257,7 @@ class CompletionListener:
 
     def hear(self, message: bytes) -> None:
         """A completion message, as published; one that names no call is ignored."""
-        call_id = completion_call_id(message)
+        call_id = completion_call_id(message, self.keyring)
         if call_id is None:
             log.warning("ignoring a malformed completion message")
             return
@@ -240,7 +275,7 @@ class CompletionListener:
             self._recent.popitem(last=False)
         waiters = self._waiters.get(call_id)
         if waiters:
-            result = heard.parsed()
+            result = heard.parsed(self.keyring)
             for waiter in waiters:
                 waiter.result = result
                 waiter.event.set()
@@ -252,16 +287,16 @@ class CompletionListener:
             client = aioredis.Redis.from_url(self.redis_url)
             try:
                 async with client.pubsub() as pubsub:
-                    await pubsub.subscribe(CALL_DONE_CHANNEL, KEYS_CHANGED_CHANNEL)
+                    await pubsub.subscribe(self.channel, self.keys_channel)
                     if self.key_cache is not None:
                         self.key_cache.resume()
                     async for message in pubsub.listen():
                         if message.get("type") != "message":
                             continue
-                        if message.get("channel") == _KEYS_CHANNEL:
+                        if message.get("channel") == self.keys_channel:
                             if self.key_cache is not None:
                                 self.key_cache.clear()
-                            await _acknowledge(client, message["data"])
+                            await self._acknowledge(client, message["data"])
                             continue
                         self.hear(message["data"])
             except asyncio.CancelledError:
@@ -275,14 +310,14 @@ class CompletionListener:
                 with contextlib.suppress(Exception):
                     await client.aclose()
 
-
-async def _acknowledge(client: aioredis.Redis, nonce: bytes) -> None:
-    """Tell the revoker this process has forgotten its keys (``Notifier.keys_changed``)."""
-    key = KEYS_ACK_PREFIX + nonce.decode("ascii", "replace")
-    try:
-        async with client.pipeline(transaction=False) as pipe:
-            pipe.rpush(key, "1")
-            pipe.expire(key, KEYS_ACK_TTL_S)
-            await pipe.execute()
-    except Exception as exc:
-        log.warning("could not acknowledge a key revocation: %s", exc)
+    async def _acknowledge(self, client: aioredis.Redis, nonce: bytes) -> None:
+        """Tell the revoker this process has forgotten its keys (``Notifier.keys_changed``)."""
+        text = nonce.decode("ascii", "replace")[:64]
+        key = self.namespace.key(KEYS_ACK, text)
+        try:
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.rpush(key, self.keyring.sign(Purpose.KEYS, text))
+                pipe.expire(key, KEYS_ACK_TTL_S)
+                await pipe.execute()
+        except Exception as exc:
+            log.warning("could not acknowledge a key revocation: %s", exc)

@@ -11,10 +11,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, select, update
+from sqlalchemy import and_, func, select, update
 from sqlalchemy.engine import Connection
 
+from .approval_binding import binding_text, decision_text
+from .canonical import load_for_display
 from .engine import insert_rows
+from .keyring import KeyRing, Purpose
 from .schema import approval_decisions, approval_requests, calls
 
 
@@ -47,6 +50,8 @@ class ApprovalRequest:
     created_at: int
     expires_at: int
     decided_at: int | None
+    binding_mac: str | None = None
+    release_mac: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> ApprovalRequest:
@@ -70,7 +75,19 @@ def issue_row(
     approvals_required: int,
     now: int,
     timeout_ms: int,
+    keyring: KeyRing,
 ) -> dict[str, Any]:
+    """The row that issues a request, its binding sealed (``router.approval_binding``)."""
+    binding = binding_text(
+        request_id=request_id,
+        call_id=call_id,
+        tool=tool,
+        args_sha256=args_sha256,
+        requested_by=requested_by,
+        approvers=approvers,
+        approvals_required=approvals_required,
+        expires_at=now + timeout_ms,
+    )
     return {
         "id": request_id,
         "call_id": call_id,
@@ -83,6 +100,8 @@ def issue_row(
         "created_at": now,
         "expires_at": now + timeout_ms,
         "decided_at": None,
+        "binding_mac": keyring.sign(Purpose.APPROVAL, binding),
+        "release_mac": None,
     }
 
 
@@ -98,18 +117,6 @@ def get(conn: Connection, request_id: str, *, for_update: bool = False) -> Appro
         stmt = stmt.with_for_update()
     row = conn.execute(stmt).first()
     return ApprovalRequest.from_row(row) if row else None
-
-
-_APPROVED_DIGEST = select(approval_requests.c.args_sha256).where(
-    approval_requests.c.id == bindparam("request_id")
-)
-
-
-def approved_digest(conn: Connection, request_id: str | None) -> str | None:
-    """The argument digest a request was issued (and approved) for; None for ungated calls."""
-    if request_id is None:
-        return None
-    return conn.execute(_APPROVED_DIGEST, {"request_id": request_id}).scalar()
 
 
 def pending(conn: Connection, *, limit: int = 500) -> list[ApprovalRequest]:
@@ -154,31 +161,61 @@ def count_pending(conn: Connection) -> int:
     )
 
 
-def decisions(conn: Connection, request_id: str) -> list[dict[str, Any]]:
+def decisions(
+    conn: Connection, request_id: str, *, keyring: KeyRing | None = None
+) -> list[dict[str, Any]]:
+    """The decisions recorded on a request, oldest first. With ``keyring``, only those the
+    approval worker sealed: a row written any other way is not a decision."""
     rows = conn.execute(
         select(approval_decisions)
         .where(approval_decisions.c.request_id == request_id)
         .order_by(approval_decisions.c.id)
     )
-    return [
-        {"approver": r.approver, "decision": r.decision, "reason": r.reason, "at": r.at}
+    found = [
+        {
+            "approver": r.approver,
+            "decision": r.decision,
+            "reason": r.reason,
+            "at": r.at,
+            "mac": r.mac,
+        }
         for r in rows
     ]
+    if keyring is not None:
+        found = [
+            d
+            for d in found
+            if keyring.verify(
+                Purpose.APPROVAL,
+                decision_text(request_id, d["approver"], d["decision"], d["at"]),
+                d["mac"],
+            )
+        ]
+    for d in found:
+        d.pop("mac")
+    return found
 
 
 def args_of(conn: Connection, call_ids: list[str]) -> dict[str, Any]:
     if not call_ids:
         return {}
     rows = conn.execute(select(calls.c.id, calls.c.args).where(calls.c.id.in_(call_ids)))
-    return {row.id: json.loads(row.args) for row in rows}
+    return {row.id: load_for_display(row.args) for row in rows}
 
 
 def spend(
-    conn: Connection, request_id: str, status: RequestStatus, *, now: int, expiring: bool = False
+    conn: Connection,
+    request_id: str,
+    status: RequestStatus,
+    *,
+    now: int,
+    expiring: bool = False,
+    release_mac: str | None = None,
 ) -> bool:
     """Move ``request_id`` out of pending, once: the conditional update that spends it.
 
-    A decision needs the request unexpired; the expiry sweep needs it expired.
+    A decision needs the request unexpired; the expiry sweep needs it expired. An approval
+    that releases the call stores the release's seal with it.
     """
     expiry = (
         (approval_requests.c.expires_at <= now)
@@ -194,7 +231,7 @@ def spend(
                 expiry,
             )
         )
-        .values(status=status, decided_at=now)
+        .values(status=status, decided_at=now, release_mac=release_mac)
     )
     return result.rowcount == 1
 
@@ -207,8 +244,9 @@ def record_decision(
     reason: str | None,
     *,
     now: int,
+    keyring: KeyRing,
 ) -> None:
-    """Raises ``IntegrityError`` when this approver already decided this request."""
+    """Record a decision, sealed. ``IntegrityError`` when this approver already decided."""
     conn.execute(
         approval_decisions.insert(),
         [
@@ -218,21 +256,11 @@ def record_decision(
                 "decision": decision,
                 "reason": reason,
                 "at": now,
+                "mac": keyring.sign(
+                    Purpose.APPROVAL, decision_text(request_id, approver, decision, now)
+                ),
             }
         ],
-    )
-
-
-def approvals_so_far(conn: Connection, request_id: str) -> int:
-    return int(
-        conn.execute(
-            select(func.count()).where(
-                and_(
-                    approval_decisions.c.request_id == request_id,
-                    approval_decisions.c.decision == Decision.APPROVE,
-                )
-            )
-        ).scalar_one()
     )
 
 

@@ -115,7 +115,15 @@ class ToolRegistry:
     def from_config(
         cls, config: ToolConfig, *, file: str = "<config>", mcp: McpConnections | None = None
     ) -> ToolRegistry:
-        """Check every tool; import the tools of each MCP server in ``config`` through ``mcp``."""
+        """Check every tool; import the tools of each MCP server in ``config`` through ``mcp``.
+        Errors never carry the values of the config's ``${VAR}`` secrets."""
+        try:
+            return cls._build(config, file=file, mcp=mcp)
+        except ConfigError as exc:
+            raise config.redactor.config_error(exc) from None
+
+    @classmethod
+    def _build(cls, config: ToolConfig, *, file: str, mcp: McpConnections | None) -> ToolRegistry:
         tools: dict[str, Tool] = {}
         specs = list(config.tools)
         if config.mcp_servers:

@@ -8,25 +8,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 
 from celery import Celery
 from sqlalchemy import Engine
 
 from .approvals_view import ApprovalsView
+from .audit import AuditLog
+from .audit_head import head_file
+from .audit_verify import Evidence, Report, verify
 from .broker import Publisher, make_celery, resolve_redis_url
 from .calls import CallService
 from .clock import Clock, wall_clock_ms
 from .config import PYTHON_CALLS_PER_MESSAGE, ToolConfig, load_config
 from .decisions import DecisionClient
+from .deployment import Deployment, register
+from .deployment import read as read_deployment
 from .dispatcher import Dispatcher
 from .engine import make_engine
 from .group_commit import GroupCommit
+from .keyring import KeyRing, load_keyring
 from .keys import KeyStore
 from .mcp_client import McpConnections, parse_servers
 from .migrate import ensure_schema
+from .namespace import Namespace
 from .notify import Notifier
+from .redaction import Redactor, redact_logs
 from .registry import ToolRegistry
 from .routing import Rule, parse_rules
+from .sessions import SessionStore
 from .settings import Settings
 from .store import Store
 
@@ -43,6 +53,29 @@ class Runtime:
         return resolve_redis_url(self.settings)
 
     @cached_property
+    def namespace(self) -> Namespace:
+        return Namespace.of(self.settings)
+
+    @cached_property
+    def _trust(self) -> tuple[KeyRing, Deployment]:
+        keyring = load_keyring(self.settings, self.namespace.name)
+        return keyring, register(self.store, keyring, self.clock)
+
+    @property
+    def keyring(self) -> KeyRing:
+        """The deployment's key, checked against the one the database was set up with."""
+        return self._trust[0]
+
+    @property
+    def deployment(self) -> Deployment:
+        return self._trust[1]
+
+    @cached_property
+    def audit(self) -> AuditLog:
+        """The audit chain's one writer in this process."""
+        return AuditLog(self.keyring, keyed_from_seq=self.deployment.keyed_from_seq)
+
+    @cached_property
     def engine(self) -> Engine:
         return make_engine(self.settings.resolved_database_url)
 
@@ -52,7 +85,14 @@ class Runtime:
 
     @cached_property
     def tool_config(self) -> ToolConfig:
-        return load_config(self.settings.config)
+        config = load_config(self.settings.config)
+        # From here on nothing this process logs carries a ${VAR} secret's value.
+        redact_logs(config.redactor)
+        return config
+
+    @property
+    def redactor(self) -> Redactor:
+        return self.tool_config.redactor
 
     @cached_property
     def mcp(self) -> McpConnections:
@@ -75,7 +115,7 @@ class Runtime:
 
     @cached_property
     def celery(self) -> Celery:
-        return make_celery(self.redis_url)
+        return make_celery(self.redis_url, self.namespace)
 
     @cached_property
     def publisher(self) -> Publisher:
@@ -89,8 +129,11 @@ class Runtime:
             self.store,
             self.registry,
             self.publisher,
+            self.audit,
+            self.keyring,
             clock=self.clock,
             max_args_bytes=self.settings.max_args_bytes,
+            max_nesting=self.settings.max_nesting,
         )
 
     @cached_property
@@ -108,13 +151,19 @@ class Runtime:
         return DecisionClient(
             self.celery,
             self.redis_url,
+            self.namespace,
+            self.keyring,
             clock=self.clock,
             timeout_s=self.settings.decision_timeout_s,
         )
 
     @cached_property
     def calls(self) -> CallService:
-        return CallService(self.store, self.decisions, clock=self.clock)
+        return CallService(self.store, self.decisions, self.audit, clock=self.clock)
+
+    @cached_property
+    def sessions(self) -> SessionStore:
+        return SessionStore(self.store, self.keyring, self.clock)
 
     @cached_property
     def approvals_view(self) -> ApprovalsView:
@@ -124,12 +173,35 @@ class Runtime:
     def keys(self) -> KeyStore:
         return KeyStore(self.store, clock=self.clock, announce=self._announce_keys_changed)
 
+    def notifier(self) -> Notifier:
+        """A new notifier (each process keeps its own: workers' are made after the fork)."""
+        return Notifier(self.redis_url, self.namespace, self.keyring)
+
     def _announce_keys_changed(self) -> None:
-        notifier = Notifier(self.redis_url)
+        notifier = self.notifier()
         try:
             notifier.keys_changed()
         finally:
             notifier.client.close()
+
+    @property
+    def archive_dir(self) -> Path:
+        return self.settings.state_dir / "audit-archive"
+
+    def verify_audit(self) -> Report:
+        """Everything that shows the audit log was changed (``router.audit_verify``)."""
+        namespace = self.namespace.name
+        evidence = Evidence(
+            keyring=self.keyring,
+            namespace=namespace,
+            head_path=head_file(self.settings, namespace),
+            archive_dir=self.archive_dir,
+            now=self.clock(),
+            archive_days=self.settings.audit_archive_days,
+        )
+        found = read_deployment(self.store)
+        with self.store.reading() as conn:
+            return verify(conn, found, evidence)
 
     def prepare(self, *, check_tools: bool = True) -> None:
         """Fail fast at start-up: load the tools and check (or, on SQLite, upgrade) the schema."""
@@ -137,6 +209,8 @@ class Runtime:
             # Every tool is built now, so a bad tool config stops the start-up.
             _ = self.registry
         ensure_schema(self.engine)
+        # The key, checked against the database's: a wrong key stops the start-up too.
+        _ = self.keyring
 
     def close(self) -> None:
         if "engine" in self.__dict__:

@@ -106,6 +106,10 @@ approval_requests = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("expires_at", BigInteger, nullable=False),
     Column("decided_at", BigInteger, nullable=True),
+    # Tags made with the deployment's key (migration 0007): the binding above, sealed by
+    # the API at issue; the release, sealed by the approval worker when approved.
+    Column("binding_mac", String(64), nullable=True),
+    Column("release_mac", String(64), nullable=True),
     Index("ix_approval_requests_status_expires", "status", "expires_at"),
 )
 
@@ -118,6 +122,8 @@ approval_decisions = Table(
     Column("decision", String(16), nullable=False),
     Column("reason", Text, nullable=True),
     Column("at", BigInteger, nullable=False),
+    # Sealed by the approval worker: only decisions it recorded count.
+    Column("mac", String(64), nullable=True),
     # N-of-M needs N *distinct* approvers.
     UniqueConstraint("request_id", "approver", name="uq_approval_decisions_request_approver"),
 )
@@ -132,6 +138,32 @@ audit_checkpoints = Table(
     Column("segment", Text, nullable=False),
     Column("segment_sha256", String(64), nullable=False),
     Column("at", BigInteger, nullable=False),
+    # Signed with the deployment's key: a forged checkpoint cannot cover deleted rows.
+    Column("mac", String(64), nullable=True),
+)
+
+# The key this database was set up with (its fingerprint) and the first audit seq chained
+# with it; one row, sealed (migration 0007).
+deployment = Table(
+    "deployment",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("key_fingerprint", String(64), nullable=False),
+    Column("keyed_from_seq", BigInteger, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("mac", String(64), nullable=False),
+)
+
+# Inbox sessions: the cookie holds a random id; only its SHA-256 is stored.
+ui_sessions = Table(
+    "ui_sessions",
+    metadata,
+    Column("id_hash", String(64), primary_key=True),
+    Column("key_name", String(128), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    Column("ended_at", BigInteger, nullable=True),
+    Index("ix_ui_sessions_key_name", "key_name"),
 )
 
 # Batches (migration 0003): the calls point at their batch with ``calls.batch_id``.

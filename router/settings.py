@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -32,9 +32,20 @@ class Settings(BaseSettings):
     flower_user: str = "admin"
     flower_password: str = ""
 
-    # Signs inbox session cookies; empty: generated once and kept in the state dir.
-    ui_secret: str = ""
+    # Scopes every queue, channel and Redis key of this deployment; empty: derived from
+    # the database's address, so two deployments on one Redis never mix.
+    namespace: str = Field(default="", pattern=r"^[A-Za-z0-9_.-]{0,48}$")
+    # The deployment's secret key (any string of 32 or more characters); empty: read from
+    # ``<secrets_dir>/<namespace>/secret.key``, made there on first use.
+    secret_key: SecretStr = SecretStr("")
+    # Where key material and the signed audit head live: outside the state directory, so a
+    # copy of the database and its directory carries neither.
+    secrets_dir: Path = Path("~/.config/toolrouter")
+
+    # How long an inbox session lasts; sign-in attempts a client address may fail in a
+    # minute before it must wait.
     ui_session_hours: float = Field(default=8.0, gt=0, le=24 * 7)
+    ui_login_failures_per_minute: int = Field(default=5, ge=1, le=1000)
 
     # Host header values /mcp accepts besides localhost and the API's own host:port
     # (comma-separated; `name:*` for any port). Every other Host is refused (DNS rebinding).
@@ -53,6 +64,8 @@ class Settings(BaseSettings):
     # Longest a pool process holds the outcome of a call of an idempotent tool in a shared
     # message, to commit it with the outcomes after it (workers.execution); 0: never.
     outcome_hold_ms: float = Field(default=5.0, ge=0, le=1000)
+    # Deepest nesting of arrays and objects accepted in arguments and stored in results.
+    max_nesting: int = Field(default=64, ge=2, le=512)
     # Bodies larger than this are refused with 413 before they are parsed.
     max_args_bytes: int = Field(default=256 * 1024, ge=1024)
     # A batch takes at most this many calls, and a batch body at most this many bytes (413).
@@ -72,6 +85,8 @@ class Settings(BaseSettings):
     audit_hot_days: float = Field(default=90.0, gt=0)
     # ...and archive segments older than this are deleted.
     audit_archive_days: float = Field(default=400.0, gt=0)
+    # How often the approval worker exports the audit chain's signed head.
+    audit_head_interval_s: float = Field(default=5.0, gt=0)
     reaper_interval_s: float = Field(default=5.0, gt=0)
     reconciler_interval_s: float = Field(default=10.0, gt=0)
 
@@ -84,6 +99,10 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.resolved_database_url.startswith("sqlite")
+
+    @property
+    def resolved_secrets_dir(self) -> Path:
+        return self.secrets_dir.expanduser().resolve()
 
 
 @lru_cache(maxsize=1)

@@ -200,6 +200,9 @@ def stack_env(
             "TOOLROUTER_DATABASE_URL": database_url,
             "TOOLROUTER_REDIS_URL": redis_url,
             "TOOLROUTER_STATE_DIR": str(state_dir),
+            "TOOLROUTER_SECRETS_DIR": os.environ.get(
+                "TOOLROUTER_SECRETS_DIR", str(state_dir.parent / "secrets")
+            ),
             "TOOLROUTER_CONFIG": str(TEST_CONFIG),
             # Short recovery windows, so tests of the reaper and reconciler finish quickly.
             "TOOLROUTER_LEASE_GRACE_S": "2",

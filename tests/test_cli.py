@@ -29,6 +29,8 @@ CLI_REDIS_DB = 14
 def clean_env(**extra: str) -> dict[str, str]:
     """The caller's environment without any TOOLROUTER_* variable, plus ``extra``."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("TOOLROUTER_")}
+    # Each test's deployment keeps its key material in the tests' own secrets folder.
+    env["TOOLROUTER_SECRETS_DIR"] = os.environ["TOOLROUTER_SECRETS_DIR"]
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env

@@ -40,7 +40,7 @@ WORKER_LOST = "worker lost during the run; outcome unknown"
 
 @pytest.fixture
 def executor(runtime: Runtime) -> Iterator[Executor]:
-    notifier = Notifier(runtime.redis_url)
+    notifier = runtime.notifier()
     yield Executor(runtime, notifier, actor="test-worker")
     notifier.client.close()
 

@@ -19,6 +19,8 @@ import pytest
 from router import engine as engine_module
 from router.engine import begin_immediate, make_engine
 from router.errors import StoreUnavailable
+from router.keyring import KeyRing
+from router.namespace import Namespace
 from router.notify import (
     MAX_RESULT_BYTES,
     CompletionListener,
@@ -38,44 +40,65 @@ DONE = CallResult(
 
 
 DONE2 = CallResult(status="failed", tool="echo", call_id="call_2", error="no", error_type="E")
+KEYRING = KeyRing(b"k" * 32)
+OTHER_KEYRING = KeyRing(b"x" * 32)
+NAMESPACE = Namespace("tr-test")
+
+
+def message(call_id: str, result: CallResult | None, keyring: KeyRing = KEYRING) -> bytes:
+    return completion_message(call_id, result, keyring).encode()
 
 
 def test_a_result_survives_the_message_unchanged() -> None:
-    parsed = parse_completion(completion_message("call_1", DONE).encode())
+    parsed = parse_completion(message("call_1", DONE), KEYRING)
     assert parsed == ("call_1", DONE)
+
+
+def test_a_result_without_a_valid_tag_is_only_a_wake_up() -> None:
+    """Redis is not trusted: a result it carries counts only if a worker of this deployment
+    tagged it. Forged, re-tagged by another deployment, edited or untagged, it is dropped
+    and the waiter reads the database."""
+    forged = CallResult(status="succeeded", tool="wire", call_id="call_1", value="paid")
+    assert parse_completion(message("call_1", forged, OTHER_KEYRING), KEYRING) == ("call_1", None)
+    edited = message("call_1", DONE).replace(b'"echo"', b'"wire"')
+    assert parse_completion(edited, KEYRING) == ("call_1", None)
+    untagged = message("call_1", DONE).rpartition(b"|")[0]
+    assert parse_completion(untagged, KEYRING) == ("call_1", None)
 
 
 def test_a_large_result_is_left_to_the_database() -> None:
     big = CallResult(status="succeeded", tool="echo", call_id="c", value="x" * MAX_RESULT_BYTES)
-    assert completion_message("c", big) == "c"
-    assert parse_completion(b"c") == ("c", None)
+    assert completion_message("c", big, KEYRING) == "c"
+    assert parse_completion(b"c", KEYRING) == ("c", None)
 
 
 def test_malformed_messages_are_ignored() -> None:
-    assert parse_completion(b"{not json") is None
-    assert parse_completion(b'{"call_id": "c"}') is None
-    assert parse_completion(b'{"call_id": 5, "result": {}}') is None
+    assert parse_completion(b"{not json", KEYRING) is None
+    assert parse_completion(b'{"call_id": "c"}', KEYRING) is None
+    assert parse_completion(b'{"call_id": 5, "result": {}}', KEYRING) is None
+    assert parse_completion(b"{\"a\":" + b"[" * 100_000, KEYRING) is None
 
 
 def test_the_call_id_is_read_without_parsing_the_result() -> None:
-    message = completion_message("call_1", DONE).encode()
-    assert completion_call_id(message) == "call_1"
-    assert completion_call_id(b"call_2") == "call_2"  # a result too large to ride
+    tagged = message("call_1", DONE)
+    assert completion_call_id(tagged, KEYRING) == "call_1"
+    assert completion_call_id(b"call_2", KEYRING) == "call_2"  # a result too large to ride
     # Written some other way (spaces, another key order): the whole message is parsed.
-    spaced = json.dumps({"result": json.loads(message)["result"], "call_id": "call_3"})
-    assert completion_call_id(spaced.encode()) == "call_3"
-    assert completion_call_id(b"{not json") is None
+    body = json.loads(tagged.rpartition(b"|")[0])
+    spaced = json.dumps({"result": body["result"], "call_id": "call_3"})
+    assert completion_call_id(spaced.encode(), KEYRING) == "call_3"
+    assert completion_call_id(b"{not json", KEYRING) is None
 
 
 def test_a_completion_nobody_waits_for_is_parsed_only_when_a_waiter_comes() -> None:
     async def scenario() -> None:
-        listener = CompletionListener("redis://unused")
-        listener.hear(completion_message("call_1", DONE).encode())
+        listener = CompletionListener("redis://unused", NAMESPACE, KEYRING)
+        listener.hear(message("call_1", DONE))
         assert listener._recent["call_1"].message is not None  # kept as it came
         with listener.waiting_for("call_1") as late:
             assert late.event.is_set() and late.result == DONE
         with listener.waiting_for("call_2") as early:
-            listener.hear(completion_message("call_2", DONE2).encode())
+            listener.hear(message("call_2", DONE2))
             assert early.event.is_set() and early.result == DONE2
         listener.hear(b"{not json")
         assert set(listener._recent) == {"call_1", "call_2"}
@@ -85,13 +108,13 @@ def test_a_completion_nobody_waits_for_is_parsed_only_when_a_waiter_comes() -> N
 
 def test_a_waiter_registered_after_the_completion_gets_it_at_once() -> None:
     async def scenario() -> None:
-        listener = CompletionListener("redis://unused")
-        listener.hear(completion_message("call_1", DONE).encode())
+        listener = CompletionListener("redis://unused", NAMESPACE, KEYRING)
+        listener.hear(message("call_1", DONE))
         with listener.waiting_for("call_1") as waiter:
             assert waiter.event.is_set() and waiter.result == DONE
         with listener.waiting_for("call_2") as other:
             assert not other.event.is_set()
-            listener.hear(completion_message("call_2", None).encode())
+            listener.hear(message("call_2", None))
             assert other.event.is_set() and other.result is None
         assert not listener._waiters
 
@@ -105,9 +128,9 @@ def test_the_listener_tells_group_commit_of_each_completion_it_hears(redis_base:
     heard: list[str] = []
 
     async def scenario() -> None:
-        listener = CompletionListener(redis_url, on_completion=heard.append)
+        listener = CompletionListener(redis_url, NAMESPACE, KEYRING, on_completion=heard.append)
         listener.start()
-        notifier = Notifier(redis_url)
+        notifier = Notifier(redis_url, NAMESPACE, KEYRING)
         try:
             deadline = time.monotonic() + 30
             # Published until heard: the subscription starts a moment after start().

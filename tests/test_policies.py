@@ -18,7 +18,7 @@ from .stack import Stack
 
 
 def executor(runtime: Runtime, name: str = "test-worker") -> Executor:
-    return Executor(runtime, Notifier(runtime.redis_url), actor=name)
+    return Executor(runtime, runtime.notifier(), actor=name)
 
 
 def submit(runtime: Runtime, tool: str, args: dict[str, object]) -> str:

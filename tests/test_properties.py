@@ -175,7 +175,7 @@ class Operator:
 
     def __init__(self, runtime: Runtime, clock: FakeClock) -> None:
         self.runtime, self.clock = runtime, clock
-        self.notifier = Notifier(runtime.redis_url)
+        self.notifier = runtime.notifier()
         self.gate = Gate(runtime, self.notifier)
         self.executor = Executor(runtime, self.notifier, actor="worker@properties")
         self.calls: list[tuple[str, str | None]] = []  # call id, request id

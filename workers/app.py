@@ -5,10 +5,14 @@ from __future__ import annotations
 from celery import Celery
 
 from router.broker import resolve_redis_url
+from router.namespace import Namespace
 from router.settings import get_settings
 
 from .celeryconfig import worker_settings
+from .flower_guard import make_flower_read_only
 
 settings = get_settings()
 app = Celery("toolrouter", include=["workers.tasks", "approvals.tasks"])
-app.conf.update(worker_settings(settings, resolve_redis_url(settings)))
+app.conf.update(worker_settings(settings, resolve_redis_url(settings), Namespace.of(settings)))
+# Under `celery -A workers.app flower`: Flower may watch, never act.
+make_flower_read_only()

@@ -8,12 +8,19 @@ from __future__ import annotations
 from typing import Any
 
 from router.broker import celery_settings
-from router.constants import EXPIRE_TASK, MAINTENANCE_QUEUE, REAP_TASK, RECONCILE_TASK
+from router.constants import (
+    EXPIRE_TASK,
+    MAINTENANCE_QUEUE,
+    REAP_TASK,
+    RECONCILE_TASK,
+    SIGN_AUDIT_HEAD_TASK,
+)
+from router.namespace import Namespace
 from router.settings import Settings
 
 
-def worker_settings(settings: Settings, redis_url: str) -> dict[str, Any]:
-    conf = celery_settings(redis_url)
+def worker_settings(settings: Settings, redis_url: str, namespace: Namespace) -> dict[str, Any]:
+    conf = celery_settings(redis_url, namespace)
     conf.update(
         {
             # Ack after the handler ran: until then a warm shutdown gives the message back
@@ -49,6 +56,11 @@ def worker_settings(settings: Settings, redis_url: str) -> dict[str, Any]:
                 "reconcile-queued": {
                     "task": RECONCILE_TASK,
                     "schedule": settings.reconciler_interval_s,
+                    "options": {"queue": MAINTENANCE_QUEUE, "expires": 30},
+                },
+                "sign-audit-head": {
+                    "task": SIGN_AUDIT_HEAD_TASK,
+                    "schedule": settings.audit_head_interval_s,
                     "options": {"queue": MAINTENANCE_QUEUE, "expires": 30},
                 },
             },

@@ -19,9 +19,9 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 from sqlalchemy import Connection
 
-from router import audit, metrics, pending
+from router import metrics, pending
+from router.approval_binding import RunRefusal, may_publish, run_refusal
 from router.audit import AuditEntry
-from router.canonical import sha256_hex
 from router.constants import POISON_CAP
 from router.context import CallContext
 from router.dispatcher import message_for
@@ -97,14 +97,17 @@ class Executor:
     def __init__(self, runtime: Runtime, notifier: Notifier, *, actor: str) -> None:
         self.runtime, self.notifier, self.actor = runtime, notifier, actor
         self.store, self.registry, self.clock = runtime.store, runtime.registry, runtime.clock
-        self.limiter = Limiter(notifier.client)
-        self.cache = ResultCache(notifier.client)
+        self.audit = runtime.audit
+        self.max_nesting = runtime.settings.max_nesting
+        self.redact = runtime.redactor
+        self.limiter = Limiter(notifier.client, runtime.namespace)
+        self.cache = ResultCache(notifier.client, runtime.namespace, runtime.keyring)
         # The call (id, attempt) this executor claimed last, in a shared message.
         self.claimed: tuple[str, int] | None = None
         # In a shared message, calls are claimed in the transaction that records the
         # outcomes before them (``run_many``): each one's row (None: not queued any more)
-        # and approved digest, until its turn comes.
-        self._claimed_ahead: dict[str, tuple[CallRow | None, str | None]] = {}
+        # and why it must not run, if it must not, until its turn comes.
+        self._claimed_ahead: dict[str, tuple[CallRow | None, RunRefusal | None]] = {}
         # In a shared message, outcomes not committed yet, and since when (monotonic);
         # None elsewhere: each outcome is committed as it comes.
         self._held: list[Finished] | None = None
@@ -294,9 +297,12 @@ class Executor:
 
     def _publish_again(self, rows: Sequence[CallRow]) -> int:
         """Publish queued ``rows`` again and note when, so the reconciler waits its turn;
-        raises ``Unavailable`` when Redis is down (the reconciler then sends them)."""
+        raises ``Unavailable`` when Redis is down (the reconciler then sends them). A gated
+        call without a release for exactly it is failed instead, never published."""
         messages = [
-            message_for(tool, row.id) for row in rows if (tool := self.registry.get(row.tool))
+            message_for(tool, row.id)
+            for row in rows
+            if (tool := self.registry.get(row.tool)) and self._publishable(row, tool)
         ]
         if messages:
             self.runtime.publisher.publish(messages)
@@ -304,11 +310,28 @@ class Executor:
                 self.store.mark_published(conn, [m.call_id for m in messages], now=self.clock())
         return len(messages)
 
+    def _publishable(self, row: CallRow, tool: Tool) -> bool:
+        if may_publish(row, gated=tool.spec.gated):
+            return True
+        with self.store.reading() as conn:
+            refusal = self._refusal(conn, row)
+        if refusal is None:
+            return True
+        log.error("queued call %s not published: %s", row.id, refusal.error)
+        metrics.tampered("call")
+        with self.store.transaction() as conn:
+            claimed = self.store.claim(conn, row.id, now=self.clock(), lease_ms=self.lease_ms(None))
+        if claimed is not None:
+            self.finish(
+                claimed, Outcome(ok=False, error=refusal.error, error_type=refusal.error_type)
+            )
+        return False
+
     def run(self, call_id: str, tool_hint: str | None = None) -> str:
         """Run one call if it is still queued. Returns what happened, for the worker log.
         In a shared message, its outcome may be held (``run_many``)."""
         if call_id in self._claimed_ahead:
-            row, approved_digest = self._claimed_ahead.pop(call_id)
+            row, refusal = self._claimed_ahead.pop(call_id)
         else:
             hinted = self.registry.get(tool_hint)
             if hinted is not None and hinted.spec.rate_limit:
@@ -317,20 +340,18 @@ class Executor:
                     # Over the limit: the call waits in the broker, not in a worker slot.
                     return self._defer(hinted, call_id, wait)
             with self.store.transaction() as conn:
-                row, approved_digest = self._claim(conn, call_id, tool_hint)
+                row, refusal = self._claim(conn, call_id, tool_hint)
         if row is None:
             # Not queued any more: a duplicate or redelivered message, or a cancelled call.
             return "dropped"
         # Which attempt this process holds: a timeout is recorded against it alone.
         self.claimed = (row.id, row.attempt)
         tool = self.registry.get(row.tool)
-        if sha256_hex(row.args) != (approved_digest or row.args_sha256):
-            # Run only the arguments that were accepted (and, if gated, approved).
-            outcome = Outcome(
-                ok=False,
-                error="arguments changed after they were accepted",
-                error_type="TamperedArguments",
-            )
+        if refusal is not None:
+            # Run only what was accepted and, if gated, released for exactly this call.
+            log.error("call %s refused: %s", row.id, refusal.error)
+            metrics.tampered("call")
+            outcome = Outcome(ok=False, error=refusal.error, error_type=refusal.error_type)
         elif tool is None:
             outcome = Outcome(
                 ok=False, error=f"unknown tool: {row.tool}", error_type="ToolNotFound"
@@ -347,7 +368,7 @@ class Executor:
             if cached is not None:
                 return self.finish(row, Outcome(ok=True, value_json=cached), cached=True)
             with limits.handler():
-                outcome = invoke(tool, row.arguments, ctx, mcp=self.runtime.mcp)
+                outcome = self._invoke(tool, row.arguments, ctx)
             if outcome.ok and outcome.value_json is not None:
                 self.cache.put(tool, row.args_sha256, outcome.value_json)
             elif should_retry(tool, row.attempt, outcome):
@@ -359,11 +380,19 @@ class Executor:
 
     def _claim(
         self, conn: Connection, call_id: str, tool_hint: str | None
-    ) -> tuple[CallRow | None, str | None]:
-        """``call_id``'s row if this process now runs it, with the digest its approver
-        approved (None for an ungated call)."""
+    ) -> tuple[CallRow | None, RunRefusal | None]:
+        """``call_id``'s row if this process now runs it, with why it must not run, if it
+        must not (``router.approval_binding``)."""
         row = self.store.claim(conn, call_id, now=self.clock(), lease_ms=self.lease_ms(tool_hint))
-        return row, pending.approved_digest(conn, row.request_id) if row else None
+        if row is None:
+            return None, None
+        return row, self._refusal(conn, row)
+
+    def _refusal(self, conn: Connection, row: CallRow) -> RunRefusal | None:
+        tool = self.registry.get(row.tool)
+        gated = tool is not None and tool.spec.gated
+        request = pending.get(conn, row.request_id) if row.request_id is not None else None
+        return run_refusal(self.runtime.keyring, row, request, gated=gated)
 
     def _fall_back(self, row: CallRow, tool: Tool, outcome: Outcome) -> tuple[Outcome, str]:
         """The call failed for good: try the next tool of its chain, each try audited on the
@@ -376,7 +405,7 @@ class Executor:
             if fallback is None or fallback.spec.gated or name == answered:
                 continue
             with self.store.transaction() as conn:
-                audit.append(
+                self.audit.append(
                     conn,
                     [
                         AuditEntry(
@@ -409,10 +438,17 @@ class Executor:
                 tool=name,
             )
             with limits.handler():
-                outcome = invoke(fallback, args, ctx, mcp=self.runtime.mcp)
+                outcome = self._invoke(fallback, args, ctx)
             if outcome.ok:
                 break
         return outcome, answered
+
+    def _invoke(self, tool: Tool, args: dict[str, Any], ctx: CallContext) -> Outcome:
+        """Run the handler; its error, stored and audited, never carries a config secret."""
+        outcome = invoke(tool, args, ctx, mcp=self.runtime.mcp, max_nesting=self.max_nesting)
+        if outcome.error is None or not self.redact:
+            return outcome
+        return dataclasses.replace(outcome, error=self.redact(outcome.error))
 
     def _defer(self, tool: Tool, call_id: str, wait_s: float) -> str:
         due_at = self.clock() + int(wait_s * 1000)
@@ -431,7 +467,7 @@ class Executor:
                 conn, row.id, attempt=row.attempt, now=now, due_at=due_at
             ):
                 return "fenced"
-            audit.append(
+            self.audit.append(
                 conn,
                 [
                     AuditEntry(
@@ -499,7 +535,7 @@ class Executor:
             # for a row while holding the chain (a cancel of a call claimed here would).
             claimed = {call_id: self._claim(conn, call_id, tool_hint) for call_id in claim}
             renewed = {row.id: self._renew(conn, row, now) for row in renew}
-            audit.append(conn, [done.audit_entry(self.actor) for done in landed], at=now)
+            self.audit.append(conn, [done.audit_entry(self.actor) for done in landed], at=now)
         # Only once the transaction is committed: a rolled-back claim is no claim.
         self._claimed_ahead.update(claimed)
         for call_id, row in renewed.items():
@@ -568,7 +604,7 @@ class Executor:
             with self.store.transaction() as conn:
                 if not self.store.requeue_lost(conn, row.id, attempt=row.attempt, now=now):
                     return "raced"
-                audit.append(
+                self.audit.append(
                     conn,
                     [
                         AuditEntry(

@@ -6,18 +6,22 @@ them, so the order of a run stays readable in one place (``workers.execution``).
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any
 
 import redis
 
+from router import metrics
 from router.config import parse_rate
+from router.constants import RATE_BUCKET, RESULT_CACHE
+from router.keyring import KeyRing, Purpose
+from router.namespace import Namespace
 from router.registry import Tool
 
 from .handlers import Outcome
 
-BUCKET_PREFIX = "toolrouter:bucket:"
-CACHE_PREFIX = "toolrouter:cache:"
+log = logging.getLogger(__name__)
 
 # A token bucket per tool, shared by every worker: refilled continuously at the configured
 # rate up to its capacity, timed by the Redis server's own clock (workers' clocks differ).
@@ -56,8 +60,8 @@ def should_retry(tool: Tool, attempt: int, outcome: Outcome) -> bool:
 class Limiter:
     """Per-tool token buckets in Redis."""
 
-    def __init__(self, client: redis.Redis) -> None:
-        self.client = client
+    def __init__(self, client: redis.Redis, namespace: Namespace) -> None:
+        self.client, self.namespace = client, namespace
         self._take = client.register_script(_TAKE_TOKEN)
 
     def wait_s(self, tool: Tool) -> float:
@@ -65,32 +69,48 @@ class Limiter:
         if not tool.spec.rate_limit:
             return 0.0
         capacity, per_s = parse_rate(tool.spec.rate_limit)
-        waited: Any = self._take(keys=[BUCKET_PREFIX + tool.name], args=[capacity, per_s / 1000])
+        bucket = self.namespace.key(RATE_BUCKET, tool.name)
+        waited: Any = self._take(keys=[bucket], args=[capacity, per_s / 1000])
         return float(waited) / 1000
 
 
 class ResultCache:
-    """Values of successful runs by tool and canonical-argument digest, for ``cache_ttl_s``."""
+    """Values of successful runs by tool and canonical-argument digest, for ``cache_ttl_s``.
 
-    def __init__(self, client: redis.Redis) -> None:
-        self.client = client
+    Each value is stored with a tag over the tool, the digest and the value: Redis is not
+    trusted, and a value planted there must never become a call's result.
+    """
+
+    def __init__(self, client: redis.Redis, namespace: Namespace, keyring: KeyRing) -> None:
+        self.client, self.namespace, self.keyring = client, namespace, keyring
+
+    def _key(self, tool: Tool, args_sha256: str) -> str:
+        return self.namespace.key(RESULT_CACHE, tool.name, args_sha256)
 
     def get(self, tool: Tool, args_sha256: str) -> str | None:
         if tool.spec.cache_ttl_s <= 0:
             return None
         try:
-            value = self.client.get(f"{CACHE_PREFIX}{tool.name}:{args_sha256}")
+            stored = self.client.get(self._key(tool, args_sha256))
         except redis.RedisError:
             return None  # a cache that is down is a miss, not a failure
-        return value.decode("utf-8") if isinstance(value, bytes) else None
+        if not isinstance(stored, bytes):
+            return None
+        tag, _, value = stored.decode("utf-8", "replace").partition("|")
+        if not self.keyring.verify(Purpose.COMPLETION, f"{tool.name}|{args_sha256}|{value}", tag):
+            log.warning("a cached result of %s did not verify; running the tool", tool.name)
+            metrics.untrusted("cached_result")
+            return None
+        return value
 
     def put(self, tool: Tool, args_sha256: str, value_json: str) -> None:
         if tool.spec.cache_ttl_s <= 0:
             return
+        tag = self.keyring.sign(Purpose.COMPLETION, f"{tool.name}|{args_sha256}|{value_json}")
         try:
             self.client.set(
-                f"{CACHE_PREFIX}{tool.name}:{args_sha256}",
-                value_json,
+                self._key(tool, args_sha256),
+                f"{tag}|{value_json}",
                 px=int(tool.spec.cache_ttl_s * 1000),
             )
         except redis.RedisError:

@@ -42,7 +42,7 @@ def current() -> ProcessState:
         runtime.prepare()
         _state = ProcessState(
             runtime,
-            Notifier(runtime.redis_url),
+            runtime.notifier(),
             actor=f"worker@{socket.gethostname()}:{os.getpid()}",
         )
     return _state

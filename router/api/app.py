@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -16,11 +16,13 @@ from .. import metrics, ui
 from ..errors import RequestError, SchemaOutdated, Unavailable
 from ..key_cache import PrincipalCache
 from ..mcp import McpEndpoint
-from ..notify import CompletionListener, Notifier
+from ..notify import CompletionListener
 from ..runtime import Runtime
+from ..settings import Settings
 from ..ui.headers import InboxHeaders
 from ..wal_checkpoints import WalCheckpointer
 from . import routes_approvals, routes_batches, routes_calls, routes_misc, routes_route
+from .body_limit import BodyLimit
 from .direct import DirectRoutes
 from .responses import AsciiJSONResponse
 
@@ -70,6 +72,26 @@ EXCEPTION_HANDLERS = {
 }
 
 
+# Bodies of routes that take no calls: a decision's reason, an inbox form.
+SMALL_BODY_BYTES = 64 * 1024
+# A call body carries JSON punctuation around its arguments; a little slack for it.
+CALL_BODY_SLACK = 16 * 1024
+
+
+def body_limits(settings: Settings) -> Callable[[str], int]:
+    """The largest body each path accepts (``BodyLimit``)."""
+    calls = settings.max_args_bytes + CALL_BODY_SLACK
+
+    def limit_for(path: str) -> int:
+        if path.startswith("/v1/batches"):
+            return settings.max_batch_bytes
+        if path.startswith("/v1/calls") or path.startswith("/mcp"):
+            return calls
+        return SMALL_BODY_BYTES
+
+    return limit_for
+
+
 def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
     """The API around ``runtime``; start-up checks the config and the schema first.
     ``direct_routes=False`` serves the hot endpoints through FastAPI's routing too
@@ -110,11 +132,13 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
     runtime.keys.cache = PrincipalCache()
     app.state.listener = CompletionListener(
         runtime.redis_url,
+        runtime.namespace,
+        runtime.keyring,
         key_cache=runtime.keys.cache,
         on_completion=runtime.group_commit.in_flight.finished,
     )
     runtime.group_commit.in_flight.heard = app.state.listener.heard_recently
-    app.state.notifier = Notifier(runtime.redis_url)
+    app.state.notifier = runtime.notifier()
     # MCP over streamable HTTP (SPEC §11); its session manager runs in the lifespan above.
     app.state.mcp = McpEndpoint(runtime, app.state.listener)
     app.add_route("/mcp", app.state.mcp, include_in_schema=False)
@@ -131,6 +155,8 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
     app.add_middleware(InboxHeaders)
     if direct_routes:
         app.add_middleware(DirectRoutes)
+    # Outermost: no body over its limit reaches any route, direct or not.
+    app.add_middleware(BodyLimit, limit_for=body_limits(runtime.settings))
     return app
 
 

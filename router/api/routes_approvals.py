@@ -68,9 +68,7 @@ async def _decide(
     reason = optional_string(body, "reason", max_len=2000)
     wait_s = wait_seconds(body.get("wait_s"), maximum=runtime.settings.max_wait_s)
     await blocking(runtime.approvals_view.precheck, who, request_id)
-    answer = await blocking(
-        runtime.decisions.send, request_id, who.name, who.roles, decision, reason
-    )
+    answer = await blocking(runtime.decisions.send, request_id, who.name, decision, reason)
     if not answer.get("ok"):
         code = int(answer.get("http_status", 503))
         error = str(answer.get("error", "decision failed"))

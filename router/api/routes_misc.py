@@ -89,6 +89,15 @@ async def read_audit(
     return {"ok": True, "rows": rows, "next_after_seq": rows[-1]["seq"] if rows else after}
 
 
+@router.get("/v1/audit/verify", tags=["audit"])
+async def verify_audit(request: Request, who: Principal = Depends(principal)) -> JSONResponse:
+    """Check the audit log (operators only): the keyed chain, its signed head, checkpoints and
+    archive segments. ``ok`` is false when anything does not hold; ``problems`` says where."""
+    require_operator(who)
+    report = await blocking(runtime_of(request).verify_audit)
+    return AsciiJSONResponse(report.to_dict())
+
+
 @router.get("/metrics", tags=["health"])
 async def prometheus_metrics(request: Request) -> Response:
     """Prometheus text: calls by tool and outcome, latency, cost, queue depths, pending

@@ -10,6 +10,7 @@ from typing import NoReturn
 import click
 
 from ..errors import ConfigError, SchemaOutdated, ToolrouterError, Unavailable
+from ..files import private_dir
 from ..runtime import Runtime
 from ..settings import get_settings
 from . import approvals as approvals_cli
@@ -97,7 +98,7 @@ def beat() -> None:
     settings = get_settings()
     runtime()
     # Beat keeps its schedule file there; on PostgreSQL nothing else creates the directory.
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.state_dir)
     processes.exec_argv(processes.beat_argv(settings))
 
 
@@ -286,28 +287,39 @@ def audit_list(
 
 
 @audit.command("verify")
-def audit_verify() -> None:
-    """Check the hash chain, every archival checkpoint and segment; names the first bad row."""
-    from .. import archive
-    from .. import audit as audit_log
+@click.option("--json", "as_json", is_flag=True, help="The report as JSON")
+def audit_verify(as_json: bool) -> None:
+    """Check the keyed chain, its signed head, every checkpoint and archive segment; names
+    every row that does not hold."""
+    rt = runtime(tools=False)
+    try:
+        report = rt.verify_audit()
+    except (Unavailable, ConfigError) as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+        sys.exit(0 if report.ok else 1)
+    for line in report.lines:
+        click.echo(line)
+    if not report.ok:
+        for problem in report.problems:
+            click.echo(f"problem: {problem}", err=True)
+        more = " (and more)" if report.truncated else ""
+        fail(f"audit log does not verify: {len(report.problems)} problems{more}")
+    click.echo(f"audit chain ok: {report.checked} rows verified")
+
+
+@audit.command("head")
+def audit_head_command() -> None:
+    """Print the chain's current head, signed with the deployment's key, as JSON: keep a
+    copy somewhere the database's host cannot write."""
+    from dataclasses import asdict
+
+    from .. import audit_head
 
     rt = runtime(tools=False)
-    settings = rt.settings
-    with rt.store.reading() as conn:
-        checked, bad_seq, reason = audit_log.verify(conn)
-        lines, problems = archive.verify_archives(
-            conn,
-            settings.state_dir / "audit-archive",
-            now=rt.clock(),
-            archive_days=settings.audit_archive_days,
-        )
-    for line in lines:
-        click.echo(line)
-    if bad_seq is not None:
-        fail(f"audit chain broken at seq {bad_seq}: {reason} ({checked} rows verified before it)")
-    if problems:
-        fail("audit archive broken: " + "; ".join(problems))
-    click.echo(f"audit chain ok: {checked} rows verified")
+    head = audit_head.current(rt.store, rt.keyring, rt.namespace.name, rt.clock)
+    click.echo(json.dumps(asdict(head), sort_keys=True))
 
 
 @audit.command("export")
@@ -338,7 +350,8 @@ def audit_archive() -> None:
     settings = rt.settings
     result = archive.archive(
         rt.store,
-        settings.state_dir / "audit-archive",
+        rt.audit,
+        rt.archive_dir,
         clock=rt.clock,
         hot_days=settings.audit_hot_days,
         archive_days=settings.audit_archive_days,
@@ -348,7 +361,7 @@ def audit_archive() -> None:
     else:
         click.echo(
             f"archived {result.rows} rows through seq {result.through_seq} "
-            f"to {settings.state_dir / 'audit-archive' / result.segment}"
+            f"to {rt.archive_dir / result.segment}"
         )
     for name in result.pruned:
         click.echo(f"pruned {name} (older than {settings.audit_archive_days:g} days)")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import redis
 
+from ..files import private_dir
+
 
 def redis_answers(url: str, timeout: float = 0.5) -> bool:
     try:
@@ -38,7 +40,7 @@ def redis_server_binary() -> str:
 def start_private_redis(state_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
     """Start redis-server on a free loopback port; returns the process and its URL."""
     data_dir = (state_dir / "redis").resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
     port = free_port()
     argv = [
         redis_server_binary(),

@@ -12,6 +12,7 @@ import sys
 from typing import NoReturn
 
 from ..constants import APPROVALS_QUEUE, MAINTENANCE_QUEUE, queue_for
+from ..files import private_dir
 from ..settings import Settings
 
 CELERY_APP = "workers.app"
@@ -87,7 +88,7 @@ def flower_password(settings: Settings) -> str:
     """``TOOLROUTER_FLOWER_PASSWORD``, else one generated once and kept in the state dir."""
     if settings.flower_password:
         return settings.flower_password
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.state_dir)
     path = settings.state_dir / "flower-password"
     if not path.exists():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

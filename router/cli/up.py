@@ -22,6 +22,7 @@ import httpx
 from ..broker import LOCAL_REDIS_URL, private_redis_url_file
 from ..constants import RISK_LEVELS
 from ..errors import ConfigError, SchemaOutdated, Unavailable
+from ..files import private_dir, private_file
 from ..metrics import metrics_dir
 from ..runtime import Runtime
 from ..settings import Settings
@@ -72,7 +73,7 @@ def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
 
 
 def run_up(settings: Settings) -> int:
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.state_dir)
     state_dir = settings.state_dir.resolve()
     children: list[Child] = []
     private_redis = None
@@ -94,7 +95,7 @@ def run_up(settings: Settings) -> int:
             redis_url = LOCAL_REDIS_URL
         else:
             private_redis, redis_url = start_private_redis(state_dir)
-            marker.write_text(redis_url, encoding="utf-8")
+            private_file(marker).write_text(redis_url, encoding="utf-8")
             print(f"started a private Redis at {redis_url} (data in {state_dir / 'redis'})")
         env = {
             **os.environ,

@@ -24,7 +24,10 @@ async def serve_stdio(runtime: Runtime, token: str) -> None:
         return await blocking(runtime.keys.authenticate, token)
 
     listener = CompletionListener(
-        runtime.redis_url, on_completion=runtime.group_commit.in_flight.finished
+        runtime.redis_url,
+        runtime.namespace,
+        runtime.keyring,
+        on_completion=runtime.group_commit.in_flight.finished,
     )
     listener.start()
     try:

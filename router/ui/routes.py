@@ -7,10 +7,10 @@ same pre-checks and the same approval worker as ``POST /v1/approvals/…``.
 
 from __future__ import annotations
 
-import hmac
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -21,10 +21,9 @@ from ..errors import NotAuthenticated, RequestError, Unavailable
 from ..keys import Principal
 from ..pending import Decision
 from ..runtime import Runtime
+from ..sessions import COOKIE, FLASH_COOKIE, LoginThrottle, Session, SessionStore
 from ..status import Role
 from ..threads import blocking
-from . import session as sessions
-from .session import COOKIE, FLASH_COOKIE, Session
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 # Roles that are not approver roles: a key with only these cannot use the inbox.
@@ -38,8 +37,16 @@ def _runtime(request: Request) -> Runtime:
     return request.app.state.runtime
 
 
-def _secret(request: Request) -> bytes:
-    return sessions.ui_secret(_runtime(request).settings)
+def _sessions(request: Request) -> SessionStore:
+    return _runtime(request).sessions
+
+
+def _throttle(request: Request) -> LoginThrottle:
+    throttle: LoginThrottle | None = getattr(request.app.state, "login_throttle", None)
+    if throttle is None:
+        per_minute = _runtime(request).settings.ui_login_failures_per_minute
+        throttle = request.app.state.login_throttle = LoginThrottle(per_minute)
+    return throttle
 
 
 def may_use_inbox(who: Principal) -> bool:
@@ -47,15 +54,26 @@ def may_use_inbox(who: Principal) -> bool:
 
 
 async def _signed_in(request: Request) -> tuple[Session, Principal] | None:
-    runtime = _runtime(request)
-    current = sessions.decode(request.cookies.get(COOKIE), _secret(request), now_ms=runtime.clock())
-    if current is None:
-        return None
-    try:
-        who = await blocking(runtime.keys.authenticate, current.token)
-    except NotAuthenticated:
-        return None
-    return current, who
+    """The live session of this request's cookie and its key, re-read every request: a
+    revoked key or an ended session is signed out at once."""
+    return await blocking(_sessions(request).resolve, request.cookies.get(COOKIE))
+
+
+def _same_origin(request: Request) -> bool:
+    """Whether a form was posted from this site's own pages (browsers say so in
+    ``Sec-Fetch-Site`` and ``Origin``); a request saying neither is refused."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site != "same-origin":
+        return False
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        return site == "same-origin"
+    parts = urlsplit(origin)
+    return parts.scheme == request.url.scheme and parts.netloc == request.headers.get("host")
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client is not None else "unknown"
 
 
 def _page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -67,7 +85,7 @@ def _redirect_with_flash(request: Request, message: str) -> RedirectResponse:
     response = RedirectResponse("/ui/", status_code=303)
     response.set_cookie(
         FLASH_COOKIE,
-        sessions.sign_flash(message, _secret(request)),
+        _sessions(request).sign_flash(message),
         httponly=True,
         samesite="strict",
         path="/ui",
@@ -91,14 +109,14 @@ async def inbox(request: Request) -> Response:
         tool = runtime.registry.get(item["tool"])
         item["risk"] = tool.spec.risk if tool else "unknown"
         item["args_pretty"] = json.dumps(item["args"], indent=2, sort_keys=True)
-    flash = sessions.read_flash(request.cookies.get(FLASH_COOKIE), _secret(request))
+    flash = _sessions(request).read_flash(request.cookies.get(FLASH_COOKIE))
     page = _page(
         request,
         "inbox.html",
         who=who,
         pending=pending,
         history=history,
-        csrf=current.csrf(_secret(request)),
+        csrf=_sessions(request).csrf(current),
         flash=flash,
         expires_ms=current.expires_ms,
         now_ms=runtime.clock(),
@@ -127,21 +145,34 @@ async def pending_ids(request: Request) -> Response:
 
 @router.post("/login")
 async def login(request: Request) -> Response:
+    """Sign in with a key: a new session, never the key itself, goes into the cookie."""
+    if not _same_origin(request):
+        return _page(request, "forbidden.html", 403, reason="Sign in from this site's own page.")
+    throttle, address = _throttle(request), _client(request)
+    wait_s = throttle.wait_s(address)
+    if wait_s > 0:
+        return _page(
+            request,
+            "login.html",
+            429,
+            error=f"Too many failed sign-ins from your address; try again in {wait_s:.0f} s.",
+        )
     form = await request.form()
     token = str(form.get("key") or "").strip()
     runtime = _runtime(request)
     try:
         who = await blocking(runtime.keys.authenticate, token)
     except NotAuthenticated:
+        throttle.failed(address)
         return _page(request, "login.html", 401, error="That key was not accepted.")
     if not may_use_inbox(who):
         return _page(request, "forbidden.html", 403, who=who)
     hours = runtime.settings.ui_session_hours
-    current = Session(token=token, expires_ms=runtime.clock() + int(hours * 3_600_000))
+    cookie, _ = await blocking(_sessions(request).start, who, hours)
     response = RedirectResponse("/ui/", status_code=303)
     response.set_cookie(
         COOKIE,
-        sessions.encode(current, _secret(request)),
+        cookie,
         httponly=True,
         samesite="strict",
         path="/ui",
@@ -153,18 +184,19 @@ async def login(request: Request) -> Response:
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
+    """End the session on the server, not only in the browser."""
     signed_in = await _signed_in(request)
     form = await request.form()
     if signed_in is not None and not _csrf_ok(request, signed_in[0], form):
         return _page(request, "forbidden.html", 403, reason="The form was stale; reload it.")
+    await blocking(_sessions(request).end, request.cookies.get(COOKIE))
     response = RedirectResponse("/ui/", status_code=303)
     response.delete_cookie(COOKIE, path="/ui")
     return response
 
 
 def _csrf_ok(request: Request, current: Session, form: FormData) -> bool:
-    sent = str(form.get("csrf") or "")
-    return hmac.compare_digest(sent, current.csrf(_secret(request)))
+    return _sessions(request).csrf_ok(current, str(form.get("csrf") or ""))
 
 
 @router.post("/decide")
@@ -192,9 +224,7 @@ async def decide(request: Request) -> Response:
     for request_id in request_ids:
         try:
             await blocking(runtime.approvals_view.precheck, who, request_id)
-            answer = await blocking(
-                runtime.decisions.send, request_id, who.name, who.roles, decision, reason
-            )
+            answer = await blocking(runtime.decisions.send, request_id, who.name, decision, reason)
         except (RequestError, Unavailable) as exc:
             lines.append(f"{request_id}: {exc}")
             continue

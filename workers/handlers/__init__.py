@@ -18,19 +18,25 @@ from .python import run_python
 
 
 def invoke(
-    tool: Tool, args: dict[str, Any], ctx: CallContext, *, mcp: McpConnections | None = None
+    tool: Tool,
+    args: dict[str, Any],
+    ctx: CallContext,
+    *,
+    mcp: McpConnections | None = None,
+    max_nesting: int = 64,
 ) -> Outcome:
-    """Run ``tool``'s handler once, whatever its kind (MCP tools use ``mcp``'s sessions)."""
+    """Run ``tool``'s handler once, whatever its kind (MCP tools use ``mcp``'s sessions).
+    A result nested deeper than ``max_nesting`` fails the call."""
     kind = tool.spec.handler.kind
     if kind == "http":
-        return run_http(tool, args, ctx)
+        return run_http(tool, args, ctx, max_nesting=max_nesting)
     if kind == "mcp":
         if mcp is None:
             return Outcome(
                 ok=False, error="no MCP connections in this process", error_type="ConfigError"
             )
-        return run_mcp(tool, args, ctx, mcp)
-    return run_python(tool, args, ctx)
+        return run_mcp(tool, args, ctx, mcp, max_nesting=max_nesting)
+    return run_python(tool, args, ctx, max_nesting=max_nesting)
 
 
 __all__ = ["Outcome", "invoke"]

@@ -32,7 +32,7 @@ def client() -> httpx.Client:
     return _client
 
 
-def run_http(tool: Tool, args: dict[str, Any], ctx: CallContext) -> Outcome:
+def run_http(tool: Tool, args: dict[str, Any], ctx: CallContext, *, max_nesting: int) -> Outcome:
     spec = tool.spec.handler.http
     assert spec is not None
     headers = {
@@ -62,11 +62,17 @@ def run_http(tool: Tool, args: dict[str, Any], ctx: CallContext) -> Outcome:
             error_type=type(exc).__name__,
             retryable=True,
         )
+    except Exception as exc:
+        # Whatever else the client raises (a header it cannot encode, say) fails the call.
+        return Outcome.of_exception(exc)
     if response.is_success:
         try:
-            return Outcome.of_value(response.json())
+            value = response.json()
         except ValueError:
-            return Outcome.of_value(response.text)
+            return Outcome.of_value(response.text, max_nesting=max_nesting)
+        except RecursionError:
+            return Outcome.too_deep(max_nesting)
+        return Outcome.of_value(value, max_nesting=max_nesting)
     status = response.status_code
     return Outcome(
         ok=False,

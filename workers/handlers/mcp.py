@@ -19,7 +19,12 @@ from .outcome import Outcome
 
 
 def run_mcp(
-    tool: Tool, args: dict[str, Any], ctx: CallContext, connections: McpConnections
+    tool: Tool,
+    args: dict[str, Any],
+    ctx: CallContext,
+    connections: McpConnections,
+    *,
+    max_nesting: int,
 ) -> Outcome:
     target = tool.spec.handler.mcp
     assert target is not None
@@ -46,5 +51,5 @@ def run_mcp(
             ok=False, error=text or "MCP tool reported an error", error_type="McpToolError"
         )
     if result.structured_content is not None:
-        return Outcome.of_value(result.structured_content)
-    return Outcome.of_value(text)
+        return Outcome.of_value(result.structured_content, max_nesting=max_nesting)
+    return Outcome.of_value(text, max_nesting=max_nesting)

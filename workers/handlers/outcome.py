@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from router.canonical import canonical_json
+from router.canonical import canonical_json, nested_deeper_than, too_deep_message
 from router.results import error_message
 
 
@@ -21,8 +21,11 @@ class Outcome:
     retry_after_s: float | None = None
 
     @classmethod
-    def of_value(cls, value: object) -> Outcome:
-        # Whatever the handler returned (0, None, "" included) is a success, if it is JSON.
+    def of_value(cls, value: object, *, max_nesting: int) -> Outcome:
+        # Whatever the handler returned (0, None, "" included) is a success, if it is JSON
+        # and no deeper than every reader of the stored result can go.
+        if nested_deeper_than(value, max_nesting):
+            return cls.too_deep(max_nesting)
         try:
             return cls(ok=True, value_json=canonical_json(value))
         except (TypeError, ValueError) as exc:
@@ -40,6 +43,12 @@ class Outcome:
             error_type=type(exc).__name__,
             retryable=retryable,
             retry_after_s=getattr(exc, "retry_after_s", None),
+        )
+
+    @classmethod
+    def too_deep(cls, max_nesting: int) -> Outcome:
+        return cls(
+            ok=False, error=too_deep_message("result", max_nesting), error_type="ResultTooDeep"
         )
 
     @classmethod
