@@ -29,9 +29,13 @@ FROM python:3.11-slim
 ENV PATH=/opt/toolrouter/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    TOOLROUTER_STATE_DIR=/var/lib/toolrouter
+    TOOLROUTER_STATE_DIR=/var/lib/toolrouter \
+    TOOLROUTER_SECRETS_DIR=/var/lib/toolrouter-secrets
+# The secrets directory (key, signed audit head) is apart from the state directory; a
+# volume mounted there starts owned by the toolrouter user, as the directory is here.
 RUN useradd --system --uid 10001 --user-group --create-home \
-        --home-dir /var/lib/toolrouter toolrouter
+        --home-dir /var/lib/toolrouter toolrouter \
+    && install -d -o toolrouter -g toolrouter -m 0700 /var/lib/toolrouter-secrets
 COPY --from=build /opt/toolrouter /opt/toolrouter
 # The tool config is read from ./toolrouter.yaml (mount yours at /app/toolrouter.yaml, or
 # set TOOLROUTER_CONFIG); without one the built-in example tools are served.

@@ -20,6 +20,7 @@ from typing import Any
 from . import audit
 from .canonical import canonical_json
 from .clock import Clock
+from .files import private_dir
 from .keyring import KeyRing, Purpose
 from .settings import Settings
 from .store import Store
@@ -98,7 +99,8 @@ def export(store: Store, keyring: KeyRing, namespace: str, path: Path, clock: Cl
         return kept
     if kept is not None and kept.seq == head.seq and kept.hash == head.hash:
         return kept
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(path.parent.parent)
+    private_dir(path.parent)
     draft = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:

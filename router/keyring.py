@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .errors import ConfigError
+from .files import private_dir
 from .settings import Settings
 
 SECRET_MIN_CHARS = 32
@@ -100,7 +101,8 @@ def load_keyring(settings: Settings, namespace: str) -> KeyRing:
 def _create_key_file(path: Path) -> None:
     """Write a new key beside ``path`` and link it into place, so a process starting at
     the same moment reads either no file or the whole key, never half of it."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(path.parent.parent)
+    private_dir(path.parent)
     draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -16,11 +16,15 @@ the API, the workers, the approval worker, beat and Flower.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from queue import Empty
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
+
+log = logging.getLogger(__name__)
 
 # What ``broker_transport`` names, so every process loads this module by the same path.
 TRANSPORT = "router.redis_transport:Transport"
@@ -40,6 +44,15 @@ class Channel(kombu_redis.Channel):
         if shared is None or shared.connection_pool is not self.pool:
             shared = self._shared_client = self._create_client()
         yield shared
+
+    def _brpop_read(self, **options: Any) -> Any:
+        """A message that is not JSON (Redis is not trusted: anyone who can write to it can
+        push one) is dropped with a warning; kombu would let it stop the worker."""
+        try:
+            return super()._brpop_read(**options)
+        except ValueError:
+            log.warning("dropped a message that is not JSON from a queue")
+            raise Empty() from None
 
 
 class Transport(kombu_redis.Transport):

@@ -19,9 +19,7 @@ from .stack import TEST_CONFIG, Stack, stack_env
 
 # Key material of every deployment the tests make (one folder per namespace), outside any
 # state directory as in production, and never in the home directory of whoever runs them.
-os.environ.setdefault(
-    "TOOLROUTER_SECRETS_DIR", tempfile.mkdtemp(prefix="toolrouter-test-secrets-")
-)
+os.environ.setdefault("TOOLROUTER_SECRETS_DIR", tempfile.mkdtemp(prefix="toolrouter-test-secrets-"))
 
 # Keys every stack has: name -> roles. The key's name is its identity in the audit log.
 STACK_KEYS = {

@@ -104,3 +104,11 @@ def flaky(args: dict[str, Any], ctx: CallContext) -> Any:
     if ctx.attempt >= int(args.get("succeed_on", 10**9)):
         return {"attempt": ctx.attempt}
     raise RetryableError(f"flaky on attempt {ctx.attempt}", retry_after_s=args.get("retry_after_s"))
+
+
+def deep(args: dict[str, Any], ctx: CallContext) -> Any:
+    """A value nested ``args["depth"]`` levels deep (``[[...[1]...]]``), built without recursion."""
+    value: Any = 1
+    for _ in range(int(args["depth"])):
+        value = [value]
+    return value

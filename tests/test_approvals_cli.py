@@ -67,6 +67,7 @@ def test_audit_archive_then_verify_with_archives(tmp_path: Path) -> None:
     env.update(
         {
             "TOOLROUTER_STATE_DIR": str(tmp_path),
+            "TOOLROUTER_SECRETS_DIR": os.environ["TOOLROUTER_SECRETS_DIR"],
             "PYTHONPATH": str(REPO),
             # A hot window of under a second, so the rows just written are "old".
             "TOOLROUTER_AUDIT_HOT_DAYS": "0.000005",

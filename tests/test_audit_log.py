@@ -9,6 +9,7 @@ forged, rows inserted out of sequence) but without the deployment's key would tr
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import threading
 from pathlib import Path
@@ -297,11 +298,18 @@ def test_a_forged_checkpoint_and_manifest_line_do_not_cover_deleted_rows(
         conn.execute(text(forged))
         conn.execute(text("DELETE FROM audit_log WHERE seq <= 3"))
     runtime.archive_dir.mkdir(parents=True, exist_ok=True)
-    line = (
-        '{"archived_at": 0, "first_prev_hash": null, "from_seq": 1, "last_hash": "%s", '
-        '"mac": "%s", "rows": 3, "segment": "audit-forged.jsonl.gz", "sha256": "x", '
-        '"through_seq": 3}\n'
-    ) % (chain[2]["hash"], "0" * 64)
+    entry = {
+        "archived_at": 0,
+        "first_prev_hash": None,
+        "from_seq": 1,
+        "last_hash": chain[2]["hash"],
+        "mac": "0" * 64,
+        "rows": 3,
+        "segment": "audit-forged.jsonl.gz",
+        "sha256": "x",
+        "through_seq": 3,
+    }
+    line = json.dumps(entry) + "\n"
     (runtime.archive_dir / "manifest.jsonl").write_text(line)
     found = problems(runtime)
     assert (

@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from router.broker import Publisher, RunMessage, make_celery
 from router.bulk import _envelope
 from router.engine import COPY_MIN_ROWS, insert_rows, make_engine
+from router.namespace import Namespace
 from router.schema import calls
 from router.status import CallStatus
 
@@ -29,7 +30,7 @@ from . import services
 def publisher(redis_base: str) -> Publisher:
     """kombu's Redis channel pings on creation; nothing is ever sent."""
     url = f"{redis_base}/{services.REDIS_DBS['unit']}"
-    return Publisher(make_celery(url), hard_limit_grace_s=10.0)
+    return Publisher(make_celery(url, Namespace("tr-test")), hard_limit_grace_s=10.0)
 
 
 def built(

@@ -22,7 +22,6 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, func, select, text
 
-from router import audit
 from router.runtime import Runtime
 from router.schema import audit_log, calls
 from router.status import AuditEvent, CallStatus
@@ -220,7 +219,12 @@ def test_database_outage_answers_503_writes_nothing_by_halves_and_work_resumes(
                 select(audit_log.c.call_id).where(audit_log.c.call_id.is_not(None)).distinct()
             )
         }
-        checked, bad_seq, reason = audit.verify(conn)
+        report = runtime.verify_audit()
+        checked, bad_seq, reason = (
+            report.checked,
+            report.problems[0].seq if report.problems else None,
+            str(report.problems[0]) if report.problems else None,
+        )
     queued_audit = {call_id: n for call_id, n in queued_rows}
     # Half-written: a call without its ``queued`` row, or an audit row naming no call.
     without_audit = sorted(c for c in every_call if queued_audit.get(c) != 1)

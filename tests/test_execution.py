@@ -24,7 +24,8 @@ from router.clock import FakeClock
 from router.constants import CALL_DONE_CHANNEL, POISON_CAP
 from router.context import CallContext
 from router.errors import StoreUnavailable
-from router.notify import Notifier, parse_completion
+from router.keyring import KeyRing
+from router.notify import parse_completion
 from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 from router.store import CallRow
@@ -90,8 +91,11 @@ def claim_and_vanish(runtime: Runtime, executor: Executor, call_id: str, tool: s
 
 
 def verify(runtime: Runtime) -> tuple[int, int | None, str | None]:
-    with runtime.store.reading() as conn:
-        return audit.verify(conn)
+    """(rows checked, first bad seq, its reason)."""
+    report = runtime.verify_audit()
+    if report.ok:
+        return report.checked, None, None
+    return report.checked, report.problems[0].seq, report.problems[0].reason
 
 
 # -- the claim ---------------------------------------------------------------------------
@@ -176,13 +180,13 @@ def test_late_finish_of_a_reaped_attempt_is_fenced(
     assert (first.attempt, second.attempt) == (1, 2)
     before = call_row(runtime, call_id)
 
-    assert executor.finish(first, Outcome.of_value("late")) == "fenced"
+    assert executor.finish(first, Outcome.of_value("late", max_nesting=64)) == "fenced"
 
     assert call_row(runtime, call_id) == before
     assert AuditEvent.OK not in events(runtime, call_id)
 
-    assert executor.finish(second, Outcome.of_value("second")) == "ok"
-    assert executor.finish(first, Outcome.of_value("later still")) == "fenced"
+    assert executor.finish(second, Outcome.of_value("second", max_nesting=64)) == "ok"
+    assert executor.finish(first, Outcome.of_value("later still", max_nesting=64)) == "fenced"
     row = call_row(runtime, call_id)
     assert (row.status, row.value, row.attempt) == (CallStatus.SUCCEEDED, '"second"', 2)
     assert events(runtime, call_id) == [AuditEvent.QUEUED, AuditEvent.RETRY, AuditEvent.OK]
@@ -196,7 +200,9 @@ def test_late_finish_of_an_interrupted_run_does_not_overwrite_it(
     clock.advance(executor.lease_ms("ledger") + 1)
     assert executor.reap() == {"interrupted": 1}
 
-    assert executor.finish(lost, Outcome.of_value("it did run after all")) == "fenced"
+    assert (
+        executor.finish(lost, Outcome.of_value("it did run after all", max_nesting=64)) == "fenced"
+    )
 
     row = call_row(runtime, call_id)
     assert (row.status, row.value, row.error) == (CallStatus.INTERRUPTED, None, WORKER_LOST)
@@ -225,7 +231,7 @@ def test_reaper_requeues_a_lost_run_of_an_idempotent_tool_and_it_runs_again(
 ) -> None:
     path = tmp_path / "ledger.txt"
     call_id = submit(runtime, "ledger_idempotent", {"path": str(path)})
-    assert broker.llen("tools.low") == 1
+    assert broker.llen(runtime.namespace.prefix + "tools.low") == 1
     claim_and_vanish(runtime, executor, call_id, "ledger_idempotent")
     clock.advance(executor.lease_ms("ledger_idempotent") + 1)
     reaped_at = clock()
@@ -238,7 +244,7 @@ def test_reaper_requeues_a_lost_run_of_an_idempotent_tool_and_it_runs_again(
         None,
         reaped_at,
     )
-    assert broker.llen("tools.low") == 2
+    assert broker.llen(runtime.namespace.prefix + "tools.low") == 2
     retry = audit_rows(runtime, call_id)[-1]
     assert (retry["event"], retry["at"], retry["actor"]) == (
         AuditEvent.RETRY,
@@ -288,7 +294,7 @@ def test_reaper_interrupts_a_lost_run_of_a_non_idempotent_tool_and_never_reruns_
     clock.advance(3_600_000)
     assert executor.reap() == {}
     assert executor.reconcile() == 0
-    assert broker.llen("tools.low") == 1
+    assert broker.llen(runtime.namespace.prefix + "tools.low") == 1
     assert executor.run(call_id, "ledger") == "dropped"
     assert ledger_lines(path) == []
 
@@ -330,21 +336,21 @@ def test_reconciler_republishes_a_queued_call_whose_publish_is_old(
 ) -> None:
     requeue_after_ms = int(runtime.settings.requeue_after_s * 1000)
     old = submit(runtime, "echo", {"n": 1})
-    assert broker.llen("tools.low") == 1
+    assert broker.llen(runtime.namespace.prefix + "tools.low") == 1
 
     clock.advance(requeue_after_ms)
     fresh = submit(runtime, "echo", {"n": 2})
-    assert broker.llen("tools.low") == 2
+    assert broker.llen(runtime.namespace.prefix + "tools.low") == 2
     assert executor.reconcile() == 0  # exactly requeue_after_s old is not yet stale
 
     clock.advance(1)
     assert executor.reconcile() == 1
-    assert broker.llen("tools.low") == 3
+    assert broker.llen(runtime.namespace.prefix + "tools.low") == 3
     assert call_row(runtime, old).published_at == clock()
     assert call_row(runtime, fresh).published_at == clock() - 1
 
     assert executor.reconcile() == 0
-    assert broker.llen("tools.low") == 3
+    assert broker.llen(runtime.namespace.prefix + "tools.low") == 3
 
 
 def test_reconciler_leaves_running_and_finished_calls_alone(
@@ -354,24 +360,30 @@ def test_reconciler_leaves_running_and_finished_calls_alone(
     assert executor.run(done, "echo") == "ok"
     running = submit(runtime, "sleep", {"seconds": 0})
     claim_and_vanish(runtime, executor, running, "sleep")
-    published = broker.llen("tools.low") + broker.llen("tools.medium")
+    published = broker.llen(runtime.namespace.prefix + "tools.low") + broker.llen(
+        runtime.namespace.prefix + "tools.medium"
+    )
 
     clock.advance(int(runtime.settings.requeue_after_s * 1000) + 1)
 
     assert executor.reconcile() == 0
-    assert broker.llen("tools.low") + broker.llen("tools.medium") == published
+    assert (
+        broker.llen(runtime.namespace.prefix + "tools.low")
+        + broker.llen(runtime.namespace.prefix + "tools.medium")
+        == published
+    )
 
 
 def test_reconciled_message_goes_to_the_queue_of_the_tools_risk(
     runtime: Runtime, executor: Executor, clock: FakeClock, broker: redis.Redis
 ) -> None:
     submit(runtime, "context", {})  # risk: medium
-    assert broker.llen("tools.medium") == 1
+    assert broker.llen(runtime.namespace.prefix + "tools.medium") == 1
     clock.advance(int(runtime.settings.requeue_after_s * 1000) + 1)
 
     assert executor.reconcile() == 1
-    assert broker.llen("tools.medium") == 2
-    assert broker.llen("tools.low") == 0
+    assert broker.llen(runtime.namespace.prefix + "tools.medium") == 2
+    assert broker.llen(runtime.namespace.prefix + "tools.low") == 0
 
 
 # -- exact timestamps --------------------------------------------------------------------
@@ -409,7 +421,7 @@ def test_lease_start_and_finish_times_of_a_run_are_exact(
     assert executor.lease_ms("echo") >= int((30 + runtime.settings.lease_grace_s) * 1000)
     clock.advance(50)
 
-    assert executor.finish(row, Outcome.of_value(None)) == "ok"
+    assert executor.finish(row, Outcome.of_value(None, max_nesting=64)) == "ok"
 
     row = call_row(runtime, call_id)
     assert (row.created_at, row.started_at, row.finished_at) == (t0, t0 + 100, t0 + 150)
@@ -619,7 +631,7 @@ def test_verify_names_the_row_whose_contents_were_rewritten(
         bypass_append_only(conn)
         conn.execute(text("UPDATE audit_log SET actor = 'mallory' WHERE seq = 4"))
 
-    assert verify(runtime) == (3, 4, "hash does not match the row's contents")
+    assert verify(runtime) == (8, 4, "hash does not match the row (edited, or not written here)")
     assert rows == 8
 
 
@@ -634,10 +646,11 @@ def test_verify_names_the_row_after_one_rewritten_with_a_fresh_hash(
         bypass_append_only(conn)
         conn.execute(
             text("UPDATE audit_log SET actor = 'mallory', hash = :hash WHERE seq = 3"),
-            {"hash": audit.row_hash(forged)},
+            {"hash": runtime.audit.row_hash(forged)},
         )
 
-    assert verify(runtime) == (3, 4, "prev_hash does not match the previous row")
+    # Re-hashed with the key (as only the key's holder could): the next row no longer links.
+    assert verify(runtime) == (8, 4, "does not link to the row before it (prev_hash differs)")
 
 
 def test_verify_names_the_gap_left_by_a_deleted_row(
@@ -648,7 +661,7 @@ def test_verify_names_the_gap_left_by_a_deleted_row(
         bypass_append_only(conn)
         conn.execute(text("DELETE FROM audit_log WHERE seq = 5"))
 
-    assert verify(runtime) == (4, 6, "gap: expected seq 5")
+    assert verify(runtime) == (7, 6, "seq 5 missing before it (deleted, or this row inserted)")
 
 
 # -- shared messages: each call claimed with the outcome of the one before ---------------
@@ -683,7 +696,7 @@ def test_a_call_claimed_ahead_goes_back_to_the_queue_if_its_process_must_end(
     runtime: Runtime, executor: Executor, broker: redis.Redis
 ) -> None:
     first, second = submit(runtime, "echo", {"n": 1}), submit(runtime, "echo", {"n": 2})
-    broker.delete("tools.low")
+    broker.delete(runtime.namespace.prefix + "tools.low")
     with runtime.store.transaction() as conn:
         row = runtime.store.claim(conn, first, now=runtime.clock(), lease_ms=60_000)
     assert row is not None
@@ -695,7 +708,9 @@ def test_a_call_claimed_ahead_goes_back_to_the_queue_if_its_process_must_end(
 
     assert call_row(runtime, first).status == CallStatus.SUCCEEDED  # its outcome stands
     assert call_row(runtime, second).status == CallStatus.QUEUED
-    assert broker.llen("tools.low") == 1  # published again, for another process
+    assert (
+        broker.llen(runtime.namespace.prefix + "tools.low") == 1
+    )  # published again, for another process
     assert executor.run(second, "echo") == "ok"
     assert (call_row(runtime, second).status, call_row(runtime, second).attempt) == (
         CallStatus.SUCCEEDED,
@@ -744,7 +759,7 @@ def test_a_cancel_of_the_call_claimed_ahead_racing_the_outcome_before_it_does_no
         assert runtime.store.cancel(conn, second, now=runtime.clock())
         finishing.start()
         wait_until_a_transaction_waits(runtime, "transactionid")  # the claim, for the row
-        audit.append(
+        runtime.audit.append(
             conn,
             [AuditEntry(event=AuditEvent.CANCELLED, actor="agent", tool="echo", call_id=second)],
             at=runtime.clock(),
@@ -811,14 +826,14 @@ class Transactions:
         monkeypatch.setattr(runtime.store, "transaction", counted)
 
 
-def announced(subscription: Any, count: int) -> list[tuple[str, Any]]:
+def announced(subscription: Any, count: int, keyring: KeyRing) -> list[tuple[str, Any]]:
     """The first ``count`` completions published: (call id, parsed result)."""
     heard = []
     deadline = time.monotonic() + 10
     while len(heard) < count and time.monotonic() < deadline:
         message = subscription.get_message(timeout=1.0)
         if message is not None and message["type"] == "message":
-            parsed = parse_completion(message["data"])
+            parsed = parse_completion(message["data"], keyring)
             assert parsed is not None
             heard.append(parsed)
     return heard
@@ -833,7 +848,7 @@ def test_a_run_of_calls_of_an_idempotent_tool_is_claimed_and_recorded_in_one_tra
     call_ids = [submit(runtime, "echo", {"n": n}) for n in range(5)]
     pace.observe("echo", 0.01)  # calls of a hundredth of a millisecond: all fit the hold
     subscription = broker.pubsub(ignore_subscribe_messages=True)
-    subscription.subscribe(CALL_DONE_CHANNEL)
+    subscription.subscribe(runtime.namespace.key(CALL_DONE_CHANNEL))
     transactions = Transactions(runtime, monkeypatch)
 
     assert executor.run_many(call_ids, "echo") == ["ok"] * 5
@@ -844,7 +859,7 @@ def test_a_run_of_calls_of_an_idempotent_tool_is_claimed_and_recorded_in_one_tra
         assert (row.status, row.attempt, row.arguments) == ("succeeded", 1, {"n": n})
         assert row.value is not None and json.loads(row.value) == {"n": n}
         assert events(runtime, call_id) == ["queued", "ok"]
-    heard = announced(subscription, len(call_ids))
+    heard = announced(subscription, len(call_ids), runtime.keyring)
     subscription.close()
     assert [call_id for call_id, _ in heard] == call_ids
     assert [result.value for _, result in heard] == [{"n": n} for n in range(5)]

@@ -25,6 +25,7 @@ from router.dispatcher import Dispatcher, Submission
 from router.engine import make_engine
 from router.group_commit import GroupCommit
 from router.in_flight import InFlight
+from router.namespace import Namespace
 from router.results import CallResult
 from router.runtime import Runtime
 from router.schema import audit_log, calls
@@ -55,7 +56,7 @@ def call_count(runtime: Runtime) -> int:
 def queued_messages(runtime: Runtime, queue: str = "tools.low") -> list[bytes]:
     client = redis.Redis.from_url(runtime.redis_url)
     try:
-        return list(client.lrange(queue, 0, -1))
+        return list(client.lrange(runtime.namespace.prefix + queue, 0, -1))
     finally:
         client.close()
 
@@ -112,8 +113,10 @@ def test_a_group_answers_each_call_as_it_would_be_answered_alone(runtime: Runtim
 
 
 def test_a_group_whose_publish_fails_fails_each_accepted_call(runtime: Runtime) -> None:
-    dead = Publisher(make_celery(f"redis://127.0.0.1:{free_port()}/0"))
-    dispatcher = Dispatcher(runtime.store, runtime.registry, dead, clock=runtime.clock)
+    dead = Publisher(make_celery(f"redis://127.0.0.1:{free_port()}/0", runtime.namespace))
+    dispatcher = Dispatcher(
+        runtime.store, runtime.registry, dead, runtime.audit, runtime.keyring, clock=runtime.clock
+    )
 
     first, unknown, second = dispatcher.submit_many(
         [
@@ -139,7 +142,9 @@ def test_a_group_on_a_database_that_is_down_is_unavailable_for_every_call(
     runtime: Runtime,
 ) -> None:
     engine = make_engine(f"postgresql://postgres@127.0.0.1:{free_port()}/nothing")
-    dispatcher = Dispatcher(Store(engine), runtime.registry, runtime.publisher)
+    dispatcher = Dispatcher(
+        Store(engine), runtime.registry, runtime.publisher, runtime.audit, runtime.keyring
+    )
     try:
         results = dispatcher.submit_many(MIXED)
     finally:
@@ -189,8 +194,10 @@ def test_one_call_failing_after_the_commit_fails_alone(
 ) -> None:
     """Redis refuses the group's messages, and failing one of the calls then breaks in
     an unexpected way: that call is answered 503, the others as usual."""
-    dead = Publisher(make_celery(f"redis://127.0.0.1:{free_port()}/0"))
-    dispatcher = Dispatcher(runtime.store, runtime.registry, dead, clock=runtime.clock)
+    dead = Publisher(make_celery(f"redis://127.0.0.1:{free_port()}/0", runtime.namespace))
+    dispatcher = Dispatcher(
+        runtime.store, runtime.registry, dead, runtime.audit, runtime.keyring, clock=runtime.clock
+    )
     fail_unpublished = dispatcher._fail_unpublished
     broken: list[str] = []
 
@@ -556,12 +563,13 @@ def api_without_workers(tmp_path: Path) -> Iterator[tuple[Stack, str]]:
             api.stop_all()
 
 
-def message_sizes(redis_url: str) -> list[int]:
+def message_sizes(redis_url: str, api: Stack) -> list[int]:
     """Calls per message waiting on ``tools.low``, oldest first (kombu pushes each
     message at the head of the list)."""
     client = redis.Redis.from_url(redis_url)
     try:
-        raw = list(reversed(client.lrange("tools.low", 0, -1)))
+        queue = Namespace.of(api.settings).prefix + "tools.low"
+        raw = list(reversed(client.lrange(queue, 0, -1)))
     finally:
         client.close()
     return [len(json.loads(base64.b64decode(json.loads(m)["body"]))[0]) for m in raw]
@@ -585,7 +593,7 @@ def test_under_a_steady_load_the_api_gathers_calls_into_full_messages(tmp_path: 
                 )
 
         asyncio.run(scenario())
-        sizes = message_sizes(redis_url)
+        sizes = message_sizes(redis_url, api)
     assert sum(sizes) == 48
     # The first calls go as they come (fewer than eight in flight); after that, in eights.
     # Without the hold, callers answered one by one come back one by one: groups of one
@@ -612,6 +620,6 @@ def test_mcp_tool_calls_share_the_group_queue_with_http_calls(tmp_path: Path) ->
                         agents.start_soon(agent, n)
 
         anyio.run(scenario)
-        sizes = message_sizes(redis_url)
+        sizes = message_sizes(redis_url, api)
     assert sum(sizes) == 48
     assert sizes[-3:] == [8, 8, 8], sizes

@@ -76,7 +76,7 @@ def test_malformed_messages_are_ignored() -> None:
     assert parse_completion(b"{not json", KEYRING) is None
     assert parse_completion(b'{"call_id": "c"}', KEYRING) is None
     assert parse_completion(b'{"call_id": 5, "result": {}}', KEYRING) is None
-    assert parse_completion(b"{\"a\":" + b"[" * 100_000, KEYRING) is None
+    assert parse_completion(b'{"a":' + b"[" * 100_000, KEYRING) is None
 
 
 def test_the_call_id_is_read_without_parsing_the_result() -> None:

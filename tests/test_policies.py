@@ -10,7 +10,6 @@ import redis
 from router import audit
 from router.clock import FakeClock
 from router.config import parse_rate
-from router.notify import Notifier
 from router.runtime import Runtime
 from workers.execution import Executor
 
@@ -45,7 +44,7 @@ def test_a_retryable_failure_is_retried_with_backoff_then_fails_with_the_last_er
     delays = [r["detail"]["delay_s"] for r in rows if r["event"] == "retry"]  # type: ignore[index]
     assert all(0 < d <= 0.05 for d in delays)
     # Each retry went back to the tool's queue with a delay (an ETA message).
-    assert redis.Redis.from_url(runtime.redis_url).llen("tools.low") == 3
+    assert redis.Redis.from_url(runtime.redis_url).llen(runtime.namespace.prefix + "tools.low") == 3
 
 
 def test_a_retried_call_that_then_succeeds_ends_ok(runtime: Runtime) -> None:

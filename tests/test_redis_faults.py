@@ -108,7 +108,7 @@ def test_redis_killed_and_restarted_empty_loses_no_accepted_call_and_runs_none_t
             # Some calls have run, and a backlog waits in Redis: the kill loses that backlog
             # and the messages of the runs in progress (delivered, not yet acked).
             wait_for(lambda: ledger_runs(ledger), 30, "a first run")
-            waiting = int(broker.llen("tools.low"))
+            waiting = int(broker.llen(runtime.namespace.prefix + "tools.low"))
             assert waiting >= 5, f"only {waiting} messages queued; the kill would prove little"
             broker.close()
             logs = {name: len(stack.log(name)) for name in ("tools", "maintenance")}
@@ -134,7 +134,7 @@ def test_redis_killed_and_restarted_empty_loses_no_accepted_call_and_runs_none_t
                     f"{name} noticing the lost broker",
                 )
             private.start()  # same port, empty: no queue, no unacked message survived
-            assert broker.llen("tools.low") == 0
+            assert broker.llen(runtime.namespace.prefix + "tools.low") == 0
             after = [accepted_id(submit(http, ledger)) for _ in range(AFTER_RESTART)]
         accepted += after
         rows = wait_until_finished(runtime, accepted, timeout=90)

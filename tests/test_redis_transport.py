@@ -12,7 +12,7 @@ import redis
 
 from router.broker import make_celery
 from router.clock import wall_clock_ms
-from router.notify import Notifier
+from router.namespace import Namespace
 from router.redis_transport import Channel
 from router.runtime import Runtime
 from router.settings import Settings
@@ -24,7 +24,7 @@ from .stack import Stack, stop_group
 
 
 def test_a_channel_serves_every_use_with_one_client_on_its_own_pool(stack: Stack) -> None:
-    app = make_celery(stack.settings.redis_url)
+    app = make_celery(stack.settings.redis_url, Namespace.of(stack.settings))
     try:
         with app.connection_for_write() as connection:
             channel = connection.default_channel
@@ -41,7 +41,7 @@ def test_a_channel_serves_every_use_with_one_client_on_its_own_pool(stack: Stack
 
 
 def test_a_channel_whose_pool_was_rebuilt_gets_a_client_on_the_new_one(stack: Stack) -> None:
-    app = make_celery(stack.settings.redis_url)
+    app = make_celery(stack.settings.redis_url, Namespace.of(stack.settings))
     try:
         with app.connection_for_write() as connection:
             channel = connection.default_channel
@@ -81,8 +81,13 @@ def test_redis_keeps_no_copy_of_a_message_a_worker_took(stack: Stack, tmp_path: 
 
 def test_the_prefetch_setting_is_what_the_worker_takes_ahead() -> None:
     url = "redis://127.0.0.1:1/0"
-    assert worker_settings(Settings(), url)["worker_prefetch_multiplier"] == 2
-    assert worker_settings(Settings(worker_prefetch=1), url)["worker_prefetch_multiplier"] == 1
+    assert worker_settings(Settings(), url, Namespace("tr-test"))["worker_prefetch_multiplier"] == 2
+    assert (
+        worker_settings(Settings(worker_prefetch=1), url, Namespace("tr-test"))[
+            "worker_prefetch_multiplier"
+        ]
+        == 1
+    )
 
 
 @pytest.fixture
@@ -104,12 +109,16 @@ def test_a_warm_shutdown_gives_back_the_message_it_had_not_started(
         first, second = (private_stack.submit_ledger(ledger, n, sleep=2) for n in (1, 2))
         wait_for(lambda: status(runtime, first) == "running", 30, "the first to run")
         # Both messages are out of the queue: one running, one taken ahead.
-        wait_for(lambda: client.llen("tools.low") == 0, 10, "the second to be taken")
+        wait_for(
+            lambda: client.llen(runtime.namespace.prefix + "tools.low") == 0,
+            10,
+            "the second to be taken",
+        )
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=60)
         assert status(runtime, first) == "succeeded"
         assert status(runtime, second) == "queued"
-        waiting = client.lrange("tools.low", 0, -1)
+        waiting = client.lrange(runtime.namespace.prefix + "tools.low", 0, -1)
         assert sum(second.encode() in raw for raw in waiting) == 1
     finally:
         stop_group(worker)
@@ -131,7 +140,11 @@ def test_a_sigkilled_worker_loses_no_call_it_had_taken_ahead(
         running = private_stack.submit_ledger(ledger, 1, sleep=30)
         ahead = private_stack.submit_ledger(ledger, 2)
         wait_for(lambda: status(runtime, running) == "running", 30, "the first to run")
-        wait_for(lambda: client.llen("tools.low") == 0, 10, "the second to be taken")
+        wait_for(
+            lambda: client.llen(runtime.namespace.prefix + "tools.low") == 0,
+            10,
+            "the second to be taken",
+        )
         stop_group(worker, signal.SIGKILL)
         assert status(runtime, ahead) == "queued"
         # Nothing in Redis names either call: no queue entry, no unacked copy.
@@ -151,7 +164,7 @@ def test_a_sigkilled_worker_loses_no_call_it_had_taken_ahead(
         # The recovery tasks as beat would run them, a minute later: past the reconciler's
         # requeue_after_s and past the running call's lease.
         later = Runtime(runtime.settings, clock=lambda: wall_clock_ms() + 60_000)
-        notifier = Notifier(private_stack.redis.url)
+        notifier = later.notifier()
         try:
             executor = Executor(later, notifier, actor="test-recovery")
             assert executor.reconcile() == 1

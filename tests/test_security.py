@@ -76,6 +76,7 @@ EXPECTED: dict[tuple[str, str], dict[str, int]] = {
     ("POST", "/v1/approvals/{request_id}/approve"): answers(403, approver=200),
     ("POST", "/v1/approvals/{request_id}/deny"): answers(403, approver=200),
     ("GET", "/v1/audit"): answers(403, operator=200, admin=200),
+    ("GET", "/v1/audit/verify"): answers(403, operator=200, admin=200),
     ("GET", "/v1/tools"): answers(200),
     ("GET", "/v1/tools/{name}"): answers(200),
     ("GET", "/v1/tools/{name}/stats"): answers(200),
@@ -391,7 +392,7 @@ def test_the_celery_message_carries_the_call_id_and_tool_name_only(runtime: Runt
     assert result.status == "queued"
     client = redis.Redis.from_url(runtime.redis_url)
     try:
-        raw = client.lrange("tools.low", 0, -1)
+        raw = client.lrange(runtime.namespace.prefix + "tools.low", 0, -1)
         everything = b"".join(dump_all(client))
     finally:
         client.close()

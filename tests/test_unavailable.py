@@ -16,8 +16,10 @@ from router.store import Store
 def test_a_broker_that_is_down_fails_the_call_instead_of_running_it_later(
     runtime: Runtime,
 ) -> None:
-    dead = Publisher(make_celery(f"redis://127.0.0.1:{free_port()}/0"))
-    dispatcher = Dispatcher(runtime.store, runtime.registry, dead, clock=runtime.clock)
+    dead = Publisher(make_celery(f"redis://127.0.0.1:{free_port()}/0", runtime.namespace))
+    dispatcher = Dispatcher(
+        runtime.store, runtime.registry, dead, runtime.audit, runtime.keyring, clock=runtime.clock
+    )
     result = dispatcher.submit("agent", "echo", {"x": 1})
     assert result.http_status == 503
     body = result.to_dict()
@@ -35,7 +37,14 @@ def test_a_broker_that_is_down_fails_the_call_instead_of_running_it_later(
 def test_a_database_that_is_down_gives_unavailable_not_an_exception(runtime: Runtime) -> None:
     port = free_port()
     engine = make_engine(f"postgresql://postgres@127.0.0.1:{port}/nothing")
-    dispatcher = Dispatcher(Store(engine), runtime.registry, runtime.publisher, clock=runtime.clock)
+    dispatcher = Dispatcher(
+        Store(engine),
+        runtime.registry,
+        runtime.publisher,
+        runtime.audit,
+        runtime.keyring,
+        clock=runtime.clock,
+    )
     for tool, args in [("echo", {}), ("no-such-tool", {}), ("strict", {"to": 1})]:
         result = dispatcher.submit("agent", tool, args)
         assert result.http_status == 503
@@ -44,8 +53,10 @@ def test_a_database_that_is_down_gives_unavailable_not_an_exception(runtime: Run
 
 
 def test_an_idempotency_key_is_free_again_after_a_503(runtime: Runtime) -> None:
-    dead = Publisher(make_celery(f"redis://127.0.0.1:{free_port()}/0"))
-    down = Dispatcher(runtime.store, runtime.registry, dead, clock=runtime.clock)
+    dead = Publisher(make_celery(f"redis://127.0.0.1:{free_port()}/0", runtime.namespace))
+    down = Dispatcher(
+        runtime.store, runtime.registry, dead, runtime.audit, runtime.keyring, clock=runtime.clock
+    )
     assert down.submit("agent", "echo", {"x": 1}, "key-1").http_status == 503
     # The retry the caller was invited to make creates the call, it does not replay the 503.
     retry = runtime.dispatcher.submit("agent", "echo", {"x": 1}, "key-1")

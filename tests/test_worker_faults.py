@@ -383,9 +383,11 @@ def test_lost_message_is_published_again_by_the_reconciler(fault_stack: FaultSta
     # (If the other fault stack happens to be up, its worker finds no such call and drops it.)
     elsewhere = {"sqlite": 15, "postgresql": 14}[runtime.engine.dialect.name]
     black_hole_url = runtime.settings.redis_url.rsplit("/", 1)[0] + f"/{elsewhere}"
-    black_hole = make_celery(black_hole_url)
+    black_hole = make_celery(black_hole_url, runtime.namespace)
     try:
-        dispatcher = Dispatcher(runtime.store, runtime.registry, Publisher(black_hole))
+        dispatcher = Dispatcher(
+            runtime.store, runtime.registry, Publisher(black_hole), runtime.audit, runtime.keyring
+        )
         result = dispatcher.submit("agent", "echo", {"lost": True})
     finally:
         black_hole.close()
@@ -395,9 +397,10 @@ def test_lost_message_is_published_again_by_the_reconciler(fault_stack: FaultSta
         row = wait_until_finished(runtime, [result.call_id], timeout=30)[result.call_id]
     finally:
         leftovers = redis.Redis.from_url(black_hole_url)
-        for raw in leftovers.lrange("tools.low", 0, -1):
+        queue = runtime.namespace.prefix + "tools.low"
+        for raw in leftovers.lrange(queue, 0, -1):
             if result.call_id.encode() in raw:
-                leftovers.lrem("tools.low", 0, raw)
+                leftovers.lrem(queue, 0, raw)
         leftovers.close()
 
     assert (row.status, row.attempt) == (CallStatus.SUCCEEDED, 1)

@@ -99,7 +99,6 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime.prepare()
         app.state.listener.start()
         checkpointer = app.state.checkpointer = WalCheckpointer.for_engine(runtime.engine)
         if checkpointer is not None:
@@ -115,6 +114,8 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
 
     # Before any metric exists in this process: samples go to the shared directory.
     metrics.enable(runtime.settings)
+    # The config, the schema and the key first: the listener below needs the key.
+    runtime.prepare()
     app = FastAPI(
         title="toolrouter",
         version="1",

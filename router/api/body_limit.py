@@ -29,21 +29,29 @@ class BodyLimit:
             await _refuse(send, f"body is {declared} bytes, over the limit of {limit}")
             return
         received = 0
-        started = False
+        started = over = False
 
         async def counting_receive() -> Message:
-            nonlocal received
+            nonlocal received, over
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
+                    over = True
                     # Raised into whoever reads the body; the API's error table answers 413.
                     raise PayloadTooLarge(f"body is over the limit of {limit} bytes")
             return message
 
         async def watching_send(message: Message) -> None:
             nonlocal started
-            started = started or message["type"] == "http.response.start"
+            if message["type"] == "http.response.start":
+                started = True
+                if over:
+                    # The rest of the body is still coming: end the connection, do not read it.
+                    message = {
+                        **message,
+                        "headers": [*message.get("headers", []), (b"connection", b"close")],
+                    }
             await send(message)
 
         try:

@@ -35,6 +35,7 @@ def ensure_demo_keys(settings: Settings, keys: KeyStore) -> dict[str, str] | Non
     path = demo_keys_file(settings)
     if not keys.list():
         tokens = {which: keys.create(name, roles) for which, (name, roles) in DEMO_KEYS.items()}
+        private_dir(path.parent.parent)
         private_dir(path.parent)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
