@@ -51,7 +51,9 @@ class Stack:
         return httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
 
     def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        with (self.state_dir / f"{name}.log").open("ab") as log:
+        path = self.state_dir / f"{name}.log"
+        offset = log_size(path)
+        with path.open("ab") as log:
             process = subprocess.Popen(
                 argv,
                 env=self.env,
@@ -60,6 +62,8 @@ class Stack:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        # Where this run of the process starts writing: ``wait_for_log`` reads from here.
+        process.log_offset = offset  # type: ignore[attr-defined]
         self.processes[name] = process
         return process
 
@@ -116,8 +120,9 @@ def spawn_worker(
     name: str, env: dict[str, str], log: Path, *, queues: str = "tools.low", concurrency: int = 1
 ) -> subprocess.Popen[bytes]:
     """A worker of a test's own, in its own process group, logging to ``log``."""
+    offset = log_size(log)
     with log.open("ab") as handle:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             worker_argv(name, queues, concurrency=concurrency),
             env=env,
             cwd=REPO,
@@ -125,6 +130,8 @@ def spawn_worker(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    process.log_offset = offset  # type: ignore[attr-defined]
+    return process
 
 
 def worker_argv(name: str, queues: str, *, concurrency: int) -> list[str]:
@@ -177,12 +184,25 @@ def wait_for_http(
     raise RuntimeError(f"{url} did not answer within {timeout} s")
 
 
+def log_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
 def wait_for_log(
-    path: Path, needle: str, process: subprocess.Popen[bytes], timeout: float = 60
+    path: Path,
+    needle: str,
+    process: subprocess.Popen[bytes],
+    timeout: float = 60,
+    *,
+    after: int | None = None,
 ) -> None:
+    """Wait until ``needle`` is logged by ``process``: after byte ``after`` of the file
+    (default: where the process started writing), so a line an earlier run of the same
+    process left in the log does not count."""
+    start = getattr(process, "log_offset", 0) if after is None else after
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        text = path.read_text(errors="replace") if path.exists() else ""
+        text = path.read_bytes()[start:].decode(errors="replace") if path.exists() else ""
         if needle in text:
             return
         if process.poll() is not None:
