@@ -27,20 +27,16 @@ def args_digest(args: Any) -> str:
 def nested_deeper_than(value: Any, limit: int) -> bool:
     """Whether ``value`` nests arrays and objects more than ``limit`` levels deep (a scalar
     is 0 levels, ``[]`` is 1). Walked without recursion, so any depth can be asked about."""
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    if not isinstance(value, dict | list | tuple):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list | tuple):
-            children = item
-        else:
-            continue
-        if depth + 1 > limit:
+        if depth > limit:
             return True
-        stack.extend(
-            (child, depth + 1) for child in children if isinstance(child, dict | list | tuple)
-        )
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, dict | list | tuple):
+                stack.append((child, depth + 1))
     return False
 
 
