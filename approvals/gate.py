@@ -8,7 +8,7 @@ that fails later cannot make the approval live again, and a replay finds nothing
 Nothing about who decides is taken from the message: the deciding key is looked up in the
 database (revoked keys, missing roles, the requester and repeat approvers are refused
 there), the request's sealed binding must verify and still match its call, and only the
-decisions this worker sealed count towards N-of-M (``router.approval_binding``).
+decisions this worker sealed count towards N-of-M (``router.approval.binding``).
 """
 
 from __future__ import annotations
@@ -19,17 +19,18 @@ from typing import Any
 
 from sqlalchemy import text
 
-from router import metrics, pending
-from router.approval_binding import binding_verifies, release_text
-from router.audit import AuditEntry
+from router import metrics
+from router.approval import requests as pending
+from router.approval.binding import binding_verifies, release_text
+from router.approval.model import Decision, RequestStatus
+from router.audit import entries
+from router.auth.keys import principal_named
 from router.canonical import sha256_hex
-from router.dispatcher import message_for
-from router.keyring import Purpose
-from router.keys import principal_named
-from router.notify import Notifier
-from router.pending import Decision, RequestStatus
+from router.messaging.completions import Notifier
+from router.messaging.run_message import message_for
 from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
+from router.trust.keyring import Purpose
 
 log = logging.getLogger(__name__)
 
@@ -183,18 +184,16 @@ class Gate:
                 self.audit.append(
                     conn,
                     [
-                        AuditEntry(
+                        entries.decided(
                             event=AuditEvent.APPROVED,
                             actor=actor,
                             tool=request.tool,
                             call_id=request.call_id,
                             request_id=request_id,
-                            detail={
-                                "reason": reason,
-                                "approvals": count,
-                                "approvals_required": request.approvals_required,
-                                "released": released,
-                            },
+                            reason=reason,
+                            approvals=count,
+                            approvals_required=request.approvals_required,
+                            released=released,
                         )
                     ],
                     at=now,
@@ -271,13 +270,13 @@ class Gate:
         self.audit.append(
             conn,
             [
-                AuditEntry(
+                entries.decided(
                     event=event,
                     actor=actor,
                     tool=request.tool,
                     call_id=request.call_id,
                     request_id=request.id,
-                    detail={"reason": reason},
+                    reason=reason,
                 )
             ],
             at=now,
@@ -301,7 +300,7 @@ class Gate:
                 self.audit.append(
                     conn,
                     [
-                        AuditEntry(
+                        entries.decided(
                             event=AuditEvent.EXPIRED,
                             actor=EXPIRY_ACTOR,
                             tool=request.tool,

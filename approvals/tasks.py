@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from router import audit_head, metrics
+from router import metrics
+from router.audit import head as audit_head
 from router.constants import DECIDE_TASK, EXPIRE_TASK, SIGN_AUDIT_HEAD_TASK
-from router.decisions import DecisionMessage, sealed_reply
+from router.messaging.decisions import DecisionMessage, sealed_reply
 from workers import process
 from workers.app import app
 
@@ -54,7 +55,7 @@ def expire_requests() -> int:
 
 @app.task(name=SIGN_AUDIT_HEAD_TASK, ignore_result=True)
 def sign_audit_head() -> int:
-    """Export the audit chain's signed head beside the key (``router.audit_head``)."""
+    """Export the audit chain's signed head beside the key (``router.audit.head``)."""
     runtime = process.current().runtime
     head = audit_head.export(
         runtime.store,

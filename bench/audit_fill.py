@@ -12,10 +12,10 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import Connection
 
-from router import audit
+from router.audit import log as audit
 from router.canonical import canonical_json
-from router.engine import make_engine
-from router.schema import audit_log
+from router.db.engine import make_engine
+from router.db.schema import audit_log
 
 COLUMNS = ("seq", "at", "tool", "event", "call_id", "request_id", "actor", "detail")
 BLOCK = 50_000
@@ -65,7 +65,7 @@ def settle(engine: Engine) -> None:
     try:
         driver = raw.driver_connection
         if engine.dialect.name == "postgresql":
-            driver.rollback()  # the pool's checkout began a transaction (router.engine)
+            driver.rollback()  # the pool's checkout began a transaction (router.db.engine)
             driver.autocommit = True
             driver.execute("VACUUM ANALYZE audit_log")
             driver.execute("CHECKPOINT")

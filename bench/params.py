@@ -10,7 +10,7 @@ from typing import Any
 class Params:
     throughput_calls: int = 3000
     # Each throughput figure is the median of this many runs: this machine is shared, and
-    # one run can lose a quarter of its speed to a neighbour.
+    # a busy neighbour can slow any one run down.
     throughput_runs: int = 3
     batch_calls: int = 10_000
     # The batch figure is the median of this many batches, each worked off before the next.

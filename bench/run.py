@@ -19,8 +19,8 @@ from typing import Any
 import redis
 from sqlalchemy import create_engine, text
 
-from router.engine import make_engine
-from router.migrate import upgrade
+from router.db.engine import make_engine
+from router.db.migrate import upgrade
 
 from .celery_runs import pooled, run_baseline, summary
 from .params import FULL, SMOKE, Params
@@ -59,10 +59,9 @@ def _check_redis(url: str) -> None:
 def quiet_disk() -> None:
     """Write out what earlier parts of the run left dirty in the page cache.
 
-    The SQLite part's million-row fill leaves hundreds of megabytes of it, and a commit
-    that waits for its log to reach the disk (PostgreSQL's) waits behind them: with 800 MB
-    of dirty pages outstanding, PostgreSQL's end-to-end rate fell from 410-421 to 295-332
-    calls/s in a check. Each part is measured on a disk with nothing else to write."""
+    The SQLite part's million-row fill leaves a great deal of it, and a commit that waits
+    for its log to reach the disk (PostgreSQL's) waits behind all of it. Each part is
+    measured on a disk with nothing else to write."""
     os.sync()
 
 
@@ -130,7 +129,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         work = Path(tmp)
         # The baseline runs before each backend and once more at the end, and each backend
         # is compared with the runs just before and after it: the host this runs on is
-        # shared, and its speed drifts over the twenty minutes a full run takes.
+        # shared, and its speed drifts over the length of a full run.
         baselines: list[dict[str, Any]] = []
 
         def baseline(when: str) -> None:

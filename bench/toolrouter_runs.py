@@ -135,11 +135,10 @@ def paired_latency(
     """``Client.call(wait_s=...)`` round trips, each next to one of raw Celery's
     ``delay().get()``, in seconds: (toolrouter's, Celery's).
 
-    A latency of a few milliseconds moves with the machine by half and more from one
-    minute to the next, and did so between the baseline's runs and toolrouter's (the same
-    code measured 1.15x to 1.85x of Celery in one day). Taken in turn, with both up,
-    each pair sees the same machine, and the ratio is the code's. Which side goes first
-    alternates, so neither always runs just after the other."""
+    A latency of a few milliseconds moves with a shared machine from one minute to the
+    next, so runs measured apart would compare the machine, not the code. Taken in turn,
+    with both up, each pair sees the same machine, and the ratio is the code's. Which side
+    goes first alternates, so neither always runs just after the other."""
     ours: list[float] = []
     celery: list[float] = []
 

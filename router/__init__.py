@@ -17,10 +17,10 @@ from .errors import (
     ToolrouterError,
     Unavailable,
 )
-from .registry import Tool, ToolRegistry
 from .results import CallResult
 from .settings import Settings, get_settings
 from .status import AuditEvent, CallStatus, Role
+from .tools.registry import Tool, ToolRegistry
 
 __all__ = [
     # agents and approvers

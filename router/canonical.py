@@ -46,7 +46,8 @@ def too_deep_message(what: str, limit: int) -> str:
 
 def load_for_display(text: str) -> Any:
     """Stored JSON for people to read; what cannot be read back (nested past Python's
-    recursion limit, written before the nesting limit) is named instead of raising."""
+    recursion limit, in a row the nesting limit did not check) is named instead of
+    raising."""
     try:
         return json.loads(text)
     except RecursionError:

@@ -2,7 +2,7 @@
 
 Kept in one module (as arq does in ``arq/constants.py``) so that the core, the workers
 and the approval worker can never disagree about a name. In Redis every one of them is
-prefixed with the deployment's namespace (``router.namespace``).
+prefixed with the deployment's namespace (``router.messaging.namespace``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ DECISION_REPLY = "decision-reply"
 # Pub/sub channel on which workers announce a finished call.
 CALL_DONE_CHANNEL = "call-done"
 # Pub/sub channel on which a key's revocation is announced, so API processes drop the
-# principals they keep (``router.key_cache``); and the lists their answers go to.
+# principals they keep (``router.auth.key_cache``); and the lists their answers go to.
 KEYS_CHANGED_CHANNEL = "keys-changed"
 KEYS_ACK = "keys-ack"
 # Rate limits' token buckets and cached results, by tool.

@@ -5,10 +5,10 @@ whose ``maxmemory-policy`` is not ``noeviction`` may drop queued messages under 
 pressure: the reconciler would re-publish them, late, so this is a warning.
 
 No time limit needs guarding: Redis never hands a message out twice (the broker keeps no
-unacked messages to redeliver, ``router.broker``), and the lease on a running call always
-outlasts its hard time limit (``Executor.lease_ms`` adds the publisher's grace to
-``lease_grace_s``), so no value of the settings lets the reaper give up on a run its
-worker has not yet stopped.
+unacked messages to redeliver, ``router.messaging.celery_app``), and the lease on a
+running call always outlasts its hard time limit (``Executor.lease_ms`` adds the
+publisher's grace to ``lease_grace_s``), so no value of the settings lets the reaper give
+up on a run its worker has not yet stopped.
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ def new_call_id() -> str:
 
     Call ids are the primary key of ``calls`` and are indexed in ``audit_log``. Fully
     random keys land all over those B-trees, and once the tables outgrow the page cache
-    every insert reads pages back in: a 10,000-call batch slowed from 11.7k to 7.1k calls/s
-    over five batches on SQLite. Ids that start with the time append at the right edge
-    instead (11-12k calls/s, flat). Nothing about the call is in it, and 80 random bits
-    per millisecond keep it unguessable; only the owner's key can read a call anyway.
+    every insert reads pages back in, so inserts slow down as the tables grow. Ids that
+    start with the time append at the right edge, at a steady rate. Nothing about the call
+    is in it, and 80 random bits per millisecond keep it unguessable; only the owner's key
+    can read a call anyway.
     """
     return f"call_{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
 

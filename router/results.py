@@ -6,14 +6,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from .status import ACTIVE_STATES, CallStatus
 
 REJECTED = "rejected"
-# Answers where the service refused to take the call at all: only ``ok`` and ``error``.
-REFUSALS = frozenset({"unavailable", "conflict", "bad_request"})
-_REFUSAL_BY_CODE = {409: "conflict", 413: "bad_request", 422: "bad_request", 503: "unavailable"}
+
+
+class Refusal(StrEnum):
+    """Answers where the service refused to take the call at all: only ``ok`` and
+    ``error`` go on the wire, with the HTTP code saying which."""
+
+    UNAVAILABLE = "unavailable"
+    CONFLICT = "conflict"
+    BAD_REQUEST = "bad_request"
+
+
+REFUSALS = frozenset(Refusal)
+_REFUSAL_BY_CODE = {
+    409: Refusal.CONFLICT,
+    413: Refusal.BAD_REQUEST,
+    422: Refusal.BAD_REQUEST,
+    503: Refusal.UNAVAILABLE,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +71,10 @@ class CallResult:
     @classmethod
     def from_dict(cls, body: dict[str, Any], *, http_status: int = 200) -> CallResult:
         """A wire answer back into a value (the Python client's half of ``to_dict``)."""
-        status = body.get("status")
+        status: str | None = body.get("status")
         if not isinstance(status, str):
             # ``{"ok": false, "error"}``: the service refused to take the call.
-            status = _REFUSAL_BY_CODE.get(http_status, "unavailable")
+            status = _REFUSAL_BY_CODE.get(http_status, Refusal.UNAVAILABLE)
         return cls(
             status=status,
             tool=body.get("tool"),
@@ -110,7 +126,16 @@ def rejected(tool: str | None, error: str) -> CallResult:
 
 def unavailable(message: str, *, tool: str | None = None) -> CallResult:
     text = message if message.startswith("unavailable: ") else f"unavailable: {message}"
-    return CallResult(status="unavailable", tool=tool, error=text, http_status=503)
+    return CallResult(status=Refusal.UNAVAILABLE, tool=tool, error=text, http_status=503)
+
+
+def bad_request(error: str, *, tool: str | None = None, http_status: int = 422) -> CallResult:
+    """A request the service cannot take as sent (422), or one too large (413)."""
+    return CallResult(status=Refusal.BAD_REQUEST, tool=tool, error=error, http_status=http_status)
+
+
+def conflict(error: str, *, tool: str | None = None) -> CallResult:
+    return CallResult(status=Refusal.CONFLICT, tool=tool, error=error, http_status=409)
 
 
 def error_message(exc: BaseException) -> str:

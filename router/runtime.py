@@ -13,32 +13,35 @@ from pathlib import Path
 from celery import Celery
 from sqlalchemy import Engine
 
-from .approvals_view import ApprovalsView
-from .audit import AuditLog
-from .audit_head import head_file
-from .audit_verify import Evidence, Report, verify
-from .broker import Publisher, make_celery, resolve_redis_url
-from .calls import CallService
+from .approval.view import ApprovalsView
+from .audit.deployment import Deployment, register
+from .audit.deployment import read as read_deployment
+from .audit.head import head_file
+from .audit.log import AuditLog
+from .audit.verify import Evidence, Report, verify
+from .auth.key_cache import PrincipalCache
+from .auth.keys import KeyStore
+from .auth.sessions import SessionStore
 from .clock import Clock, wall_clock_ms
-from .config import PYTHON_CALLS_PER_MESSAGE, ToolConfig, load_config
-from .decisions import DecisionClient
-from .deployment import Deployment, register
-from .deployment import read as read_deployment
-from .dispatcher import Dispatcher
-from .engine import make_engine
-from .group_commit import GroupCommit
-from .keyring import KeyRing, load_keyring
-from .keys import KeyStore
-from .mcp_client import McpConnections, parse_servers
-from .migrate import ensure_schema
-from .namespace import Namespace
-from .notify import Notifier
-from .redaction import Redactor, redact_logs
-from .registry import ToolRegistry
-from .routing import Rule, parse_rules
-from .sessions import SessionStore
+from .db.engine import make_engine
+from .db.migrate import ensure_schema
+from .db.store import Store
+from .dispatch.calls import CallService
+from .dispatch.dispatcher import Dispatcher
+from .dispatch.group_commit import GroupCommit
+from .messaging.celery_app import make_celery, resolve_redis_url
+from .messaging.completions import CompletionListener, Notifier
+from .messaging.decisions import DecisionClient
+from .messaging.namespace import Namespace
+from .messaging.publisher import Publisher
 from .settings import Settings
-from .store import Store
+from .tools.config import PYTHON_CALLS_PER_MESSAGE, ToolConfig, load_config
+from .tools.mcp_client import McpConnections, parse_servers
+from .tools.ranking import Ranker
+from .tools.registry import ToolRegistry
+from .tools.routing import Rule, parse_rules
+from .trust.keyring import KeyRing, load_keyring
+from .trust.redaction import Redactor, redact_logs
 
 
 @dataclass
@@ -108,6 +111,10 @@ class Runtime:
         )
 
     @cached_property
+    def ranker(self) -> Ranker:
+        return Ranker(self.store, self.registry, self.routing_rules)
+
+    @cached_property
     def registry(self) -> ToolRegistry:
         return ToolRegistry.from_config(
             self.tool_config, file=str(self.settings.config), mcp=self.mcp
@@ -144,6 +151,24 @@ class Runtime:
             hold_s=self.settings.group_hold_ms / 1000,
             # A full group fills a message for each of a worker's pool processes.
             full=self.settings.worker_concurrency * PYTHON_CALLS_PER_MESSAGE,
+            heard=lambda call_id: self.listener.heard_recently(call_id),
+        )
+
+    @cached_property
+    def key_cache(self) -> PrincipalCache:
+        """Keys this process knows; in use only while ``listener`` can hear revocations."""
+        return PrincipalCache()
+
+    @cached_property
+    def listener(self) -> CompletionListener:
+        """The process's one subscription to completions and key revocations (started by
+        the API and the stdio MCP server; idle elsewhere)."""
+        return CompletionListener(
+            self.redis_url,
+            self.namespace,
+            self.keyring,
+            key_cache=self.key_cache,
+            on_completion=lambda call_id: self.group_commit.in_flight.finished(call_id),
         )
 
     @cached_property
@@ -171,7 +196,12 @@ class Runtime:
 
     @cached_property
     def keys(self) -> KeyStore:
-        return KeyStore(self.store, clock=self.clock, announce=self._announce_keys_changed)
+        return KeyStore(
+            self.store,
+            clock=self.clock,
+            announce=self._announce_keys_changed,
+            cache=self.key_cache,
+        )
 
     def notifier(self) -> Notifier:
         """A new notifier (each process keeps its own: workers' are made after the fork)."""
@@ -189,7 +219,7 @@ class Runtime:
         return self.settings.state_dir / "audit-archive"
 
     def verify_audit(self) -> Report:
-        """Everything that shows the audit log was changed (``router.audit_verify``)."""
+        """Everything that shows the audit log was changed (``router.audit.verify``)."""
         namespace = self.namespace.name
         evidence = Evidence(
             keyring=self.keyring,

@@ -23,13 +23,22 @@ class Settings(BaseSettings):
     database_url: str = ""
     # Empty: Redis on localhost if one answers, else `toolrouter up` starts a private one.
     redis_url: str = ""
+    # The tool config (YAML); while the file does not exist the built-in example tools are
+    # served, so `toolrouter up` works out of the box.
     config: Path = Path("toolrouter.yaml")
 
+    # Address the API binds to: loopback, until you put it behind TLS or a private network.
     api_host: str = "127.0.0.1"
+    # Port the API listens on.
     api_port: int = 8000
+    # Address Flower binds to; loopback, since its pages show every task and worker.
     flower_host: str = "127.0.0.1"
+    # Port Flower listens on.
     flower_port: int = 5555
+    # Flower's basic-auth user.
     flower_user: str = "admin"
+    # Flower's basic-auth password; empty: one is generated on first use and kept in the
+    # state directory (`toolrouter up` prints it).
     flower_password: str = ""
 
     # Scopes every queue, channel and Redis key of this deployment; empty: derived from
@@ -42,9 +51,10 @@ class Settings(BaseSettings):
     # copy of the database and its directory carries neither.
     secrets_dir: Path = Path("~/.config/toolrouter")
 
-    # How long an inbox session lasts; sign-in attempts a client address may fail in a
-    # minute before it must wait.
+    # How long an inbox session lasts before its approver signs in again.
     ui_session_hours: float = Field(default=8.0, gt=0, le=24 * 7)
+    # Failed inbox sign-ins one client address may make in a minute (counted per API
+    # process) before it is answered 429: guessing keys stays slow.
     ui_login_failures_per_minute: int = Field(default=5, ge=1, le=1000)
 
     # Host header values /mcp accepts besides localhost and the API's own host:port
@@ -53,12 +63,14 @@ class Settings(BaseSettings):
     # How long an MCP tools/call waits for an ungated call before answering with its call id.
     mcp_call_wait_s: float = Field(default=30.0, ge=0, le=300)
 
+    # Pool processes per worker. The API also spreads calls published together over at least
+    # this many messages: with several workers on one queue, set it to their processes in all.
     worker_concurrency: int = Field(default=2, ge=1)
     # Longest an API process holds a small group of submissions back while the workers
-    # already have a full group of its calls to run (router.group_commit); 0: never.
+    # already have a full group of its calls to run (router.dispatch.group_commit); 0: never.
     group_hold_ms: float = Field(default=10.0, ge=0, le=1000)
     # Messages a worker takes ahead, per pool process: 2 keeps the next call ready while
-    # one runs (a fifth more calls/s working off a batch in the benchmark); 1 suits slow
+    # one runs, so a pool process does not wait on Redis between calls; 1 suits slow
     # tools served by several workers, where a call taken ahead waits behind a slow one.
     worker_prefetch: int = Field(default=2, ge=1, le=16)
     # Longest a pool process holds the outcome of a call of an idempotent tool in a shared
@@ -68,8 +80,9 @@ class Settings(BaseSettings):
     max_nesting: int = Field(default=64, ge=2, le=512)
     # Bodies larger than this are refused with 413 before they are parsed.
     max_args_bytes: int = Field(default=256 * 1024, ge=1024)
-    # A batch takes at most this many calls, and a batch body at most this many bytes (413).
+    # A batch takes at most this many calls; more are refused with 413.
     max_batch_calls: int = Field(default=100_000, ge=1)
+    # Largest batch body, in bytes; a larger one is refused with 413 as soon as it passes.
     max_batch_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     # Longest `wait_s` a caller may ask for; longer is a 422, not a silent clamp.
     max_wait_s: float = Field(default=300.0, gt=0)
@@ -80,6 +93,8 @@ class Settings(BaseSettings):
     # How long the API waits for the approval worker to decide; the decision message
     # expires with it, so a decision reported as failed is never applied later.
     decision_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    # How often beat runs the expiry sweep, which moves approval requests past their expiry,
+    # and their calls, to `expired`.
     expiry_interval_s: float = Field(default=5.0, gt=0)
     # Audit retention: rows older than this leave the hot table for archive segments...
     audit_hot_days: float = Field(default=90.0, gt=0)
@@ -87,7 +102,11 @@ class Settings(BaseSettings):
     audit_archive_days: float = Field(default=400.0, gt=0)
     # How often the approval worker exports the audit chain's signed head.
     audit_head_interval_s: float = Field(default=5.0, gt=0)
+    # How often beat runs the reaper, which recovers running calls whose lease ran out
+    # (their worker is gone).
     reaper_interval_s: float = Field(default=5.0, gt=0)
+    # How often beat runs the reconciler, which publishes again the calls left `queued`
+    # longer than `TOOLROUTER_REQUEUE_AFTER_S` (their message was lost).
     reconciler_interval_s: float = Field(default=10.0, gt=0)
 
     @property

@@ -12,11 +12,11 @@ T = TypeVar("T")
 
 # As many threads as anyio's default limit. A plain executor rather than
 # ``anyio.to_thread.run_sync``: its capacity limiter and cancel scopes cost more CPU than
-# the small queries they wrap (about a tenth of the API's CPU per call in the profile).
-_POOL = ThreadPoolExecutor(max_workers=40, thread_name_prefix="toolrouter-blocking")
+# the small queries they wrap.
+_POOL = ThreadPoolExecutor(max_workers=40, thread_name_prefix="toolrouter-in-thread")
 
 
-async def blocking(fn: Callable[..., T], *args: Any) -> T:
+async def in_thread(fn: Callable[..., T], *args: Any) -> T:
     """Database work runs in the thread pool so one slow query does not stall the loop.
 
     If the caller is cancelled (its client went away), the work still runs to its end in

@@ -14,8 +14,8 @@ from router.runtime import Runtime
 from router.settings import Settings
 from workers.pace import pace
 
-from . import services
-from .stack import TEST_CONFIG, Stack, stack_env
+from .support import services
+from .support.stack import TEST_CONFIG, Stack, stack_env
 
 # Key material of every deployment the tests make (one folder per namespace), outside any
 # state directory as in production, and never in the home directory of whoever runs them.

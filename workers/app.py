@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from celery import Celery
 
-from router.broker import resolve_redis_url
-from router.namespace import Namespace
+from router.messaging.celery_app import resolve_redis_url
+from router.messaging.namespace import Namespace
 from router.settings import get_settings
 
 from .celeryconfig import worker_settings

@@ -1,7 +1,7 @@
 """Each call's own time limits, for messages that carry several calls.
 
 Celery keeps time limits per message: the pool's main process signals the child at the
-soft limit and kills it at the hard one. A message of several calls (``router.bulk.pack``)
+soft limit and kills it at the hard one. A message of several calls (``message_builder.pack``)
 gets no soft limit from Celery, and a hard one that only stops a message outliving all
 its calls; the process running the calls keeps each one's limits itself:
 
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 SOFT_SIGNAL = signal.SIGUSR2
 # The kernel's timer fires this long after the hard limit: time for the watchdog to record
-# the timeout first when it can. A call's lease covers it (``Executor.lease_ms``).
+# the timeout first when it can. A call's lease covers it (``Ledger.lease_ms``).
 KERNEL_MARGIN_S = 5.0
 
 
@@ -119,8 +119,8 @@ class CallLimits:
         run = _Run(now + timeout_s, now + timeout_s + grace_s, on_hard)
         with self._cond:
             self._run = run
-            # Wake the watchdog only if it sleeps past this run's soft limit: not for each
-            # call of a message, which would cost two thread switches a call.
+            # Wake the watchdog only if it sleeps past this run's soft limit: waking it for
+            # every call of a message would put thread switches on each call.
             if run.soft_at < self._wake_at:
                 self._cond.notify()
         try:

@@ -1,4 +1,4 @@
-"""Worker-side Celery settings, on top of the shared ones in ``router.broker``.
+"""Worker-side Celery settings, on top of the shared ones in ``router.messaging.broker``.
 
 One line of reason per setting; every queue is declared in ``router.constants``.
 """
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from router.broker import celery_settings
 from router.constants import (
     EXPIRE_TASK,
     MAINTENANCE_QUEUE,
@@ -15,7 +14,8 @@ from router.constants import (
     RECONCILE_TASK,
     SIGN_AUDIT_HEAD_TASK,
 )
-from router.namespace import Namespace
+from router.messaging.celery_app import celery_settings
+from router.messaging.namespace import Namespace
 from router.settings import Settings
 
 
@@ -25,20 +25,20 @@ def worker_settings(settings: Settings, redis_url: str, namespace: Namespace) ->
         {
             # Ack after the handler ran: until then a warm shutdown gives the message back
             # to Redis. (Redis keeps no unacked copy: a message lost with a killed worker is
-            # published again from the database, see ``router.broker``.) Duplicates are
+            # published again from the database, see ``router.messaging.broker``.) Duplicates are
             # harmless because a run starts with a conditional claim in the database.
             "task_acks_late": True,
-            # Each pool process has its next message at hand when a run ends, instead of
-            # idling for a round trip to Redis; only a few, so a slow handler hoards few.
+            # Each pool process has its next message at hand when a run ends, with no idle
+            # round trip to Redis between; only a few, so a slow handler hoards few.
             "worker_prefetch_multiplier": settings.worker_prefetch,
             # Killed pool processes are recovered by our own reaper, not by redelivery.
             "task_reject_on_worker_lost": False,
             # Fresh pool processes now and then: handlers may leak.
             "worker_max_tasks_per_child": 10_000,
             # Task events cost a Redis publish each, made synchronously in the worker's
-            # consumer loop (43 % of it in the benchmark's profile): off unless someone
-            # watches. Flower switches them on (``enable_events``) while it runs, and then
-            # shows each task with its call id and tool.
+            # consumer loop, a large share of its time: off unless someone watches. Flower
+            # switches them on (``enable_events``) while it runs, and then shows each task
+            # with its call id and tool.
             "worker_send_task_events": False,
             "task_send_sent_event": True,
             "worker_hijack_root_logger": False,

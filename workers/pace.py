@@ -1,11 +1,12 @@
 """How long each tool's calls take in this pool process: what a shared message claims ahead.
 
 A shared message's calls of an idempotent tool are claimed in runs, and their outcomes
-committed together, one transaction for the run (``Executor.run_many``). A run is as many
-calls as this process has lately finished within the outcome hold, so a caller's answer
-waits for the calls after its own by about that hold at most, and a claimed call starts
-well inside its lease. A tool this process has not run yet gets runs of one: each call
-claimed with the outcome of the one before, as with a tool whose outcomes are not held.
+committed together, one transaction for the run (``workers.execution.shared_message``).
+A run is as many calls as this process has lately finished within the outcome hold, so a
+caller's answer waits for the calls after its own by about that hold at most, and a
+claimed call starts well inside its lease. A tool this process has not run yet gets runs
+of one: each call claimed with the outcome of the one before, as with a tool whose
+outcomes are not held.
 """
 
 from __future__ import annotations

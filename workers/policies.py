@@ -13,11 +13,11 @@ from typing import Any
 import redis
 
 from router import metrics
-from router.config import parse_rate
 from router.constants import RATE_BUCKET, RESULT_CACHE
-from router.keyring import KeyRing, Purpose
-from router.namespace import Namespace
-from router.registry import Tool
+from router.messaging.namespace import Namespace
+from router.tools.config import parse_rate
+from router.tools.registry import Tool
+from router.trust.keyring import KeyRing, Purpose
 
 from .handlers import Outcome
 

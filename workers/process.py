@@ -12,7 +12,7 @@ from celery import signals
 
 from router import guards, metrics
 from router.errors import ConfigError
-from router.notify import Notifier
+from router.messaging.completions import Notifier
 from router.runtime import Runtime
 from router.settings import get_settings
 

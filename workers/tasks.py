@@ -12,7 +12,7 @@ from router.constants import REAP_TASK, RECONCILE_TASK, RUN_CALL_TASK
 
 from . import process
 from .app import app
-from .execution import Executor
+from .execution import Executor, RunOutcome
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +23,9 @@ def executor() -> Executor:
 
 
 @app.task(name=RUN_CALL_TASK, ignore_result=True)
-def run_call(*call_ids: str, tool: str | None = None) -> str | list[str]:
+def run_call(*call_ids: str, tool: str | None = None) -> RunOutcome | list[RunOutcome]:
     """Run the calls ``call_ids`` (usually one; several calls of ``tool`` may share a
-    message, see ``router.bulk.pack``); ``tool`` is a hint for the lease and for Flower."""
+    message, see ``message_builder.pack``); ``tool`` is a hint for the lease and for Flower."""
     if len(call_ids) == 1:
         # Alone in its message: Celery's own soft and hard time limits apply.
         return executor().run(call_ids[0], tool)
@@ -33,7 +33,7 @@ def run_call(*call_ids: str, tool: str | None = None) -> str | list[str]:
 
 
 @app.task(name=REAP_TASK, ignore_result=True)
-def reap_lost_runs() -> dict[str, int]:
+def reap_lost_runs() -> dict[RunOutcome, int]:
     return executor().reap()
 
 

@@ -13,17 +13,22 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .. import metrics, ui
+from ..db.wal_checkpoints import WalCheckpointer
 from ..errors import RequestError, SchemaOutdated, Unavailable
-from ..key_cache import PrincipalCache
 from ..mcp import McpEndpoint
-from ..notify import CompletionListener
 from ..runtime import Runtime
 from ..settings import Settings
 from ..ui.headers import InboxHeaders
-from ..wal_checkpoints import WalCheckpointer
-from . import routes_approvals, routes_batches, routes_calls, routes_misc, routes_route
+from . import (
+    routes_approvals,
+    routes_audit,
+    routes_batches,
+    routes_calls,
+    routes_health,
+    routes_route,
+    routes_tools,
+)
 from .body_limit import BodyLimit
-from .direct import DirectRoutes
 from .responses import AsciiJSONResponse
 
 log = logging.getLogger(__name__)
@@ -92,10 +97,8 @@ def body_limits(settings: Settings) -> Callable[[str], int]:
     return limit_for
 
 
-def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
-    """The API around ``runtime``; start-up checks the config and the schema first.
-    ``direct_routes=False`` serves the hot endpoints through FastAPI's routing too
-    (``router.api.direct``; the tests compare the two)."""
+def create_app(runtime: Runtime) -> FastAPI:
+    """The API around ``runtime``; the config, the schema and the key are checked first."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -129,16 +132,8 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
     )
     app.state.runtime = runtime
     # Keys are looked up once per TTL, not per request, while the listener can hear
-    # revocations (router.key_cache).
-    runtime.keys.cache = PrincipalCache()
-    app.state.listener = CompletionListener(
-        runtime.redis_url,
-        runtime.namespace,
-        runtime.keyring,
-        key_cache=runtime.keys.cache,
-        on_completion=runtime.group_commit.in_flight.finished,
-    )
-    runtime.group_commit.in_flight.heard = app.state.listener.heard_recently
+    # revocations (router.auth.key_cache).
+    app.state.listener = runtime.listener
     app.state.notifier = runtime.notifier()
     # MCP over streamable HTTP (SPEC §11); its session manager runs in the lifespan above.
     app.state.mcp = McpEndpoint(runtime, app.state.listener)
@@ -146,7 +141,9 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
     app.include_router(routes_calls.router)
     app.include_router(routes_approvals.router)
     app.include_router(routes_batches.router)
-    app.include_router(routes_misc.router)
+    app.include_router(routes_tools.router)
+    app.include_router(routes_audit.router)
+    app.include_router(routes_health.router)
     app.include_router(routes_route.router)
     app.include_router(ui.router)
     app.mount("/ui/static", StaticFiles(directory=ui.STATIC_DIR), name="ui-static")
@@ -154,9 +151,7 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
         "/ui", lambda: RedirectResponse("/ui/", status_code=307), include_in_schema=False
     )
     app.add_middleware(InboxHeaders)
-    if direct_routes:
-        app.add_middleware(DirectRoutes)
-    # Outermost: no body over its limit reaches any route, direct or not.
+    # Outermost: no body over its limit reaches any route.
     app.add_middleware(BodyLimit, limit_for=body_limits(runtime.settings))
     return app
 

@@ -11,8 +11,8 @@ import math
 import re
 from typing import Any
 
-from ..dispatcher import echo_name
 from ..errors import BadRequest, NotFound, PayloadTooLarge
+from ..names import echo_name
 
 CALL_ID_RE = re.compile(r"^call_[0-9a-f]{32}$")
 

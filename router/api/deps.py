@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import Request
 
+from ..auth.principal import Principal
 from ..errors import Forbidden
-from ..keys import Principal
 from ..runtime import Runtime
-from ..threads import blocking
+from ..threads import in_thread
 
-__all__ = ["blocking", "bearer_token", "principal", "require_operator", "runtime_of"]
+__all__ = ["bearer_token", "in_thread", "principal", "require_operator", "runtime_of"]
 
 
 def runtime_of(request: Request) -> Runtime:
@@ -28,9 +28,9 @@ async def principal(request: Request) -> Principal:
     """The authenticated caller (a FastAPI dependency); 401 when there is none."""
     keys = runtime_of(request).keys
     token = bearer_token(request)
-    # A key this process knows needs no thread and no database (router.key_cache).
+    # A key this process knows needs no thread and no database (router.auth.key_cache).
     known = keys.cached(token)
-    return known if known is not None else await blocking(keys.authenticate, token)
+    return known if known is not None else await in_thread(keys.authenticate, token)
 
 
 def require_operator(who: Principal) -> None:

@@ -6,28 +6,102 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..results import REJECTED
+from ..status import CallStatus
+
+# What a call result's ``status`` may be: a call's status, or a call refused at submission.
+RESULT_STATUSES: list[Any] = [*(str(status) for status in CallStatus), REJECTED]
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON schema with its nested models written in place: for schemas a route
+    declares itself (``openapi_extra``), which FastAPI does not add to the document's
+    components, so a ``$ref`` to them would point at nothing."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return resolve(definitions[ref.removeprefix("#/$defs/")])
+            return {key: resolve(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [resolve(item) for item in node]
+        return node
+
+    resolved: dict[str, Any] = resolve(schema)
+    return resolved
+
+
+def _without_default(schema: dict[str, Any]) -> None:
+    """For a field that may be left out but, when given, must not be null."""
+    schema.pop("default", None)
+    alternatives = schema.pop("anyOf", [])
+    schema.update(next((s for s in alternatives if s.get("type") != "null"), {}))
+
 
 class CallRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A call names its tool, or a capability for the router to choose the tool by."""
 
-    tool: str = Field(description="Name of a registered tool")
+    model_config = ConfigDict(
+        extra="forbid",
+        # Exactly one of the two: both, or neither, is answered 422.
+        json_schema_extra={"oneOf": [{"required": ["tool"]}, {"required": ["capability"]}]},
+    )
+
+    tool: str | None = Field(
+        default=None, description="Name of a registered tool", json_schema_extra=_without_default
+    )
+    capability: str | None = Field(
+        default=None,
+        json_schema_extra=_without_default,
+        description=(
+            "A capability (such as `search.web`) instead of a tool: the best-ranked tool with "
+            "it that takes these arguments runs, the rest of the ranking (ungated tools) being "
+            "its fallbacks"
+        ),
+    )
     args: dict[str, Any] = Field(default_factory=dict, description="Arguments, one JSON object")
-    idempotency_key: str | None = Field(default=None, max_length=256)
+    idempotency_key: str | None = Field(
+        default=None,
+        max_length=256,
+        description=(
+            "Sent again with the same tool and arguments, answers with the call it first made "
+            "(with others: 409); or the `Idempotency-Key` header"
+        ),
+    )
     wait_s: float | None = Field(default=None, ge=0, description="Wait this long for the outcome")
 
 
 class CallResultModel(BaseModel):
-    ok: bool
-    call_id: str | None = None
-    tool: str | None = None
-    status: str | None = None
-    value: Any = None
-    error: str | None = None
-    error_type: str | None = None
-    pending: bool | None = None
-    denied: bool | None = None
-    expired: bool | None = None
-    request_id: str | None = None
+    """A call result: `ok` with `value`, or why not, with the fields its status names."""
+
+    ok: bool = Field(description="True exactly when the call succeeded; then `value` is set")
+    call_id: str | None = Field(default=None, description="Absent when the call was rejected")
+    tool: str | None = Field(
+        description="The tool called; for a call by capability, the one chosen"
+    )
+    status: str = Field(
+        description="The call's status, or `rejected` when it was refused at submission",
+        json_schema_extra={"enum": RESULT_STATUSES},
+    )
+    answered_by: str | None = Field(
+        default=None, description="The fallback that answered, when it is not `tool`"
+    )
+    value: Any = Field(default=None, description="The tool's result, when `ok`")
+    error: str | None = Field(default=None, description="Why the call did not succeed")
+    error_type: str | None = Field(
+        default=None, description="The class of the failure, such as `TimeoutError`"
+    )
+    pending: bool | None = Field(default=None, description="`true` while it waits for approval")
+    denied: bool | None = Field(default=None, description="`true` when an approver denied it")
+    expired: bool | None = Field(
+        default=None, description="`true` when its approval request expired"
+    )
+    request_id: str | None = Field(
+        default=None, description="The approval request, with `pending`, `denied` or `expired`"
+    )
 
 
 class ErrorModel(BaseModel):
@@ -35,7 +109,14 @@ class ErrorModel(BaseModel):
     error: str
 
 
-CALL_REQUEST_SCHEMA = CallRequest.model_json_schema()
+CALL_REQUEST_SCHEMA = inline_schema(CallRequest)
+# The header a caller may send instead of ``idempotency_key`` in the body.
+IDEMPOTENCY_KEY_HEADER: dict[str, Any] = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "maxLength": 256},
+}
 _ERROR = {"model": ErrorModel}
 CALL_RESULT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"model": CallResultModel},
@@ -83,30 +164,78 @@ class BatchCall(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tool: str = Field(description="Name of a registered tool")
-    args: dict[str, Any] = Field(default_factory=dict)
-    idempotency_key: str | None = Field(default=None, max_length=256)
+    args: dict[str, Any] = Field(default_factory=dict, description="Arguments, one JSON object")
+    idempotency_key: str | None = Field(
+        default=None, max_length=256, description="The call's own key, as for a single call"
+    )
+
+
+class BatchRequest(BaseModel):
+    """A batch as one JSON object; a call that is not a valid ``BatchCall`` is rejected by
+    its index in the answer, the others still taken."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    calls: list[BatchCall] = Field(min_length=1, description="The calls, in batch order")
+    idempotency_key: str | None = Field(
+        default=None,
+        max_length=256,
+        description="Names the batch, so a later request with it adds to the same batch",
+    )
 
 
 class BatchRejection(BaseModel):
-    index: int
-    error: str
+    index: int = Field(description="The call's place in the batch")
+    error: str = Field(description="Why it was rejected")
 
 
 class BatchReceipt(BaseModel):
+    """What one submission did."""
+
     ok: bool
     batch_id: str
-    total: int
-    accepted: int
-    replayed: int
-    rejected: list[BatchRejection]
+    total: int = Field(description="Calls in this request")
+    accepted: int = Field(description="Of them, stored as new calls")
+    replayed: int = Field(description="Of them, already stored under their idempotency keys")
+    rejected: list[BatchRejection] = Field(description="Of them, refused, by index")
 
 
+class BatchStatus(BaseModel):
+    """Where a batch's calls stand."""
+
+    ok: bool
+    batch_id: str
+    requested_by: str = Field(description="The key that submitted it")
+    created_at: int = Field(description="When, in milliseconds since the epoch")
+    total: int = Field(description="Calls in the batch")
+    counts: dict[str, int] = Field(description="Those calls by status, every status named")
+    submitted: int = Field(description="Calls received over every request, rejected or not")
+    rejected: int = Field(description="Of those, rejected")
+    done: bool = Field(description="True once none is queued, running or pending")
+
+
+class BatchResultLine(CallResultModel):
+    """One line of a batch's results: a call result and the call's place in the batch."""
+
+    index: int = Field(description="The call's place in the batch")
+
+
+BATCH_REQUEST_SCHEMA = inline_schema(BatchRequest)
+BATCH_CALL_SCHEMA = inline_schema(BatchCall)
+BATCH_RESULT_LINE_SCHEMA = inline_schema(BatchResultLine)
 BATCH_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"model": BatchReceipt},
     401: _ERROR,
     403: _ERROR,
-    404: _ERROR,
     413: _ERROR,
+    422: _ERROR,
+    503: _ERROR,
+}
+# Reading a batch: another key's batch is as unknown as one that never was.
+BATCH_READ_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": BatchStatus},
+    401: _ERROR,
+    404: _ERROR,
     422: _ERROR,
     503: _ERROR,
 }

@@ -7,12 +7,12 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
+from ..approval.model import Decision
+from ..auth.principal import Principal
 from ..errors import Conflict, Forbidden, NotFound, Unavailable
-from ..keys import Principal
-from ..pending import Decision
-from ..waiting import wait_for_call
+from ..messaging.waiting import wait_for_call
 from .bodies import object_body, optional_string, wait_seconds
-from .deps import blocking, principal, runtime_of
+from .deps import in_thread, principal, runtime_of
 from .models import DECISION_REQUEST_SCHEMA, DECISION_RESPONSES
 from .responses import AsciiJSONResponse
 
@@ -44,7 +44,7 @@ async def list_requests(
     view = runtime_of(request).approvals_view
     return {
         "ok": True,
-        "requests": await blocking(view.list_requests, who, status, max(1, min(limit, 500))),
+        "requests": await in_thread(view.list_requests, who, status, max(1, min(limit, 500))),
     }
 
 
@@ -54,7 +54,7 @@ async def get_request(
 ) -> dict[str, Any]:
     """The request and its decisions so far."""
     view = runtime_of(request).approvals_view
-    return {"ok": True, "request": await blocking(view.get, who, request_id)}
+    return {"ok": True, "request": await in_thread(view.get, who, request_id)}
 
 
 async def _decide(
@@ -67,8 +67,8 @@ async def _decide(
     )
     reason = optional_string(body, "reason", max_len=2000)
     wait_s = wait_seconds(body.get("wait_s"), maximum=runtime.settings.max_wait_s)
-    await blocking(runtime.approvals_view.precheck, who, request_id)
-    answer = await blocking(runtime.decisions.send, request_id, who.name, decision, reason)
+    await in_thread(runtime.approvals_view.precheck, who, request_id)
+    answer = await in_thread(runtime.decisions.send, request_id, who.name, decision, reason)
     if not answer.get("ok"):
         code = int(answer.get("http_status", 503))
         error = str(answer.get("error", "decision failed"))

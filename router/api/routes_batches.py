@@ -7,13 +7,20 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 
-from ..batches import BatchService, Malformed
+from ..auth.principal import Principal
+from ..dispatch.batches import BatchService, Malformed
 from ..errors import BadRequest, Forbidden, PayloadTooLarge
-from ..keys import Principal
 from ..status import Role
 from .bodies import object_body, optional_string, parse_json
-from .deps import blocking, principal, runtime_of
-from .models import BATCH_RESPONSES
+from .deps import in_thread, principal, runtime_of
+from .models import (
+    BATCH_CALL_SCHEMA,
+    BATCH_READ_RESPONSES,
+    BATCH_REQUEST_SCHEMA,
+    BATCH_RESPONSES,
+    BATCH_RESULT_LINE_SCHEMA,
+    IDEMPOTENCY_KEY_HEADER,
+)
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
@@ -67,25 +74,15 @@ def offset_param(value: str | None) -> int | None:
     "",
     responses=BATCH_RESPONSES,
     openapi_extra={
+        "parameters": [IDEMPOTENCY_KEY_HEADER],
         "requestBody": {
             "required": True,
             "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "required": ["calls"],
-                        "properties": {
-                            "calls": {
-                                "type": "array",
-                                "items": {"$ref": "#/components/schemas/BatchCall"},
-                            },
-                            "idempotency_key": {"type": "string", "maxLength": 256},
-                        },
-                    }
-                },
-                "application/x-ndjson": {"schema": {"$ref": "#/components/schemas/BatchCall"}},
+                "application/json": {"schema": BATCH_REQUEST_SCHEMA},
+                # One call a line: the schema is each line's (FastAPI's own for JSON lines).
+                "application/x-ndjson": {"itemSchema": BATCH_CALL_SCHEMA},
             },
-        }
+        },
     },
 )
 async def submit_batch(
@@ -122,28 +119,33 @@ async def submit_batch(
             f"too many calls: {len(items)}, over the limit of {settings.max_batch_calls}"
         )
     batches = service(request)
-    receipt = await blocking(lambda: batches.submit(who.name, items, key=key, offset=start))
+    receipt = await in_thread(lambda: batches.submit(who.name, items, key=key, offset=start))
     return receipt.to_dict()
 
 
-@router.get("/{batch_id}", responses=BATCH_RESPONSES)
+@router.get("/{batch_id}", responses=BATCH_READ_RESPONSES)
 async def batch_status(
     request: Request, batch_id: str, who: Principal = Depends(principal)
 ) -> dict[str, Any]:
     """Counts of the batch's calls by status; ``done`` once none is queued, running or pending."""
-    return await blocking(service(request).status, who, batch_id)
+    return await in_thread(service(request).status, who, batch_id)
 
 
 @router.get(
     "/{batch_id}/results",
+    # The answer is streamed NDJSON, never FastAPI's default JSON: declared here alone.
+    response_class=StreamingResponse,
     responses={
-        **BATCH_RESPONSES,
-        200: {"content": {"application/x-ndjson": {}}, "description": "One call result a line"},
+        **BATCH_READ_RESPONSES,
+        200: {
+            "description": "One call result a line, in batch order",
+            "content": {"application/x-ndjson": {"itemSchema": BATCH_RESULT_LINE_SCHEMA}},
+        },
     },
 )
 async def batch_results(
     request: Request, batch_id: str, who: Principal = Depends(principal)
 ) -> StreamingResponse:
     """NDJSON, one call result (SPEC §4) a line in batch order, each with its ``index``."""
-    lines = await blocking(service(request).results, who, batch_id)
+    lines = await in_thread(service(request).results, who, batch_id)
     return StreamingResponse(lines, media_type="application/x-ndjson")

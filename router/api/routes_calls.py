@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from ..dispatcher import Submission
+from ..auth.principal import Principal
+from ..dispatch.dispatcher import Submission
 from ..errors import Forbidden
-from ..keys import Principal
-from ..results import CallResult
+from ..messaging.waiting import wait_for_call
+from ..results import CallResult, bad_request
 from ..status import TERMINAL_STATES, Role
-from ..waiting import wait_for_call
 from .bodies import check_call_id, object_body, optional_string, wait_seconds
-from .deps import blocking, principal, runtime_of
-from .models import CALL_REQUEST_SCHEMA, CALL_RESULT_RESPONSES
+from .deps import in_thread, principal, runtime_of
+from .models import CALL_REQUEST_SCHEMA, CALL_RESULT_RESPONSES, IDEMPOTENCY_KEY_HEADER
 from .responses import AsciiJSONResponse
-from .routes_route import rank
 
 router = APIRouter(prefix="/v1/calls", tags=["calls"])
 
@@ -31,10 +31,11 @@ def answer(result: CallResult) -> JSONResponse:
 @router.post(
     "",
     openapi_extra={
+        "parameters": [IDEMPOTENCY_KEY_HEADER],
         "requestBody": {
             "required": True,
             "content": {"application/json": {"schema": CALL_REQUEST_SCHEMA}},
-        }
+        },
     },
     responses=CALL_RESULT_RESPONSES,
 )
@@ -49,36 +50,14 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
         await request.body(), limit=settings.max_args_bytes + 16 * 1024, allowed=CALL_FIELDS
     )
     if "capability" in body and "tool" in body:
-        return answer(
-            CallResult(
-                status="bad_request",
-                tool=None,
-                http_status=422,
-                error="give either tool or capability, not both",
-            )
-        )
+        return answer(bad_request("give either tool or capability, not both"))
     by_capability = "capability" in body
     if by_capability and not isinstance(body["capability"], str):
-        return answer(
-            CallResult(
-                status="bad_request",
-                tool=None,
-                http_status=422,
-                error="capability must be a string",
-            )
-        )
+        return answer(bad_request("capability must be a string"))
     if "tool" not in body and not by_capability:
-        return answer(
-            CallResult(
-                status="bad_request", tool=None, http_status=422, error="missing field: tool"
-            )
-        )
+        return answer(bad_request("missing field: tool"))
     if not by_capability and not isinstance(body["tool"], str):
-        return answer(
-            CallResult(
-                status="bad_request", tool=None, http_status=422, error="tool must be a string"
-            )
-        )
+        return answer(bad_request("tool must be a string"))
     wait_s = wait_seconds(body.get("wait_s"), maximum=settings.max_wait_s)
     key = optional_string(body, "idempotency_key", max_len=256)
     header_key = request.headers.get("idempotency-key")
@@ -87,10 +66,10 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
     args: Any = body.get("args", {})
     if by_capability:
         capability = body["capability"]
-        ranked = await blocking(
-            rank, runtime, {"strategy": "capability", "capability": capability, "task": ""}
+        ranked = await in_thread(
+            functools.partial(runtime.ranker.rank, strategy="capability", capability=capability)
         )
-        result = await blocking(
+        result = await in_thread(
             runtime.dispatcher.submit_by_capability,
             who.name,
             capability,
@@ -99,7 +78,7 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
             key,
         )
     else:
-        # Concurrent submissions share a transaction and a publish (router.group_commit).
+        # Concurrent submissions share a transaction and a publish (router.dispatch.group_commit).
         result = await runtime.group_commit.submit(Submission(who.name, body["tool"], args, key))
     unfinished = result.http_status == 200 and result.status not in TERMINAL_STATES
     if wait_s > 0 and result.call_id is not None and unfinished:
@@ -127,7 +106,7 @@ async def get_call(
             request.app.state.listener, call_id, lambda: runtime.calls.get(who, call_id), seconds
         )
     else:
-        result = (await blocking(runtime.calls.get, who, call_id)).result()
+        result = (await in_thread(runtime.calls.get, who, call_id)).result()
     return answer(result)
 
 
@@ -138,7 +117,7 @@ async def cancel_call(
     """Cancel one of your own calls while it is still queued or pending."""
     runtime = runtime_of(request)
     check_call_id(call_id)
-    result = await blocking(runtime.calls.cancel, who, call_id)
+    result = await in_thread(runtime.calls.cancel, who, call_id)
     runtime_notifier = request.app.state.notifier
-    await blocking(runtime_notifier.call_done, call_id)
+    await in_thread(runtime_notifier.call_done, call_id)
     return answer(result)

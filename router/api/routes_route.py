@@ -2,54 +2,26 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from .. import routing, stats
-from ..errors import Forbidden
-from ..keys import Principal
-from ..runtime import Runtime
+from ..auth.principal import Principal
+from ..errors import BadRequest, Forbidden
 from ..status import Role
+from ..tools.ranking import DEFAULT_STRATEGY
 from .bodies import object_body
-from .deps import blocking, principal, runtime_of
+from .deps import in_thread, principal, runtime_of
 
 router = APIRouter(tags=["route"])
 
 ROUTE_FIELDS = frozenset({"task", "capability", "budget", "strategy", "limit"})
 
 
-def measured(runtime: Runtime) -> tuple[dict[str, float | None], dict[str, float | None]]:
-    """Each tool's measured p50 latency and success rate, from the database."""
-    latency: dict[str, float | None] = {}
-    success: dict[str, float | None] = {}
-    with runtime.store.reading() as conn:
-        for tool in runtime.registry:
-            row = stats.tool_stats(conn, runtime.registry, tool.name)
-            latency[tool.name], success[tool.name] = row["latency_p50_s"], row["success_rate"]
-    return latency, success
-
-
-def rank(runtime: Runtime, body: dict[str, Any]) -> list[routing.Candidate]:
-    strategy = body.get("strategy") or "lexical"
-    latency, success = measured(runtime) if strategy in ("cost", "capability") else ({}, {})
-    return routing.route(
-        runtime.registry,
-        task=str(body.get("task") or ""),
-        strategy=str(strategy),
-        capability=body.get("capability"),
-        budget=body.get("budget"),
-        rules=runtime.routing_rules,
-        latency_s=latency,
-        success=success,
-    )
-
-
 @router.post("/v1/route")
 async def route(request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
     """``{task, capability?, budget?, strategy?}`` → ranked ``candidates`` with score and reason."""
-    from ..errors import BadRequest
-
     runtime = runtime_of(request)
     if not who.has(Role.AGENT):
         raise Forbidden("agent role required to route")
@@ -62,9 +34,17 @@ async def route(request: Request, who: Principal = Depends(principal)) -> dict[s
     limit = body.get("limit", 10)
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100:
         raise BadRequest("limit must be an integer between 1 and 100")
-    candidates = await blocking(rank, runtime, body)
+    candidates = await in_thread(
+        functools.partial(
+            runtime.ranker.rank,
+            task=str(body.get("task") or ""),
+            strategy=body.get("strategy"),
+            capability=body.get("capability"),
+            budget=body.get("budget"),
+        )
+    )
     return {
         "ok": True,
-        "strategy": body.get("strategy") or "lexical",
+        "strategy": body.get("strategy") or DEFAULT_STRATEGY,
         "candidates": [c.to_dict() for c in candidates[:limit]],
     }

@@ -11,9 +11,9 @@ import json
 import os
 from pathlib import Path
 
+from ..auth.keys import KeyStore
 from ..files import private_dir
-from ..keys import KeyStore
-from ..namespace import Namespace
+from ..messaging.namespace import Namespace
 from ..settings import Settings
 
 DEMO_KEYS = {"agent": ("demo-agent", ["agent"]), "approver": ("demo-approver", ["approver"])}

@@ -2,38 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from typing import NoReturn
 
 import click
 
-from ..errors import ConfigError, SchemaOutdated, ToolrouterError, Unavailable
+from ..errors import ToolrouterError
 from ..files import private_dir
-from ..runtime import Runtime
 from ..settings import get_settings
 from . import approvals as approvals_cli
+from . import audit as audit_cli
 from . import batch as batch_cli
 from . import calls as calls_cli
+from . import db as db_cli
+from . import keys as keys_cli
 from . import processes
-
-
-def runtime(prepare: bool = True, *, tools: bool = True) -> Runtime:
-    """A runtime on the shared settings; schema checked (or upgraded, on SQLite) first, and
-    the tool config loaded unless the command has no use for it (keys, audit, db)."""
-    rt = Runtime(get_settings())
-    if prepare:
-        try:
-            rt.prepare(check_tools=tools)
-        except (ConfigError, SchemaOutdated, Unavailable) as exc:
-            fail(str(exc))
-    return rt
-
-
-def fail(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(2)
+from . import tools as tools_cli
+from .common import fail, runtime
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -142,230 +127,11 @@ def mcp(key: str | None) -> None:
 # -- database and keys -------------------------------------------------------------------
 
 
-@main.group()
-def db() -> None:
-    """Database schema."""
-
-
-@db.command("upgrade")
-def db_upgrade() -> None:
-    """Bring the schema up to date (Alembic)."""
-    from ..migrate import head_revision, upgrade
-
-    rt = runtime(prepare=False)
-    try:
-        upgrade(rt.engine)
-    except Unavailable as exc:
-        fail(str(exc))
-    click.echo(f"schema at {head_revision()}")
-
-
-@main.group()
-def keys() -> None:
-    """API keys."""
-
-
-@keys.command("create")
-@click.option("--name", required=True)
-@click.option(
-    "--role",
-    "roles",
-    multiple=True,
-    required=True,
-    help="agent, approver, operator, admin, or a custom approver role; repeatable",
-)
-def keys_create(name: str, roles: tuple[str, ...]) -> None:
-    """Create a key; its token is printed once, alone on the last line."""
-    rt = runtime(tools=False)
-    try:
-        token = rt.keys.create(name, list(roles))
-    except (ValueError, ToolrouterError) as exc:
-        fail(str(exc))
-    click.echo(f"created key {name!r} with roles {', '.join(sorted(set(roles)))}")
-    click.echo("the token below is shown only once:")
-    click.echo(token)
-
-
-@keys.command("revoke")
-@click.argument("name")
-def keys_revoke(name: str) -> None:
-    """Revoke a key by name."""
-    rt = runtime(tools=False)
-    try:
-        rt.keys.revoke(name)
-    except ToolrouterError as exc:
-        fail(str(exc))
-    click.echo(f"revoked key {name!r}")
-
-
-@keys.command("list")
-def keys_list() -> None:
-    """List keys (never their tokens)."""
-    for key in runtime(tools=False).keys.list():
-        state = "revoked" if key["revoked"] else "active"
-        click.echo(f"{key['name']}\t{','.join(key['roles'])}\t{state}")  # type: ignore[arg-type]
-
-
-# -- tools and audit ---------------------------------------------------------------------
-
-
-@main.command()
-@click.option("--json", "as_json", is_flag=True, help="Full definitions as JSON")
-def tools(as_json: bool) -> None:
-    """List the registered tools."""
-    rt = runtime(prepare=False)
-    try:
-        registry = rt.registry
-    except ConfigError as exc:
-        fail(str(exc))
-    if as_json:
-        click.echo(json.dumps([tool.describe() for tool in registry], indent=2))
-        return
-    for tool in registry:
-        gate = "gated" if tool.spec.gated else "ungated"
-        click.echo(f"{tool.name}\t{tool.spec.risk}\t{gate}\t{tool.spec.description}")
-
-
-@main.command()
-@click.option("--json", "as_json", is_flag=True, help="As JSON")
-def stats(as_json: bool) -> None:
-    """Per tool: calls, success rate, p50/p95 latency, cost, errors by type; cost per key."""
-    from .. import stats as tool_stats
-
-    rt = runtime()
-    with rt.store.reading() as conn:
-        rows = [tool_stats.tool_stats(conn, rt.registry, tool.name) for tool in rt.registry]
-        spent = tool_stats.cost_by_key(conn, rt.registry)
-    if as_json:
-        click.echo(json.dumps({"tools": rows, "cost_by_key": spent}, indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table("tool", "calls", "success", "p50 s", "p95 s", "cost", "errors")
-    for row in rows:
-        rate = row["success_rate"]
-        table.add_row(
-            row["tool"],
-            str(row["calls"]),
-            "-" if rate is None else f"{rate:.0%}",
-            "-" if row["latency_p50_s"] is None else f"{row['latency_p50_s']:.3f}",
-            "-" if row["latency_p95_s"] is None else f"{row['latency_p95_s']:.3f}",
-            f"{row['cost']:g}",
-            ", ".join(f"{k}:{v}" for k, v in row["errors_by_type"].items()),
-        )
-    console = Console()
-    console.print(table)
-    if spent:
-        console.print("cost by key: " + ", ".join(f"{k} {v:g}" for k, v in spent.items()))
-
-
-@main.group()
-def audit() -> None:
-    """The audit log."""
-
-
-@audit.command("list")
-@click.option("--tool", default=None)
-@click.option("--event", default=None)
-@click.option("--call-id", default=None)
-@click.option("--after-seq", type=int, default=0)
-@click.option("--limit", type=int, default=100)
-def audit_list(
-    tool: str | None, event: str | None, call_id: str | None, after_seq: int, limit: int
-) -> None:
-    """Print audit rows as JSON lines."""
-    from .. import audit as audit_log
-
-    rt = runtime(tools=False)
-    with rt.store.reading() as conn:
-        rows = audit_log.query(
-            conn, tool=tool, event=event, call_id=call_id, after_seq=after_seq, limit=limit
-        )
-    for row in rows:
-        click.echo(json.dumps(row, sort_keys=True))
-
-
-@audit.command("verify")
-@click.option("--json", "as_json", is_flag=True, help="The report as JSON")
-def audit_verify(as_json: bool) -> None:
-    """Check the keyed chain, its signed head, every checkpoint and archive segment; names
-    every row that does not hold."""
-    rt = runtime(tools=False)
-    try:
-        report = rt.verify_audit()
-    except (Unavailable, ConfigError) as exc:
-        fail(str(exc))
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
-        sys.exit(0 if report.ok else 1)
-    for line in report.lines:
-        click.echo(line)
-    if not report.ok:
-        for problem in report.problems:
-            click.echo(f"problem: {problem}", err=True)
-        more = " (and more)" if report.truncated else ""
-        fail(f"audit log does not verify: {len(report.problems)} problems{more}")
-    click.echo(f"audit chain ok: {report.checked} rows verified")
-
-
-@audit.command("head")
-def audit_head_command() -> None:
-    """Print the chain's current head, signed with the deployment's key, as JSON: keep a
-    copy somewhere the database's host cannot write."""
-    from dataclasses import asdict
-
-    from .. import audit_head
-
-    rt = runtime(tools=False)
-    head = audit_head.current(rt.store, rt.keyring, rt.namespace.name, rt.clock)
-    click.echo(json.dumps(asdict(head), sort_keys=True))
-
-
-@audit.command("export")
-@click.option("--after-seq", type=int, default=0)
-@click.option(
-    "--output",
-    "-o",
-    type=click.Path(dir_okay=False),
-    default="-",
-    help="File to write (default: standard output)",
-)
-def audit_export(after_seq: int, output: str) -> None:
-    """Write the hot audit rows as JSON lines (a copy; the log is unchanged)."""
-    from .. import archive
-
-    rt = runtime(tools=False)
-    with click.open_file(output, "w") as handle, rt.store.reading() as conn:
-        count = archive.export(conn, handle, after_seq=after_seq)
-    click.echo(f"exported {count} rows", err=True)
-
-
-@audit.command("archive")
-def audit_archive() -> None:
-    """Move rows older than the hot window to a compressed segment (the one archival path)."""
-    from .. import archive
-
-    rt = runtime(tools=False)
-    settings = rt.settings
-    result = archive.archive(
-        rt.store,
-        rt.audit,
-        rt.archive_dir,
-        clock=rt.clock,
-        hot_days=settings.audit_hot_days,
-        archive_days=settings.audit_archive_days,
-    )
-    if result.segment is None:
-        click.echo(f"nothing older than {settings.audit_hot_days:g} days to archive")
-    else:
-        click.echo(
-            f"archived {result.rows} rows through seq {result.through_seq} "
-            f"to {rt.archive_dir / result.segment}"
-        )
-    for name in result.pruned:
-        click.echo(f"pruned {name} (older than {settings.audit_archive_days:g} days)")
-
+main.add_command(db_cli.db)
+main.add_command(keys_cli.keys)
+main.add_command(tools_cli.tools)
+main.add_command(tools_cli.stats)
+main.add_command(audit_cli.audit)
 
 # -- calls through the HTTP API -------------------------------------------------------------
 

@@ -19,10 +19,10 @@ from typing import IO
 
 import httpx
 
-from ..broker import LOCAL_REDIS_URL, private_redis_url_file
 from ..constants import RISK_LEVELS
 from ..errors import ConfigError, SchemaOutdated, Unavailable
 from ..files import private_dir, private_file
+from ..messaging.celery_app import LOCAL_REDIS_URL, private_redis_url_file
 from ..metrics import metrics_dir
 from ..runtime import Runtime
 from ..settings import Settings

@@ -24,12 +24,12 @@ from mcp.server.transport_security import (
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from ..auth.principal import Principal
 from ..errors import NotAuthenticated, Unavailable
-from ..keys import Principal
-from ..notify import CompletionListener
+from ..messaging.completions import CompletionListener
 from ..runtime import Runtime
 from ..settings import Settings
-from ..threads import blocking
+from ..threads import in_thread
 from .server import Context, ToolrouterMcp
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class McpEndpoint:
                 )
                 return
             try:
-                who = await blocking(self.runtime.keys.authenticate, bearer_token(scope))
+                who = await in_thread(self.runtime.keys.authenticate, bearer_token(scope))
             except NotAuthenticated as exc:
                 await guarded.error(401, str(exc), [(b"www-authenticate", b"Bearer")])
                 return

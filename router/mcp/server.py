@@ -17,15 +17,16 @@ from mcp import types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from ..dispatcher import Submission, echo_name
+from ..auth.principal import Principal
+from ..dispatch.dispatcher import Submission
 from ..errors import NotFound, RequestError, Unavailable
-from ..keys import Principal
-from ..notify import CompletionListener
+from ..messaging.completions import CompletionListener
+from ..messaging.waiting import wait_for_call
+from ..names import echo_name
 from ..results import CallResult
 from ..runtime import Runtime
 from ..status import CallStatus, Role
-from ..threads import blocking
-from ..waiting import wait_for_call
+from ..threads import in_thread
 from .tools import STATUS_TOOL, error_result, mcp_tool, render, status_tool
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ class ToolrouterMcp:
         args: Any = params.arguments if params.arguments is not None else {}
         if params.name == STATUS_TOOL:
             return await self._status(who, args)
-        # Shared with the HTTP API's submissions of this process (router.group_commit).
+        # Shared with the HTTP API's submissions of this process (router.dispatch.group_commit).
         result = await self.runtime.group_commit.submit(Submission(who.name, params.name, args))
         running = result.status in (CallStatus.QUEUED, CallStatus.RUNNING)
         if running and result.call_id is not None and self.call_wait_s > 0:
@@ -117,7 +118,7 @@ class ToolrouterMcp:
             if wait_s > 0:
                 result = await self.wait(who, call_id, float(wait_s))
             else:
-                result = (await blocking(self.runtime.calls.get, who, call_id)).result()
+                result = (await in_thread(self.runtime.calls.get, who, call_id)).result()
         except NotFound:
             return error_result(f"unknown call: {echo_name(call_id)}")
         return render(result)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import anyio
 from mcp.server.stdio import stdio_server
 
-from ..keys import Principal
-from ..notify import CompletionListener
+from ..auth.principal import Principal
 from ..runtime import Runtime
-from ..threads import blocking
+from ..threads import in_thread
 from .server import Context, ToolrouterMcp
 
 
@@ -21,14 +20,9 @@ async def serve_stdio(runtime: Runtime, token: str) -> None:
     """Serve MCP on this process's stdin and stdout until the client closes stdin."""
 
     async def identify(_: Context) -> Principal:
-        return await blocking(runtime.keys.authenticate, token)
+        return await in_thread(runtime.keys.authenticate, token)
 
-    listener = CompletionListener(
-        runtime.redis_url,
-        runtime.namespace,
-        runtime.keyring,
-        on_completion=runtime.group_commit.in_flight.finished,
-    )
+    listener = runtime.listener
     listener.start()
     try:
         mcp = ToolrouterMcp(runtime, listener, identify)

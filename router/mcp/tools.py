@@ -14,9 +14,9 @@ from typing import Any
 
 from mcp import types
 
-from ..registry import Tool
 from ..results import CallResult
 from ..status import CallStatus
+from ..tools.registry import Tool
 
 STATUS_TOOL = "toolrouter.call_status"
 

@@ -17,13 +17,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.datastructures import FormData
 
+from ..approval.model import Decision
+from ..auth.principal import Principal
+from ..auth.sessions import COOKIE, FLASH_COOKIE, LoginThrottle, Session, SessionStore
 from ..errors import NotAuthenticated, RequestError, Unavailable
-from ..keys import Principal
-from ..pending import Decision
 from ..runtime import Runtime
-from ..sessions import COOKIE, FLASH_COOKIE, LoginThrottle, Session, SessionStore
 from ..status import Role
-from ..threads import blocking
+from ..threads import in_thread
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 # Roles that are not approver roles: a key with only these cannot use the inbox.
@@ -56,7 +56,7 @@ def may_use_inbox(who: Principal) -> bool:
 async def _signed_in(request: Request) -> tuple[Session, Principal] | None:
     """The live session of this request's cookie and its key, re-read every request: a
     revoked key or an ended session is signed out at once."""
-    return await blocking(_sessions(request).resolve, request.cookies.get(COOKIE))
+    return await in_thread(_sessions(request).resolve, request.cookies.get(COOKIE))
 
 
 def _same_origin(request: Request) -> bool:
@@ -103,8 +103,8 @@ async def inbox(request: Request) -> Response:
     if not may_use_inbox(who):
         return _page(request, "forbidden.html", 403, who=who)
     runtime = _runtime(request)
-    pending = await blocking(runtime.approvals_view.list_requests, who, "pending", 200)
-    history = await blocking(runtime.approvals_view.history, who, 20)
+    pending = await in_thread(runtime.approvals_view.list_requests, who, "pending", 200)
+    history = await in_thread(runtime.approvals_view.history, who, 20)
     for item in pending:
         tool = runtime.registry.get(item["tool"])
         item["risk"] = tool.spec.risk if tool else "unknown"
@@ -136,7 +136,7 @@ async def pending_ids(request: Request) -> Response:
             status_code=401,
             media_type="application/json",
         )
-    items = await blocking(
+    items = await in_thread(
         _runtime(request).approvals_view.list_requests, signed_in[1], "pending", 200
     )
     body = {"ok": True, "request_ids": [item["request_id"] for item in items]}
@@ -161,14 +161,14 @@ async def login(request: Request) -> Response:
     token = str(form.get("key") or "").strip()
     runtime = _runtime(request)
     try:
-        who = await blocking(runtime.keys.authenticate, token)
+        who = await in_thread(runtime.keys.authenticate, token)
     except NotAuthenticated:
         throttle.failed(address)
         return _page(request, "login.html", 401, error="That key was not accepted.")
     if not may_use_inbox(who):
         return _page(request, "forbidden.html", 403, who=who)
     hours = runtime.settings.ui_session_hours
-    cookie, _ = await blocking(_sessions(request).start, who, hours)
+    cookie, _ = await in_thread(_sessions(request).start, who, hours)
     response = RedirectResponse("/ui/", status_code=303)
     response.set_cookie(
         COOKIE,
@@ -189,7 +189,7 @@ async def logout(request: Request) -> Response:
     form = await request.form()
     if signed_in is not None and not _csrf_ok(request, signed_in[0], form):
         return _page(request, "forbidden.html", 403, reason="The form was stale; reload it.")
-    await blocking(_sessions(request).end, request.cookies.get(COOKIE))
+    await in_thread(_sessions(request).end, request.cookies.get(COOKIE))
     response = RedirectResponse("/ui/", status_code=303)
     response.delete_cookie(COOKIE, path="/ui")
     return response
@@ -223,8 +223,8 @@ async def decide(request: Request) -> Response:
     lines = []
     for request_id in request_ids:
         try:
-            await blocking(runtime.approvals_view.precheck, who, request_id)
-            answer = await blocking(runtime.decisions.send, request_id, who.name, decision, reason)
+            await in_thread(runtime.approvals_view.precheck, who, request_id)
+            answer = await in_thread(runtime.decisions.send, request_id, who.name, decision, reason)
         except (RequestError, Unavailable) as exc:
             lines.append(f"{request_id}: {exc}")
             continue

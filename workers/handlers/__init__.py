@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from router.context import CallContext
-from router.mcp_client import McpConnections
-from router.registry import Tool
+from router.tools.mcp_client import McpConnections
+from router.tools.registry import Tool
 
 from .http import run_http
 from .mcp import run_mcp

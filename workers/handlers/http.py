@@ -14,7 +14,7 @@ import httpx
 from celery.exceptions import SoftTimeLimitExceeded
 
 from router.context import CallContext
-from router.registry import Tool
+from router.tools.registry import Tool
 
 from .outcome import Outcome
 

@@ -11,9 +11,9 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 
 from router.context import CallContext
-from router.mcp_client import McpConnections
-from router.registry import Tool
 from router.results import error_message
+from router.tools.mcp_client import McpConnections
+from router.tools.registry import Tool
 
 from .outcome import Outcome
 

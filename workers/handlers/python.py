@@ -8,7 +8,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from router.context import CallContext
 from router.errors import RetryableError
-from router.registry import Tool
+from router.tools.registry import Tool
 
 from .outcome import Outcome
 

@@ -1,0 +1,62 @@
+"""The unauthenticated endpoints: Prometheus ``/metrics``, ``/healthz`` and ``/readyz``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from sqlalchemy import text
+
+from .deps import in_thread, runtime_of
+from .exposition import exposition
+from .responses import AsciiJSONResponse
+
+router = APIRouter(tags=["health"])
+
+
+@router.get(
+    "/metrics",
+    # Declares the answer's media type in the OpenAPI document; the route sets its own.
+    response_class=PlainTextResponse,
+    responses={200: {"description": "Prometheus text exposition format"}},
+)
+async def prometheus_metrics(request: Request) -> Response:
+    """Prometheus text: calls by tool and outcome, latency, cost, queue depths, pending
+    requests, approval wait time; gathered across the API and every worker."""
+    body, content_type = await in_thread(exposition, runtime_of(request))
+    return Response(body, media_type=content_type)
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, Any]:
+    """Liveness: the process answers."""
+    return {"ok": True}
+
+
+@router.get("/readyz")
+async def readyz(request: Request) -> JSONResponse:
+    """Readiness: the database and Redis both answer."""
+    runtime = runtime_of(request)
+
+    def check() -> dict[str, str]:
+        problems = {}
+        try:
+            with runtime.store.reading() as conn:
+                conn.execute(text("SELECT 1"))
+        except Exception as exc:
+            problems["database"] = str(exc)
+        try:
+            redis.Redis.from_url(
+                runtime.redis_url, socket_timeout=2, socket_connect_timeout=2
+            ).ping()
+        except Exception as exc:
+            problems["redis"] = str(exc)
+        return problems
+
+    problems = await in_thread(check)
+    if problems:
+        detail = "; ".join(f"{name}: {reason}" for name, reason in problems.items())
+        return AsciiJSONResponse({"ok": False, "error": f"unavailable: {detail}"}, status_code=503)
+    return AsciiJSONResponse({"ok": True})

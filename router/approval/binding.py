@@ -1,0 +1,127 @@
+"""What an approval covers, sealed so that nobody can point it elsewhere in the database.
+
+A request is bound when it is issued to one call, its tool, the SHA-256 of its canonical
+arguments, its requester, the policy that gated it (approver roles, approvals required)
+and its expiry; the API seals that binding with the deployment's approval key. The
+approval worker seals each decision it records and, when the last approval comes, the
+release. A worker runs a gated call only if the release verifies and the call is still
+exactly what was bound; the reconciler and the reaper never publish one that is not.
+Whoever can write to the database but lacks the key can change rows, not forge tags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..canonical import canonical_json, sha256_hex
+from ..trust.keyring import KeyRing, Purpose
+from .model import ApprovalRequest
+
+if TYPE_CHECKING:
+    from ..db.store import CallRow
+
+
+def binding_text(
+    *,
+    request_id: str,
+    call_id: str,
+    tool: str,
+    args_sha256: str,
+    requested_by: str,
+    approvers: tuple[str, ...] | list[str],
+    approvals_required: int,
+    expires_at: int,
+) -> str:
+    return canonical_json(
+        {
+            "request_id": request_id,
+            "call_id": call_id,
+            "tool": tool,
+            "args_sha256": args_sha256,
+            "requested_by": requested_by,
+            "approvers": sorted(approvers),
+            "approvals_required": approvals_required,
+            "expires_at": expires_at,
+        }
+    )
+
+
+def request_binding(request: ApprovalRequest) -> str:
+    return binding_text(
+        request_id=request.id,
+        call_id=request.call_id,
+        tool=request.tool,
+        args_sha256=request.args_sha256,
+        requested_by=request.requested_by,
+        approvers=request.approvers,
+        approvals_required=request.approvals_required,
+        expires_at=request.expires_at,
+    )
+
+
+def binding_verifies(request: ApprovalRequest, keyring: KeyRing) -> bool:
+    return keyring.verify(Purpose.APPROVAL, request_binding(request), request.binding_mac)
+
+
+def decision_text(request_id: str, approver: str, decision: str, at: int) -> str:
+    return canonical_json(
+        {"request_id": request_id, "approver": approver, "decision": decision, "at": at}
+    )
+
+
+def release_text(request: ApprovalRequest, decided_at: int) -> str:
+    """A release covers the sealed binding and when it was decided."""
+    return canonical_json(
+        {"binding_mac": request.binding_mac, "released": True, "decided_at": decided_at}
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunRefusal:
+    """Why a claimed call must not run: its outcome, recorded as a failure."""
+
+    error_type: str
+    error: str
+
+
+def run_refusal(
+    keyring: KeyRing, row: CallRow, request: ApprovalRequest | None, *, gated: bool
+) -> RunRefusal | None:
+    """None when ``row`` may run: its arguments are those accepted, and, when its tool is
+    gated or it has a request, a sealed release binds exactly this call."""
+    if sha256_hex(row.args) != row.args_sha256:
+        return RunRefusal("TamperedArguments", "arguments changed after they were accepted")
+    if request is None:
+        if gated or row.request_id is not None:
+            return RunRefusal(
+                "ApprovalMissing", f"refused: {row.tool} is gated and this call has no approval"
+            )
+        return None
+    bound = (
+        request.id == row.request_id
+        and request.call_id == row.id
+        and request.tool == row.tool
+        and request.args_sha256 == row.args_sha256
+        and request.requested_by == row.requested_by
+    )
+    released = (
+        request.status == "approved"
+        and request.decided_at is not None
+        and binding_verifies(request, keyring)
+        and keyring.verify(
+            Purpose.APPROVAL, release_text(request, request.decided_at), request.release_mac
+        )
+    )
+    if not (bound and released):
+        return RunRefusal(
+            "ApprovalMissing",
+            f"refused: no approval of {request.id} verifies for exactly this call",
+        )
+    return None
+
+
+def may_publish(row: CallRow, *, gated: bool) -> bool:
+    """Whether recovery may publish ``row`` without reading its request: an ungated call
+    with no request. Anything else is checked with ``run_refusal`` first."""
+    return not gated and row.request_id is None

@@ -1,0 +1,51 @@
+"""An approval request as bound at issue time, its statuses, and the decisions on it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class RequestStatus(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+class Decision(StrEnum):
+    APPROVE = "approve"
+    DENY = "deny"
+    CANCEL = "cancel"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """One request, as bound at issue time."""
+
+    id: str
+    call_id: str
+    tool: str
+    args_sha256: str
+    requested_by: str
+    approvers: tuple[str, ...]
+    approvals_required: int
+    status: str
+    created_at: int
+    expires_at: int
+    decided_at: int | None
+    binding_mac: str | None = None
+    release_mac: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Any) -> ApprovalRequest:
+        data = dict(row._mapping)
+        data["approvers"] = tuple(json.loads(data["approvers"]))
+        return cls(**data)
+
+    def may_decide(self, name: str, roles: frozenset[str]) -> bool:
+        """A key with one of the tool's approver roles, and never the requester."""
+        return name != self.requested_by and bool(roles & set(self.approvers))

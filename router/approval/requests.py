@@ -1,0 +1,249 @@
+"""The pending table: approval requests bound to one call each, and their decisions.
+
+Reads and the issue of a request live here (the dispatcher issues one per gated call);
+only the approval worker (``approvals.gate``) moves a request out of ``pending``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import and_, func, select, update
+from sqlalchemy.engine import Connection
+
+from ..canonical import load_for_display
+from ..db.engine import insert_rows
+from ..db.schema import approval_decisions, approval_requests, calls
+from ..trust.keyring import KeyRing, Purpose
+from .binding import binding_text, decision_text
+from .model import ApprovalRequest, Decision, RequestStatus
+
+
+def issue_row(
+    *,
+    request_id: str,
+    call_id: str,
+    tool: str,
+    args_sha256: str,
+    requested_by: str,
+    approvers: tuple[str, ...],
+    approvals_required: int,
+    now: int,
+    timeout_ms: int,
+    keyring: KeyRing,
+) -> dict[str, Any]:
+    """The row that issues a request, its binding sealed (``router.approval.binding``)."""
+    binding = binding_text(
+        request_id=request_id,
+        call_id=call_id,
+        tool=tool,
+        args_sha256=args_sha256,
+        requested_by=requested_by,
+        approvers=approvers,
+        approvals_required=approvals_required,
+        expires_at=now + timeout_ms,
+    )
+    return {
+        "id": request_id,
+        "call_id": call_id,
+        "tool": tool,
+        "args_sha256": args_sha256,
+        "requested_by": requested_by,
+        "approvers": json.dumps(list(approvers)),
+        "approvals_required": approvals_required,
+        "status": RequestStatus.PENDING,
+        "created_at": now,
+        "expires_at": now + timeout_ms,
+        "decided_at": None,
+        "binding_mac": keyring.sign(Purpose.APPROVAL, binding),
+        "release_mac": None,
+    }
+
+
+def insert(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    if rows:
+        insert_rows(conn, approval_requests, rows)
+
+
+def get(conn: Connection, request_id: str, *, for_update: bool = False) -> ApprovalRequest | None:
+    stmt = select(approval_requests).where(approval_requests.c.id == request_id)
+    if for_update:
+        # Serializes decisions on one request (PostgreSQL); SQLite's write lock already does.
+        stmt = stmt.with_for_update()
+    row = conn.execute(stmt).first()
+    return ApprovalRequest.from_row(row) if row else None
+
+
+def pending(conn: Connection, *, limit: int = 500) -> list[ApprovalRequest]:
+    rows = conn.execute(
+        select(approval_requests)
+        .where(approval_requests.c.status == RequestStatus.PENDING)
+        .order_by(approval_requests.c.created_at)
+        .limit(limit)
+    )
+    return [ApprovalRequest.from_row(row) for row in rows]
+
+
+def recent(conn: Connection, *, limit: int = 100) -> list[ApprovalRequest]:
+    rows = conn.execute(
+        select(approval_requests)
+        .where(approval_requests.c.status != RequestStatus.PENDING)
+        .order_by(approval_requests.c.decided_at.desc())
+        .limit(limit)
+    )
+    return [ApprovalRequest.from_row(row) for row in rows]
+
+
+def due(conn: Connection, *, now: int, limit: int) -> list[str]:
+    rows = conn.execute(
+        select(approval_requests.c.id)
+        .where(
+            and_(
+                approval_requests.c.status == RequestStatus.PENDING,
+                approval_requests.c.expires_at <= now,
+            )
+        )
+        .limit(limit)
+    )
+    return [row.id for row in rows]
+
+
+def count_pending(conn: Connection) -> int:
+    return int(
+        conn.execute(
+            select(func.count()).where(approval_requests.c.status == RequestStatus.PENDING)
+        ).scalar_one()
+    )
+
+
+def decisions(
+    conn: Connection, request_id: str, *, keyring: KeyRing | None = None
+) -> list[dict[str, Any]]:
+    """The decisions recorded on a request, oldest first. With ``keyring``, only those the
+    approval worker sealed: a row written any other way is not a decision."""
+    rows = conn.execute(
+        select(approval_decisions)
+        .where(approval_decisions.c.request_id == request_id)
+        .order_by(approval_decisions.c.id)
+    )
+    found = [
+        {
+            "approver": r.approver,
+            "decision": r.decision,
+            "reason": r.reason,
+            "at": r.at,
+            "mac": r.mac,
+        }
+        for r in rows
+    ]
+    if keyring is not None:
+        found = [
+            d
+            for d in found
+            if keyring.verify(
+                Purpose.APPROVAL,
+                decision_text(request_id, d["approver"], d["decision"], d["at"]),
+                d["mac"],
+            )
+        ]
+    for d in found:
+        d.pop("mac")
+    return found
+
+
+def args_of(conn: Connection, call_ids: list[str]) -> dict[str, Any]:
+    if not call_ids:
+        return {}
+    rows = conn.execute(select(calls.c.id, calls.c.args).where(calls.c.id.in_(call_ids)))
+    return {row.id: load_for_display(row.args) for row in rows}
+
+
+def spend(
+    conn: Connection,
+    request_id: str,
+    status: RequestStatus,
+    *,
+    now: int,
+    expiring: bool = False,
+    release_mac: str | None = None,
+) -> bool:
+    """Move ``request_id`` out of pending, once: the conditional update that spends it.
+
+    A decision needs the request unexpired; the expiry sweep needs it expired. An approval
+    that releases the call stores the release's seal with it.
+    """
+    expiry = (
+        (approval_requests.c.expires_at <= now)
+        if expiring
+        else (approval_requests.c.expires_at > now)
+    )
+    result = conn.execute(
+        update(approval_requests)
+        .where(
+            and_(
+                approval_requests.c.id == request_id,
+                approval_requests.c.status == RequestStatus.PENDING,
+                expiry,
+            )
+        )
+        .values(status=status, decided_at=now, release_mac=release_mac)
+    )
+    return result.rowcount == 1
+
+
+def record_decision(
+    conn: Connection,
+    request_id: str,
+    approver: str,
+    decision: Decision,
+    reason: str | None,
+    *,
+    now: int,
+    keyring: KeyRing,
+) -> None:
+    """Record a decision, sealed. ``IntegrityError`` when this approver already decided."""
+    conn.execute(
+        approval_decisions.insert(),
+        [
+            {
+                "request_id": request_id,
+                "approver": approver,
+                "decision": decision,
+                "reason": reason,
+                "at": now,
+                "mac": keyring.sign(
+                    Purpose.APPROVAL, decision_text(request_id, approver, decision, now)
+                ),
+            }
+        ],
+    )
+
+
+def to_public(
+    request: ApprovalRequest,
+    *,
+    args: Any = None,
+    decided: list[dict[str, Any]] | None = None,
+    now: int | None = None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "request_id": request.id,
+        "call_id": request.call_id,
+        "tool": request.tool,
+        "args": args,
+        "args_sha256": request.args_sha256,
+        "requested_by": request.requested_by,
+        "approvers": list(request.approvers),
+        "approvals_required": request.approvals_required,
+        "status": request.status,
+        "created_at": request.created_at,
+        "expires_at": request.expires_at,
+        "decided_at": request.decided_at,
+    }
+    if decided is not None:
+        body["decisions"] = decided
+    if now is not None:
+        body["age_ms"] = now - request.created_at
+        body["expires_in_ms"] = max(0, request.expires_at - now)
+    return body

@@ -1,0 +1,101 @@
+"""What approvers and operators may see of the pending table, and the pre-checks of a decision.
+
+The approval worker re-checks everything in its own transaction; these checks only let
+the API refuse obvious mistakes without sending a message.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..auth.principal import Principal
+from ..clock import Clock, wall_clock_ms
+from ..db.store import Store
+from ..errors import BadRequest, Conflict, Forbidden, NotFound
+from ..names import echo_name
+from . import requests as pending
+from .requests import ApprovalRequest, RequestStatus
+
+REQUEST_ID_RE = re.compile(r"^req-[0-9a-f]{32}$")
+
+
+class ApprovalsView:
+    def __init__(self, store: Store, *, clock: Clock = wall_clock_ms) -> None:
+        self.store, self.clock = store, clock
+
+    def list_requests(
+        self, who: Principal, status: str = "pending", limit: int = 200
+    ) -> list[dict[str, Any]]:
+        """Requests this key may decide (operators: all), with their call's arguments."""
+        if status not in RequestStatus.__members__.values():
+            raise BadRequest(f"unknown status: {echo_name(status)}")
+        with self.store.reading() as conn:
+            rows = (
+                pending.pending(conn, limit=limit)
+                if status == RequestStatus.PENDING
+                else [r for r in pending.recent(conn, limit=limit * 5) if r.status == status]
+            )
+            visible = [r for r in rows if who.is_operator or r.may_decide(who.name, who.roles)]
+            decided = {r.id: pending.decisions(conn, r.id) for r in visible}
+            if status == RequestStatus.PENDING and not who.is_operator:
+                # An N-of-M request this key already approved is no longer its to decide.
+                visible = [
+                    r for r in visible if all(d["approver"] != who.name for d in decided[r.id])
+                ]
+            visible = visible[:limit]
+            args = pending.args_of(conn, [r.call_id for r in visible])
+        now = self.clock()
+        return [
+            pending.to_public(r, args=args.get(r.call_id), decided=decided[r.id], now=now)
+            for r in visible
+        ]
+
+    def history(self, who: Principal, limit: int = 20) -> list[dict[str, Any]]:
+        """Recently decided requests of the tools this key approves, newest first."""
+        with self.store.reading() as conn:
+            rows = [
+                r
+                for r in pending.recent(conn, limit=limit * 5)
+                if who.is_operator or set(r.approvers) & who.roles
+            ][:limit]
+            decided = {r.id: pending.decisions(conn, r.id) for r in rows}
+        return [pending.to_public(r, decided=decided[r.id]) for r in rows]
+
+    def get(self, who: Principal, request_id: str) -> dict[str, Any]:
+        request = self._load(request_id)
+        if not (
+            who.is_operator
+            or who.name == request.requested_by
+            or set(request.approvers) & who.roles
+        ):
+            raise NotFound(f"unknown request: {echo_name(request_id)}")
+        with self.store.reading() as conn:
+            args = pending.args_of(conn, [request.call_id]).get(request.call_id)
+            decided = pending.decisions(conn, request_id)
+        return pending.to_public(request, args=args, decided=decided, now=self.clock())
+
+    def precheck(self, who: Principal, request_id: str) -> ApprovalRequest:
+        """Refuse what the approval worker would refuse anyway, without sending a message."""
+        request = self._load(request_id)
+        if request.status != RequestStatus.PENDING and request.status != RequestStatus.EXPIRED:
+            raise NotFound(f"unknown request: {request_id}")
+        if request.status == RequestStatus.EXPIRED or request.expires_at <= self.clock():
+            raise Conflict(f"expired request: {request_id}")
+        if who.name == request.requested_by:
+            raise Forbidden("requester cannot approve own request")
+        if not request.may_decide(who.name, who.roles):
+            raise Forbidden(
+                f"not an approver of {request.tool}: needs one of roles "
+                f"{', '.join(request.approvers)}"
+            )
+        return request
+
+    def _load(self, request_id: str) -> ApprovalRequest:
+        if not REQUEST_ID_RE.match(request_id):
+            raise NotFound(f"unknown request: {echo_name(request_id)}")
+        with self.store.reading() as conn:
+            request = pending.get(conn, request_id)
+        if request is None:
+            raise NotFound(f"unknown request: {request_id}")
+        return request

@@ -1,0 +1,292 @@
+"""Audit retention: old rows leave the hot table for compressed JSONL segments.
+
+The one archival path: rows older than the hot window are written to a gzip segment,
+a checkpoint (last seq, last hash, segment digest), signed with the deployment's key, is
+inserted, and only then are the rows deleted — the database's trigger refuses to delete
+any row not covered by a checkpoint, and ``verify`` refuses a checkpoint the key did not
+sign. ``verify`` continues the chain from the latest checkpoint, and a manifest
+(``manifest.jsonl``, each line signed too) lists every segment's chain hashes beside the
+files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.engine import Connection
+
+from ..canonical import canonical_json
+from ..clock import Clock
+from ..db.schema import audit_checkpoints, audit_log
+from ..db.store import Store
+from ..files import private_dir, private_file
+from ..trust.keyring import KeyRing, Purpose
+from .log import GENESIS_HASH, AuditLog, lock_chain
+
+DAY_MS = 86_400_000
+BATCH = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    through_seq: int
+    last_hash: str
+    rows: int
+    segment: str
+    segment_sha256: str
+    at: int
+    mac: str | None = None
+
+    def signed_text(self) -> str:
+        return canonical_json(
+            {
+                "through_seq": self.through_seq,
+                "last_hash": self.last_hash,
+                "rows": self.rows,
+                "segment": self.segment,
+                "segment_sha256": self.segment_sha256,
+                "at": self.at,
+            }
+        )
+
+    def verifies(self, keyring: KeyRing) -> bool:
+        return keyring.verify(Purpose.AUDIT_HEAD, self.signed_text(), self.mac)
+
+
+def manifest_line(entry: dict[str, Any], keyring: KeyRing) -> str:
+    """One manifest line: ``entry`` with its signature."""
+    body = {key: value for key, value in entry.items() if key != "mac"}
+    return json.dumps(
+        {**body, "mac": keyring.sign(Purpose.AUDIT_HEAD, canonical_json(body))}, sort_keys=True
+    )
+
+
+def manifest_entry_verifies(entry: dict[str, Any], keyring: KeyRing) -> bool:
+    body = {key: value for key, value in entry.items() if key != "mac"}
+    return keyring.verify(Purpose.AUDIT_HEAD, canonical_json(body), entry.get("mac"))
+
+
+def latest_checkpoint(conn: Connection) -> Checkpoint | None:
+    row = conn.execute(
+        select(audit_checkpoints).order_by(audit_checkpoints.c.through_seq.desc()).limit(1)
+    ).first()
+    return Checkpoint(**dict(row._mapping)) if row else None
+
+
+def checkpoints(conn: Connection) -> list[Checkpoint]:
+    """Every checkpoint, oldest first: the chain of segments."""
+    rows = conn.execute(select(audit_checkpoints).order_by(audit_checkpoints.c.through_seq))
+    return [Checkpoint(**dict(row._mapping)) for row in rows]
+
+
+def export(conn: Connection, out: IO[str], *, after_seq: int = 0) -> int:
+    """Write hot rows after ``after_seq`` as JSON lines; returns how many."""
+    count = 0
+    while True:
+        rows = conn.execute(
+            select(audit_log)
+            .where(audit_log.c.seq > after_seq)
+            .order_by(audit_log.c.seq)
+            .limit(BATCH)
+        ).all()
+        if not rows:
+            return count
+        for row in rows:
+            out.write(json.dumps(dict(row._mapping), sort_keys=True) + "\n")
+        count += len(rows)
+        after_seq = rows[-1].seq
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveResult:
+    rows: int
+    segment: str | None
+    through_seq: int | None
+    pruned: list[str]
+
+
+def archive(
+    store: Store,
+    log: AuditLog,
+    archive_dir: Path,
+    *,
+    clock: Clock,
+    hot_days: float,
+    archive_days: float,
+) -> ArchiveResult:
+    """Move rows older than ``hot_days`` to a segment; prune segments past ``archive_days``."""
+    now = clock()
+    cutoff = now - int(hot_days * DAY_MS)
+    private_dir(archive_dir)
+    with store.transaction() as conn:
+        # Hold the chain lock: nothing is appended while the prefix moves out.
+        lock_chain(conn)
+        checkpoint = latest_checkpoint(conn)
+        start = checkpoint.through_seq if checkpoint else 0
+        first_young = conn.execute(
+            select(func.min(audit_log.c.seq)).where(audit_log.c.at >= cutoff)
+        ).scalar()
+        last_old = conn.execute(
+            select(func.max(audit_log.c.seq)).where(audit_log.c.seq < first_young)
+            if first_young is not None
+            else select(func.max(audit_log.c.seq))
+        ).scalar()
+        if last_old is None or last_old <= start:
+            return ArchiveResult(0, None, None, _prune(archive_dir, now, archive_days))
+        name = f"audit-{start + 1:012d}-{last_old:012d}.jsonl.gz"
+        path = archive_dir / name
+        tmp = path.with_suffix(".tmp")
+        count, last_hash, first_prev = 0, GENESIS_HASH, None
+        with gzip.open(private_file(tmp), "wt", encoding="utf-8") as handle:
+            after = start
+            while after < last_old:
+                rows = conn.execute(
+                    select(audit_log)
+                    .where(audit_log.c.seq > after, audit_log.c.seq <= last_old)
+                    .order_by(audit_log.c.seq)
+                    .limit(BATCH)
+                ).all()
+                if not rows:
+                    break
+                for row in rows:
+                    data = dict(row._mapping)
+                    first_prev = data["prev_hash"] if first_prev is None else first_prev
+                    handle.write(json.dumps(data, sort_keys=True) + "\n")
+                    last_hash = data["hash"]
+                count += len(rows)
+                after = rows[-1].seq
+        digest = _file_sha256(tmp)
+        os.replace(tmp, path)
+        checkpoint = Checkpoint(last_old, last_hash, count, name, digest, now)
+        signed = dataclasses.replace(
+            checkpoint, mac=log.keyring.sign(Purpose.AUDIT_HEAD, checkpoint.signed_text())
+        )
+        conn.execute(audit_checkpoints.insert(), [dataclasses.asdict(signed)])
+        conn.execute(delete(audit_log).where(audit_log.c.seq <= last_old))
+    entry = {
+        "segment": name,
+        "from_seq": start + 1,
+        "through_seq": last_old,
+        "rows": count,
+        "first_prev_hash": first_prev,
+        "last_hash": last_hash,
+        "sha256": digest,
+        "archived_at": now,
+    }
+    with (archive_dir / "manifest.jsonl").open("a", encoding="utf-8") as manifest:
+        manifest.write(manifest_line(entry, log.keyring) + "\n")
+    return ArchiveResult(count, name, last_old, _prune(archive_dir, now, archive_days))
+
+
+def _prune(archive_dir: Path, now: int, archive_days: float) -> list[str]:
+    """Delete segment files older than the archive retention; their checkpoints remain."""
+    cutoff_s = (now - int(archive_days * DAY_MS)) / 1000
+    pruned = []
+    for path in sorted(archive_dir.glob("audit-*.jsonl.gz")):
+        if path.stat().st_mtime < cutoff_s:
+            path.unlink()
+            pruned.append(path.name)
+    return pruned
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_segment(path: Path, checkpoint: Checkpoint, prev_hash: str, log: AuditLog) -> str | None:
+    """Check one segment against its checkpoint; the problem as a sentence, or None."""
+    if _file_sha256(path) != checkpoint.segment_sha256:
+        return f"{path.name}: file digest does not match its checkpoint"
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            row: dict[str, Any] = json.loads(line)
+            if row["prev_hash"] != prev_hash or log.row_hash(row) != row["hash"]:
+                return f"{path.name}: chain broken at seq {row['seq']}"
+            prev_hash = row["hash"]
+    if prev_hash != checkpoint.last_hash:
+        return f"{path.name}: last hash does not match its checkpoint"
+    return None
+
+
+def verify_archives(
+    conn: Connection, archive_dir: Path, log: AuditLog, *, now: int, archive_days: float
+) -> tuple[list[str], list[str]]:
+    """Check every checkpoint against its signature, the manifest and its segment file.
+
+    Returns (lines to show, problems). A segment may be missing only once it is past the
+    archive retention; rows a checkpoint covers must have left the hot table.
+    """
+    manifest: dict[int, dict[str, Any]] = {}
+    manifest_path = archive_dir / "manifest.jsonl"
+    if manifest_path.exists():
+        for line in manifest_path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                manifest[int(entry["through_seq"])] = entry
+    lines: list[str] = []
+    problems: list[str] = []
+    prev_hash = GENESIS_HASH
+    retention_cutoff = now - int(archive_days * DAY_MS)
+    expected_from = 1
+    for checkpoint in checkpoints(conn):
+        if checkpoint.through_seq > log.keyed_from_seq and not checkpoint.verifies(log.keyring):
+            problems.append(
+                f"checkpoint through seq {checkpoint.through_seq} is not signed with this "
+                "deployment's key (forged)"
+            )
+        if checkpoint.through_seq - checkpoint.rows + 1 != expected_from:
+            problems.append(
+                f"checkpoint through seq {checkpoint.through_seq} does not start where the "
+                f"one before it ended (seq {expected_from})"
+            )
+        expected_from = checkpoint.through_seq + 1
+        entry = manifest.get(checkpoint.through_seq)
+        if (
+            entry is not None
+            and checkpoint.through_seq > log.keyed_from_seq
+            and not (manifest_entry_verifies(entry, log.keyring))
+        ):
+            problems.append(
+                f"manifest line through seq {checkpoint.through_seq} is not signed with this "
+                "deployment's key (forged)"
+            )
+        if (
+            entry is None
+            or entry["sha256"] != checkpoint.segment_sha256
+            or (entry["last_hash"] != checkpoint.last_hash)
+        ):
+            problems.append(
+                f"checkpoint through seq {checkpoint.through_seq} has no matching manifest entry"
+            )
+        path = archive_dir / checkpoint.segment
+        if path.exists():
+            problem = verify_segment(path, checkpoint, prev_hash, log)
+            if problem:
+                problems.append(problem)
+            else:
+                lines.append(f"segment {checkpoint.segment}: {checkpoint.rows} rows ok")
+        elif checkpoint.at < retention_cutoff:
+            lines.append(f"segment {checkpoint.segment}: pruned after retention (checkpoint kept)")
+        else:
+            problems.append(f"segment {checkpoint.segment} is missing")
+        prev_hash = checkpoint.last_hash
+    latest = latest_checkpoint(conn)
+    if latest is not None:
+        leftover = conn.execute(
+            select(func.count()).where(audit_log.c.seq <= latest.through_seq)
+        ).scalar_one()
+        if leftover:
+            problems.append(f"{leftover} rows covered by a checkpoint are still in the hot table")
+    return lines, problems

@@ -1,0 +1,109 @@
+"""The audit chain's signed head, kept outside the database.
+
+The keyed chain shows an edited or inserted row, but not rows removed from its end: the
+last row left looks like a head. So the approval worker exports the head (last ``seq`` and
+its hash, signed with the deployment's key) every few seconds to a file in the secrets
+directory, beside the key and away from the database; ``verify`` then finds the rows the
+signed head names, or says they are gone. A head only moves forward: when the chain is
+found behind the file, the file is kept as evidence and the mismatch is logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..canonical import canonical_json
+from ..clock import Clock
+from ..db.store import Store
+from ..files import private_dir
+from ..settings import Settings
+from ..trust.keyring import KeyRing, Purpose
+from . import log as audit
+
+log = logging.getLogger(__name__)
+
+HEAD_FILE = "audit-head.json"
+
+
+@dataclass(frozen=True, slots=True)
+class SignedHead:
+    namespace: str
+    seq: int
+    hash: str
+    at: int
+    mac: str = ""
+
+    def signed_text(self) -> str:
+        return canonical_json(
+            {"namespace": self.namespace, "seq": self.seq, "hash": self.hash, "at": self.at}
+        )
+
+    def signed(self, keyring: KeyRing) -> SignedHead:
+        mac = keyring.sign(Purpose.AUDIT_HEAD, self.signed_text())
+        return SignedHead(self.namespace, self.seq, self.hash, self.at, mac)
+
+    def verifies(self, keyring: KeyRing) -> bool:
+        return keyring.verify(Purpose.AUDIT_HEAD, self.signed_text(), self.mac)
+
+
+def head_file(settings: Settings, namespace: str) -> Path:
+    return settings.resolved_secrets_dir / namespace / HEAD_FILE
+
+
+def current(store: Store, keyring: KeyRing, namespace: str, clock: Clock) -> SignedHead:
+    """The chain's head as the database holds it now, signed."""
+    with store.reading() as conn:
+        seq, last_hash = audit.chain_head(conn)
+    return SignedHead(namespace, seq, last_hash, clock()).signed(keyring)
+
+
+def read(path: Path) -> SignedHead | None:
+    """The head in ``path``; None when there is none. A file that does not parse is a head
+    that cannot verify (``verify`` reports it), not a missing one."""
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return SignedHead("", -1, "", 0, "unreadable")
+    try:
+        fields = (data["namespace"], data["seq"], data["hash"], data["at"], data["mac"])
+        return SignedHead(
+            str(fields[0]), int(fields[1]), str(fields[2]), int(fields[3]), str(fields[4])
+        )
+    except (KeyError, TypeError, ValueError):
+        return SignedHead("", -1, "", 0, "unreadable")
+
+
+def export(store: Store, keyring: KeyRing, namespace: str, path: Path, clock: Clock) -> SignedHead:
+    """Write the current signed head to ``path`` (0600, atomically), unless the file holds
+    a valid head further on: then the chain lost rows, and the file stays as evidence."""
+    head = current(store, keyring, namespace, clock)
+    kept = read(path)
+    if kept is not None and kept.verifies(keyring) and kept.seq > head.seq:
+        # Another exporter may have written a newer head since the read above.
+        head = current(store, keyring, namespace, clock)
+    if kept is not None and kept.verifies(keyring) and kept.seq > head.seq:
+        log.error(
+            "the audit chain ends at seq %d but its signed head names seq %d: rows were "
+            "removed; keeping %s as evidence",
+            head.seq,
+            kept.seq,
+            path,
+        )
+        return kept
+    if kept is not None and kept.seq == head.seq and kept.hash == head.hash:
+        return kept
+    private_dir(path.parent.parent)
+    private_dir(path.parent)
+    draft = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(asdict(head), sort_keys=True) + "\n")
+    os.replace(draft, path)
+    return head

@@ -1,0 +1,144 @@
+"""API keys: random bearer tokens stored only as SHA-256 hashes, each with roles (SPEC §9)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sqlalchemy import bindparam, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from ..clock import Clock, wall_clock_ms
+from ..db.schema import api_keys, ui_sessions
+from ..db.store import Store
+from ..errors import Conflict, NotAuthenticated, NotFound
+from ..ids import new_token
+from .principal import Principal
+
+if TYPE_CHECKING:
+    from .key_cache import PrincipalCache
+
+KEY_NAME_MAX = 128
+# Every request runs this; built once (see ``router.db.store``).
+_BY_HASH = select(api_keys).where(api_keys.c.token_hash == bindparam("digest"))
+
+
+_BY_NAME = select(api_keys).where(api_keys.c.name == bindparam("name"))
+
+
+def principal_named(conn: Connection, name: str) -> Principal | None:
+    """The key called ``name`` with its current roles, read from the database now; None when
+    there is no such key or it is revoked. Who decides is always settled this way, never
+    from what a message says about them."""
+    row = conn.execute(_BY_NAME, {"name": name}).first()
+    if row is None or row.revoked_at is not None:
+        return None
+    return Principal(name=row.name, roles=frozenset(json.loads(row.roles)))
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class KeyStore:
+    """Create, revoke and check keys.
+
+    ``announce`` is called after a revocation commits (``Runtime`` publishes it on Redis,
+    for the API processes' key caches). ``cache``, set by an API process, keeps the
+    principals of recently used keys (see ``router.auth.key_cache``).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock = wall_clock_ms,
+        *,
+        announce: Callable[[], None] | None = None,
+        cache: PrincipalCache | None = None,
+    ) -> None:
+        self.store, self.clock, self.announce, self.cache = store, clock, announce, cache
+
+    def create(self, name: str, roles: list[str]) -> str:
+        """Store a new key and return its token: the only time the token is ever seen."""
+        if not name or len(name) > KEY_NAME_MAX or not name.isprintable():
+            raise ValueError(f"key name must be 1-{KEY_NAME_MAX} printable characters")
+        if not roles:
+            raise ValueError("a key needs at least one role")
+        token = new_token()
+        row = {
+            "name": name,
+            "token_hash": token_hash(token),
+            "roles": json.dumps(sorted(set(roles))),
+            "created_at": self.clock(),
+        }
+        try:
+            with self.store.transaction() as conn:
+                conn.execute(api_keys.insert(), [row])
+        except IntegrityError:
+            raise Conflict(f"a key named {name!r} already exists") from None
+        return token
+
+    def revoke(self, name: str) -> None:
+        """Revoke the key and end its inbox sessions."""
+        now = self.clock()
+        with self.store.transaction() as conn:
+            result = conn.execute(
+                update(api_keys)
+                .where(api_keys.c.name == name, api_keys.c.revoked_at.is_(None))
+                .values(revoked_at=now)
+            )
+            conn.execute(
+                update(ui_sessions)
+                .where(ui_sessions.c.key_name == name, ui_sessions.c.ended_at.is_(None))
+                .values(ended_at=now)
+            )
+        if result.rowcount != 1:
+            raise NotFound(f"unknown key: {name}")
+        if self.announce is not None:
+            self.announce()
+
+    def list(self) -> list[dict[str, object]]:
+        with self.store.reading() as conn:
+            rows = conn.execute(select(api_keys).order_by(api_keys.c.name)).all()
+        return [
+            {
+                "name": r.name,
+                "roles": json.loads(r.roles),
+                "created_at": r.created_at,
+                "revoked": r.revoked_at is not None,
+            }
+            for r in rows
+        ]
+
+    def cached(self, token: str | None) -> Principal | None:
+        """The principal behind ``token`` if the cache knows it: no database, no thread."""
+        if self.cache is None or not token:
+            return None
+        return self.cache.get(token_hash(token))
+
+    def authenticate(self, token: str | None) -> Principal:
+        """The principal behind ``token``; ``NotAuthenticated`` if missing, unknown or revoked."""
+        if not token:
+            raise NotAuthenticated("missing bearer key")
+        digest = token_hash(token)
+        cache = self.cache
+        if cache is not None:
+            known = cache.get(digest)
+            if known is not None:
+                return known
+            generation = cache.generation  # read before the row: see router.auth.key_cache
+        with self.store.reading() as conn:
+            row = conn.execute(_BY_HASH, {"digest": digest}).first()
+        # The lookup is by hash, so timing reveals nothing about the token; compare anyway.
+        if row is None or not hmac.compare_digest(row.token_hash, digest):
+            raise NotAuthenticated("invalid key")
+        if row.revoked_at is not None:
+            raise NotAuthenticated("key revoked")
+        who = Principal(name=row.name, roles=frozenset(json.loads(row.roles)))
+        if cache is not None:
+            cache.put(digest, who, generation=generation)
+        return who

@@ -1,0 +1,118 @@
+"""``toolrouter audit``: read, verify, export and archive the audit log."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ..errors import ConfigError, Unavailable
+from .common import fail, runtime
+
+
+@click.group()
+def audit() -> None:
+    """The audit log."""
+
+
+@audit.command("list")
+@click.option("--tool", default=None)
+@click.option("--event", default=None)
+@click.option("--call-id", default=None)
+@click.option("--after-seq", type=int, default=0)
+@click.option("--limit", type=int, default=100)
+def audit_list(
+    tool: str | None, event: str | None, call_id: str | None, after_seq: int, limit: int
+) -> None:
+    """Print audit rows as JSON lines."""
+    from ..audit import log as audit_log
+
+    rt = runtime(tools=False)
+    with rt.store.reading() as conn:
+        rows = audit_log.query(
+            conn, tool=tool, event=event, call_id=call_id, after_seq=after_seq, limit=limit
+        )
+    for row in rows:
+        click.echo(json.dumps(row, sort_keys=True))
+
+
+@audit.command("verify")
+@click.option("--json", "as_json", is_flag=True, help="The report as JSON")
+def audit_verify(as_json: bool) -> None:
+    """Check the keyed chain, its signed head, every checkpoint and archive segment; names
+    every row that does not hold."""
+    rt = runtime(tools=False)
+    try:
+        report = rt.verify_audit()
+    except (Unavailable, ConfigError) as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+        sys.exit(0 if report.ok else 1)
+    for line in report.lines:
+        click.echo(line)
+    if not report.ok:
+        for problem in report.problems:
+            click.echo(f"problem: {problem}", err=True)
+        more = " (and more)" if report.truncated else ""
+        fail(f"audit log does not verify: {len(report.problems)} problems{more}")
+    click.echo(f"audit chain ok: {report.checked} rows verified")
+
+
+@audit.command("head")
+def audit_head_command() -> None:
+    """Print the chain's current head, signed with the deployment's key, as JSON: keep a
+    copy somewhere the database's host cannot write."""
+    from dataclasses import asdict
+
+    from ..audit import head as audit_head
+
+    rt = runtime(tools=False)
+    head = audit_head.current(rt.store, rt.keyring, rt.namespace.name, rt.clock)
+    click.echo(json.dumps(asdict(head), sort_keys=True))
+
+
+@audit.command("export")
+@click.option("--after-seq", type=int, default=0)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False),
+    default="-",
+    help="File to write (default: standard output)",
+)
+def audit_export(after_seq: int, output: str) -> None:
+    """Write the hot audit rows as JSON lines (a copy; the log is unchanged)."""
+    from ..audit import archive
+
+    rt = runtime(tools=False)
+    with click.open_file(output, "w") as handle, rt.store.reading() as conn:
+        count = archive.export(conn, handle, after_seq=after_seq)
+    click.echo(f"exported {count} rows", err=True)
+
+
+@audit.command("archive")
+def audit_archive() -> None:
+    """Move rows older than the hot window to a compressed segment (the one archival path)."""
+    from ..audit import archive
+
+    rt = runtime(tools=False)
+    settings = rt.settings
+    result = archive.archive(
+        rt.store,
+        rt.audit,
+        rt.archive_dir,
+        clock=rt.clock,
+        hot_days=settings.audit_hot_days,
+        archive_days=settings.audit_archive_days,
+    )
+    if result.segment is None:
+        click.echo(f"nothing older than {settings.audit_hot_days:g} days to archive")
+    else:
+        click.echo(
+            f"archived {result.rows} rows through seq {result.through_seq} "
+            f"to {rt.archive_dir / result.segment}"
+        )
+    for name in result.pruned:
+        click.echo(f"pruned {name} (older than {settings.audit_archive_days:g} days)")

@@ -1,0 +1,29 @@
+"""What every command of the ``toolrouter`` command line shares: the runtime, and failing."""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import click
+
+from ..errors import ConfigError, SchemaOutdated, Unavailable
+from ..runtime import Runtime
+from ..settings import get_settings
+
+
+def runtime(prepare: bool = True, *, tools: bool = True) -> Runtime:
+    """A runtime on the shared settings; schema checked (or upgraded, on SQLite) first, and
+    the tool config loaded unless the command has no use for it (keys, audit, db)."""
+    rt = Runtime(get_settings())
+    if prepare:
+        try:
+            rt.prepare(check_tools=tools)
+        except (ConfigError, SchemaOutdated, Unavailable) as exc:
+            fail(str(exc))
+    return rt
+
+
+def fail(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(2)

@@ -1,0 +1,54 @@
+"""``toolrouter keys``: API keys, created and revoked."""
+
+from __future__ import annotations
+
+import click
+
+from ..errors import ToolrouterError
+from .common import fail, runtime
+
+
+@click.group()
+def keys() -> None:
+    """API keys."""
+
+
+@keys.command("create")
+@click.option("--name", required=True)
+@click.option(
+    "--role",
+    "roles",
+    multiple=True,
+    required=True,
+    help="agent, approver, operator, admin, or a custom approver role; repeatable",
+)
+def keys_create(name: str, roles: tuple[str, ...]) -> None:
+    """Create a key; its token is printed once, alone on the last line."""
+    rt = runtime(tools=False)
+    try:
+        token = rt.keys.create(name, list(roles))
+    except (ValueError, ToolrouterError) as exc:
+        fail(str(exc))
+    click.echo(f"created key {name!r} with roles {', '.join(sorted(set(roles)))}")
+    click.echo("the token below is shown only once:")
+    click.echo(token)
+
+
+@keys.command("revoke")
+@click.argument("name")
+def keys_revoke(name: str) -> None:
+    """Revoke a key by name."""
+    rt = runtime(tools=False)
+    try:
+        rt.keys.revoke(name)
+    except ToolrouterError as exc:
+        fail(str(exc))
+    click.echo(f"revoked key {name!r}")
+
+
+@keys.command("list")
+def keys_list() -> None:
+    """List keys (never their tokens)."""
+    for key in runtime(tools=False).keys.list():
+        state = "revoked" if key["revoked"] else "active"
+        click.echo(f"{key['name']}\t{','.join(key['roles'])}\t{state}")  # type: ignore[arg-type]

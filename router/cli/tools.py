@@ -1,0 +1,61 @@
+"""``toolrouter tools`` and ``toolrouter stats``: the registered tools and how they fare."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..errors import ConfigError
+from .common import fail, runtime
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Full definitions as JSON")
+def tools(as_json: bool) -> None:
+    """List the registered tools."""
+    rt = runtime(prepare=False)
+    try:
+        registry = rt.registry
+    except ConfigError as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(json.dumps([tool.describe() for tool in registry], indent=2))
+        return
+    for tool in registry:
+        gate = "gated" if tool.spec.gated else "ungated"
+        click.echo(f"{tool.name}\t{tool.spec.risk}\t{gate}\t{tool.spec.description}")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="As JSON")
+def stats(as_json: bool) -> None:
+    """Per tool: calls, success rate, p50/p95 latency, cost, errors by type; cost per key."""
+    from ..tools import stats as tool_stats
+
+    rt = runtime()
+    with rt.store.reading() as conn:
+        rows = [tool_stats.tool_stats(conn, rt.registry, tool.name) for tool in rt.registry]
+        spent = tool_stats.cost_by_key(conn, rt.registry)
+    if as_json:
+        click.echo(json.dumps({"tools": rows, "cost_by_key": spent}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("tool", "calls", "success", "p50 s", "p95 s", "cost", "errors")
+    for row in rows:
+        rate = row["success_rate"]
+        table.add_row(
+            row["tool"],
+            str(row["calls"]),
+            "-" if rate is None else f"{rate:.0%}",
+            "-" if row["latency_p50_s"] is None else f"{row['latency_p50_s']:.3f}",
+            "-" if row["latency_p95_s"] is None else f"{row['latency_p95_s']:.3f}",
+            f"{row['cost']:g}",
+            ", ".join(f"{k}:{v}" for k, v in row["errors_by_type"].items()),
+        )
+    console = Console()
+    console.print(table)
+    if spent:
+        console.print("cost by key: " + ", ".join(f"{k} {v:g}" for k, v in spent.items()))

@@ -1,0 +1,21 @@
+"""The Python client, for agents and approvers: ``Client`` (blocking, on urllib3) and
+``AsyncClient`` (asyncio, on aiohttp), with the same methods and the same answers.
+
+Answers about a call are ``CallResult`` values, as the server gives them (SPEC §4), even
+from a service that cannot be reached (``status="unavailable"``); the caller's own
+mistakes raise errors from ``router.errors``.
+"""
+
+from .answers import BatchReceipt, BatchStatus, Decided
+from .async_client import AsyncClient
+from .sync_client import Client
+
+__all__ = [
+    # the clients
+    "AsyncClient",
+    "Client",
+    # what they answer besides ``CallResult``
+    "BatchReceipt",
+    "BatchStatus",
+    "Decided",
+]

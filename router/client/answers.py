@@ -1,0 +1,157 @@
+"""The HTTP API's answers, read back into values: a status code and the body's bytes in,
+``CallResult``, receipts and decisions out, or the caller's error raised.
+
+Shared by ``Client`` and ``AsyncClient``, whatever library carried the answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from ..errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NotAuthenticated,
+    NotFound,
+    PayloadTooLarge,
+    RequestError,
+    Unavailable,
+)
+from ..results import CallResult, unavailable
+
+_ERRORS: dict[int, type[RequestError]] = {
+    401: NotAuthenticated,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    422: BadRequest,
+}
+# Answers about a call that are still values (SPEC §4); other codes raise.
+_CALL_VALUE_CODES = frozenset({200, 409, 413, 422, 503})
+_DECISIONS = frozenset({"approved", "denied", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReceipt:
+    """What ``POST /v1/batches`` answered: ``rejected`` holds ``(index, error)`` pairs."""
+
+    batch_id: str
+    total: int
+    accepted: int
+    replayed: int
+    rejected: tuple[tuple[int, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStatus:
+    """Counts of a batch's calls by status; ``done`` once none is queued, running or pending."""
+
+    batch_id: str
+    total: int
+    counts: Mapping[str, int]
+    rejected: int
+    done: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """An approver's decision as the approval worker took it. With ``approve(wait_s=…)`` on
+    a released call, ``result`` is the call's outcome."""
+
+    status: str
+    request_id: str | None
+    call_id: str | None
+    approvals: int | None = None
+    approvals_required: int | None = None
+    released: bool = False
+    result: CallResult | None = None
+
+
+def json_of(body: bytes | str) -> Any:
+    """The body as JSON, or None when it is not JSON."""
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def raise_for(status: int, body: Any) -> NoReturn:
+    """The caller's error as an exception from ``router.errors``."""
+    message = body.get("error") if isinstance(body, dict) else None
+    message = str(message or f"HTTP {status}")
+    if status == 503:
+        raise Unavailable(message.removeprefix("unavailable: "))
+    raise _ERRORS.get(status, RequestError)(message)
+
+
+def call_answer(status: int, body: bytes) -> CallResult:
+    """An answer about a call: a value, except the caller's own mistakes (401, 403, 404)."""
+    parsed = json_of(body)
+    if status in _CALL_VALUE_CODES and isinstance(parsed, dict):
+        return CallResult.from_dict(parsed, http_status=status)
+    if status in (401, 403, 404):
+        raise_for(status, parsed)
+    return unavailable(f"HTTP {status} from the API")
+
+
+def checked(status: int, body: bytes) -> dict[str, Any]:
+    """Any other answer: its JSON object when it is a 200, else the caller's error."""
+    parsed = json_of(body)
+    if status != 200 or not isinstance(parsed, dict):
+        raise_for(status, parsed)
+    return parsed
+
+
+def unreachable(exc: BaseException) -> str:
+    """What went wrong on the way to the API, for ``unavailable`` and ``Unavailable``."""
+    return f"cannot reach the API: {str(exc) or type(exc).__name__}"
+
+
+def receipt(body: dict[str, Any]) -> BatchReceipt:
+    return BatchReceipt(
+        batch_id=body["batch_id"],
+        total=body["total"],
+        accepted=body.get("accepted", 0),
+        replayed=body.get("replayed", 0),
+        rejected=tuple((r["index"], r["error"]) for r in body.get("rejected", [])),
+    )
+
+
+def batch_status(body: dict[str, Any]) -> BatchStatus:
+    return BatchStatus(
+        batch_id=body["batch_id"],
+        total=body["total"],
+        counts=dict(body["counts"]),
+        rejected=body.get("rejected", 0),
+        done=bool(body["done"]),
+    )
+
+
+def decided(body: dict[str, Any]) -> Decided:
+    if body.get("status") not in _DECISIONS:
+        # approve(wait_s=…) on a released call answers with the call's result.
+        result = CallResult.from_dict(body)
+        return Decided(
+            "approved", body.get("request_id"), result.call_id, released=True, result=result
+        )
+    return Decided(
+        status=body["status"],
+        request_id=body.get("request_id"),
+        call_id=body.get("call_id"),
+        approvals=body.get("approvals"),
+        approvals_required=body.get("approvals_required"),
+        released=bool(body.get("released", False)),
+    )
+
+
+def result_line(line: bytes | str) -> tuple[int, CallResult] | None:
+    """One line of a batch's NDJSON results as ``(index, result)``; None for a blank line."""
+    if not line.strip():
+        return None
+    body = json.loads(line)
+    return int(body.get("index", -1)), CallResult.from_dict(body)

@@ -1,0 +1,201 @@
+"""``AsyncClient``: the Python client for asyncio, on one aiohttp session.
+
+async with AsyncClient("http://127.0.0.1:8000", key) as client:
+    results = await asyncio.gather(*(client.call("add", {"a": i, "b": 1}) for i in range(10)))
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import aiohttp
+import yarl
+
+from ..errors import Unavailable
+from ..results import CallResult, unavailable
+from . import answers, wire
+from .answers import BatchReceipt, BatchStatus, Decided
+
+# What a failed request raises: aiohttp's errors, and the timeouts it leaves as they are.
+_FAILED = (aiohttp.ClientError, TimeoutError)
+
+
+class AsyncClient:
+    """The same as ``Client``, for asyncio: ``async with AsyncClient(url, key) as client``.
+
+    Its calls may run in many tasks at once; they share one pool of kept-alive
+    connections, up to ``wire.MAX_CONNECTIONS`` in flight."""
+
+    def __init__(
+        self,
+        base_url: str = wire.DEFAULT_URL,
+        key: str = "",
+        *,
+        timeout: float = wire.DEFAULT_TIMEOUT_S,
+    ):
+        self._api = wire.Api(base_url, key, timeout)
+        # Made at the first request: an aiohttp session belongs to the running event loop.
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._session is not None:
+            await self._session.close()
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            if self._closed:
+                raise RuntimeError("the client is closed")
+            connector = aiohttp.TCPConnector(
+                limit=wire.MAX_CONNECTIONS,
+                keepalive_timeout=wire.KEEPALIVE_EXPIRY_S,
+                ssl=self._api.tls or True,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                cookie_jar=aiohttp.DummyCookieJar(),  # the API sets no cookies
+            )
+        return self._session
+
+    def _open(self, request: wire.Request) -> AbstractAsyncContextManager[aiohttp.ClientResponse]:
+        """The request sent: ``async with`` it for the response."""
+        return self._http().request(
+            request.method,
+            yarl.URL(request.url, encoded=True),
+            data=request.body,
+            headers=request.headers,
+            timeout=_timeout(request.timeout),
+            allow_redirects=False,  # a redirect comes back as an answer, as from ``Client``
+            proxy=self._api.proxy,
+        )
+
+    async def _send(self, request: wire.Request) -> tuple[int, bytes]:
+        async with self._open(request) as response:
+            return response.status, await response.read()
+
+    async def _call(self, request: wire.Request) -> CallResult:
+        try:
+            status, body = await self._send(request)
+        except _FAILED as exc:
+            return unavailable(answers.unreachable(exc))
+        return answers.call_answer(status, body)
+
+    async def _checked(self, request: wire.Request) -> dict[str, Any]:
+        try:
+            status, body = await self._send(request)
+        except _FAILED as exc:
+            raise Unavailable(answers.unreachable(exc)) from None
+        return answers.checked(status, body)
+
+    # -- agents ----------------------------------------------------------------------
+
+    async def call(
+        self,
+        tool: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        wait_s: float = wire.DEFAULT_WAIT_S,
+        idempotency_key: str | None = None,
+    ) -> CallResult:
+        """Submit a call and wait up to ``wait_s`` for its outcome."""
+        return await self._call(self._api.call(tool, args, wait_s, idempotency_key))
+
+    async def submit(
+        self,
+        tool: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> CallResult:
+        """Submit a call without waiting: ``queued``, ``pending`` or ``rejected``."""
+        return await self.call(tool, args, wait_s=0.0, idempotency_key=idempotency_key)
+
+    async def result(self, call_id: str, *, wait_s: float = 0.0) -> CallResult:
+        """A call's result; with ``wait_s``, once it finished or when the wait runs out."""
+        return await self._call(self._api.result(call_id, wait_s))
+
+    async def cancel(self, call_id: str) -> CallResult:
+        """Cancel one of your calls while it is queued or pending."""
+        return await self._call(self._api.cancel(call_id))
+
+    async def batch(
+        self,
+        calls: Iterable[Mapping[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+        offset: int | None = None,
+    ) -> BatchReceipt:
+        """Submit calls (``{"tool", "args", "idempotency_key"?}`` each) as one batch."""
+        request = self._api.batch(calls, idempotency_key, offset)
+        return answers.receipt(await self._checked(request))
+
+    async def batch_lines(
+        self, lines: Iterable[str], *, idempotency_key: str | None = None, offset: int | None = None
+    ) -> BatchReceipt:
+        """Submit NDJSON lines as they are: a line that is not JSON is rejected at its index."""
+        request = self._api.batch_lines(lines, idempotency_key, offset)
+        return answers.receipt(await self._checked(request))
+
+    async def batch_status(self, batch_id: str) -> BatchStatus:
+        return answers.batch_status(await self._checked(self._api.batch_status(batch_id)))
+
+    async def batch_results(self, batch_id: str) -> AsyncIterator[tuple[int, CallResult]]:
+        """``(index, result)`` for every call of the batch, in batch order, streamed."""
+        try:
+            async with self._open(self._api.batch_results(batch_id)) as response:
+                if response.status != 200:
+                    body = answers.json_of(await response.read())
+                    answers.raise_for(response.status, body)
+                async for line in _lines(response.content):
+                    item = answers.result_line(line)
+                    if item is not None:
+                        yield item
+        except _FAILED as exc:
+            raise Unavailable(answers.unreachable(exc)) from None
+
+    # -- approvers -------------------------------------------------------------------
+
+    async def approvals(self, status: str = "pending") -> list[dict[str, Any]]:
+        """Requests this key may decide (operators: all)."""
+        return list((await self._checked(self._api.approvals(status)))["requests"])
+
+    async def approve(
+        self, request_id: str, reason: str | None = None, wait_s: float | None = None
+    ) -> Decided:
+        """Approve; with ``wait_s``, also wait for the released call's outcome."""
+        request = self._api.approve(request_id, reason, wait_s)
+        return answers.decided(await self._checked(request))
+
+    async def deny(self, request_id: str, reason: str | None = None) -> Decided:
+        return answers.decided(await self._checked(self._api.deny(request_id, reason)))
+
+
+@functools.lru_cache(maxsize=64)
+def _timeout(seconds: float) -> aiohttp.ClientTimeout:
+    # Per wait, as ``Client``'s: a streamed answer may take longer in all.
+    return aiohttp.ClientTimeout(total=None, connect=seconds, sock_read=seconds)
+
+
+async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """A streamed body's lines as they arrive (aiohttp's ``readline`` caps their length)."""
+    pending: list[bytes] = []
+    async for piece in content.iter_any():
+        if b"\n" not in piece:
+            pending.append(piece)
+            continue
+        *lines, last = (b"".join(pending) + piece).split(b"\n")
+        pending = [last] if last else []
+        for line in lines:
+            yield line
+    if pending:
+        yield b"".join(pending)

@@ -1,0 +1,363 @@
+"""The system of record for calls: every state change is one conditional UPDATE.
+
+Concurrency rests on these conditions, not on locks held in Python: a claim moves a call
+``queued -> running`` only if it is still queued, and a completion lands only if the
+call is still ``running`` under the same attempt number (the fence).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, and_, bindparam, select, update
+from sqlalchemy.engine import Connection
+
+from ..results import CallResult
+from ..status import CallStatus
+from .engine import execute_direct, insert_rows, translate_errors
+from .schema import calls
+
+# The hot path's statements, built once: building a Core statement and its cache key
+# costs more CPU than running it.
+# They run through the driver's cursor (``execute_direct``).
+_GET = select(calls).where(calls.c.id == bindparam("call_id"))
+_CLAIM = (
+    update(calls)
+    .where(and_(calls.c.id == bindparam("call_id"), calls.c.status == CallStatus.QUEUED))
+    .values(
+        status=CallStatus.RUNNING,
+        attempt=calls.c.attempt + 1,
+        lease_until=bindparam("lease_until"),
+        started_at=bindparam("now"),
+        updated_at=bindparam("now"),
+    )
+    # The claimed row comes back with the update: one round trip, not two.
+    .returning(*calls.c)
+)
+_FINISH = (
+    update(calls)
+    .where(
+        and_(
+            calls.c.id == bindparam("call_id"),
+            calls.c.status == CallStatus.RUNNING,
+            calls.c.attempt == bindparam("fence"),
+        )
+    )
+    .values(
+        status=bindparam("status"),
+        value=bindparam("value"),
+        error=bindparam("error"),
+        error_type=bindparam("error_type"),
+        answered_by=bindparam("answered_by"),
+        finished_at=bindparam("now"),
+        updated_at=bindparam("now"),
+        lease_until=None,
+    )
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CallRow:
+    """A stored call, as read from the database."""
+
+    id: str
+    tool: str
+    risk: str
+    args: str
+    args_sha256: str
+    status: str
+    requested_by: str
+    idempotency_key: str | None
+    attempt: int
+    lease_until: int | None
+    created_at: int
+    updated_at: int
+    published_at: int | None
+    started_at: int | None
+    finished_at: int | None
+    value: str | None
+    error: str | None
+    error_type: str | None
+    request_id: str | None
+    batch_id: str | None
+    batch_index: int | None
+    answered_by: str | None = None
+    chain: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Any) -> CallRow:
+        return cls(**dict(row._mapping))
+
+    @classmethod
+    def from_mapping(cls, row: dict[str, Any] | None) -> CallRow | None:
+        return cls(**row) if row is not None else None
+
+    @property
+    def arguments(self) -> Any:
+        return json.loads(self.args)
+
+    def result(self) -> CallResult:
+        """The call's answer as the API gives it (SPEC §4)."""
+        value = json.loads(self.value) if self.value is not None else None
+        return CallResult(
+            status=self.status,
+            tool=self.tool,
+            call_id=self.id,
+            value=value,
+            error=self.error,
+            error_type=self.error_type,
+            request_id=self.request_id,
+            answered_by=self.answered_by,
+        )
+
+
+class Store:
+    """Calls in the database. Every method that writes takes the caller's transaction."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A write transaction; ``StoreUnavailable`` when the database does not answer."""
+        with translate_errors(), self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A read-only transaction (deferred on SQLite, so it does not block writers)."""
+        with translate_errors(), self.engine.connect() as conn:
+            conn = conn.execution_options(readonly=True)
+            with conn.begin():
+                yield conn
+
+    # -- reads -----------------------------------------------------------------------
+
+    def get(self, conn: Connection, call_id: str) -> CallRow | None:
+        return CallRow.from_mapping(execute_direct(conn, _GET, {"call_id": call_id}).first())
+
+    def find_by_idempotency_key(
+        self, conn: Connection, requested_by: str, key: str
+    ) -> CallRow | None:
+        row = conn.execute(
+            select(calls).where(
+                and_(calls.c.requested_by == requested_by, calls.c.idempotency_key == key)
+            )
+        ).first()
+        return CallRow.from_row(row) if row else None
+
+    def find_by_idempotency_keys(
+        self, conn: Connection, requested_by: str, keys: Sequence[str]
+    ) -> dict[str, CallRow]:
+        """The calls of ``requested_by`` stored under any of ``keys``, by key."""
+        found: dict[str, CallRow] = {}
+        unique = sorted(set(keys))
+        for start in range(0, len(unique), 500):  # keeps the IN list within every driver's limit
+            rows = conn.execute(
+                select(calls).where(
+                    and_(
+                        calls.c.requested_by == requested_by,
+                        calls.c.idempotency_key.in_(unique[start : start + 500]),
+                    )
+                )
+            )
+            for row in rows:
+                call = CallRow.from_row(row)
+                found[str(call.idempotency_key)] = call
+        return found
+
+    def stale_queued(self, conn: Connection, *, published_before: int, limit: int) -> list[CallRow]:
+        """Queued calls whose last publish is older than ``published_before``."""
+        rows = conn.execute(
+            select(calls)
+            .where(
+                and_(
+                    calls.c.status == CallStatus.QUEUED,
+                    (calls.c.published_at.is_(None)) | (calls.c.published_at < published_before),
+                )
+            )
+            .order_by(calls.c.created_at)
+            .limit(limit)
+        )
+        return [CallRow.from_row(row) for row in rows]
+
+    def lost_runs(self, conn: Connection, *, now: int, limit: int) -> list[CallRow]:
+        """Running calls whose lease has run out: their worker is gone."""
+        rows = conn.execute(
+            select(calls)
+            .where(and_(calls.c.status == CallStatus.RUNNING, calls.c.lease_until < now))
+            .limit(limit)
+        )
+        return [CallRow.from_row(row) for row in rows]
+
+    # -- writes ----------------------------------------------------------------------
+
+    def insert(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+        insert_rows(conn, calls, rows)
+
+    def mark_published(self, conn: Connection, call_ids: Sequence[str], *, now: int) -> None:
+        conn.execute(
+            update(calls)
+            .where(and_(calls.c.id.in_(list(call_ids)), calls.c.status == CallStatus.QUEUED))
+            .values(published_at=now)
+        )
+
+    def claim(self, conn: Connection, call_id: str, *, now: int, lease_ms: int) -> CallRow | None:
+        """``queued -> running`` with attempt + 1; None if someone else has it, or it is done."""
+        claimed = execute_direct(
+            conn, _CLAIM, {"call_id": call_id, "lease_until": now + lease_ms, "now": now}
+        )
+        return CallRow.from_mapping(claimed.first())
+
+    def finish(
+        self,
+        conn: Connection,
+        call_id: str,
+        *,
+        attempt: int,
+        status: CallStatus,
+        now: int,
+        value: str | None = None,
+        error: str | None = None,
+        error_type: str | None = None,
+        answered_by: str | None = None,
+    ) -> bool:
+        """Record the outcome of attempt ``attempt``; False if that attempt no longer owns it."""
+        result = execute_direct(
+            conn,
+            _FINISH,
+            {
+                "call_id": call_id,
+                "fence": attempt,
+                "status": status,
+                "value": value,
+                "error": error,
+                "error_type": error_type,
+                "answered_by": answered_by,
+                "now": now,
+            },
+        )
+        return result.rowcount == 1
+
+    def requeue_lost(self, conn: Connection, call_id: str, *, attempt: int, now: int) -> bool:
+        """Put a lost run of an idempotent tool back in the queue (fenced on its attempt)."""
+        return self._back_to_queue(conn, call_id, attempt=attempt, now=now, published_at=None)
+
+    def retry_later(
+        self, conn: Connection, call_id: str, *, attempt: int, now: int, due_at: int
+    ) -> bool:
+        """``running -> queued`` after a retryable failure (fenced on the attempt); the
+        publish time is set to when it is due, so the reconciler leaves it alone until then."""
+        return self._back_to_queue(
+            conn,
+            call_id,
+            attempt=attempt,
+            now=now,
+            published_at=due_at,
+            error=None,
+            error_type=None,
+        )
+
+    def _back_to_queue(
+        self,
+        conn: Connection,
+        call_id: str,
+        *,
+        attempt: int,
+        now: int,
+        published_at: int | None,
+        **values: Any,
+    ) -> bool:
+        """``running -> queued``, fenced on the attempt that was running."""
+        return self._move(
+            conn,
+            call_id,
+            CallStatus.RUNNING,
+            attempt=attempt,
+            status=CallStatus.QUEUED,
+            lease_until=None,
+            published_at=published_at,
+            updated_at=now,
+            **values,
+        )
+
+    def renew_lease(
+        self, conn: Connection, call_id: str, *, attempt: int, lease_until: int
+    ) -> bool:
+        """Move the lease of attempt ``attempt``, still running, to ``lease_until``."""
+        return self._move(
+            conn, call_id, CallStatus.RUNNING, attempt=attempt, lease_until=lease_until
+        )
+
+    def defer(self, conn: Connection, call_id: str, *, due_at: int) -> None:
+        """A queued call held back (rate limit): tell the reconciler when it is due."""
+        self._move(conn, call_id, CallStatus.QUEUED, published_at=due_at)
+
+    def cancel(self, conn: Connection, call_id: str, *, now: int) -> bool:
+        """``queued -> cancelled``; False if the call had moved on. (Pending calls are
+        cancelled through the approval worker.)"""
+        return self._move(
+            conn,
+            call_id,
+            CallStatus.QUEUED,
+            status=CallStatus.CANCELLED,
+            finished_at=now,
+            updated_at=now,
+        )
+
+    def fail_unclaimed(self, conn: Connection, call_id: str, *, now: int, error: str) -> bool:
+        """Fail a call that no worker has claimed yet (its message never reached the broker)."""
+        return self._move(
+            conn,
+            call_id,
+            CallStatus.QUEUED,
+            attempt=0,
+            status=CallStatus.FAILED,
+            error=error,
+            error_type="Unavailable",
+            # The caller was told 503: a retry with the same key must make a new call.
+            idempotency_key=None,
+            finished_at=now,
+            updated_at=now,
+        )
+
+    def release(self, conn: Connection, call_id: str, *, now: int) -> bool:
+        """``pending -> queued`` once its request is approved."""
+        return self._move(
+            conn,
+            call_id,
+            CallStatus.PENDING,
+            status=CallStatus.QUEUED,
+            published_at=now,
+            updated_at=now,
+        )
+
+    def close_pending(
+        self, conn: Connection, call_id: str, status: CallStatus, *, now: int
+    ) -> bool:
+        """``pending -> denied|expired|cancelled``."""
+        return self._move(
+            conn, call_id, CallStatus.PENDING, status=status, finished_at=now, updated_at=now
+        )
+
+    @staticmethod
+    def _move(
+        conn: Connection,
+        call_id: str,
+        from_status: CallStatus,
+        *,
+        attempt: int | None = None,
+        **values: Any,
+    ) -> bool:
+        """Set ``values`` on the call only if it is still in ``from_status`` (and, when
+        given, still on ``attempt``): every state change is conditional, so of two racing
+        changes one wins and the other learns it lost. True if this one won."""
+        where = [calls.c.id == call_id, calls.c.status == from_status]
+        if attempt is not None:
+            where.append(calls.c.attempt == attempt)
+        result = conn.execute(update(calls).where(and_(*where)).values(**values))
+        return result.rowcount == 1

@@ -1,0 +1,356 @@
+"""Batches: thousands of calls submitted at once, each checked, stored and audited on its own.
+
+Every call of a batch goes through the dispatcher's own checks and row-building
+(``Dispatcher.check``, ``Dispatcher.new_call``), so it is refused or accepted exactly as it
+would be alone: unknown tools and invalid arguments are rejected and audited, gated calls
+each get their own pending request. Only the storage is bulk: one transaction per chunk
+(the calls, their requests, their audit rows), and after its commit one publish of the
+chunk's messages through one producer.
+
+A batch belongs to the key that submitted it. With an idempotency key of its own, a batch
+can be submitted in several requests, or again after an interruption: the same key names
+the same batch, and calls whose own idempotency keys are already stored are replays.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from ..audit.log import AuditEntry
+from ..auth.principal import Principal
+from ..clock import Clock, wall_clock_ms
+from ..db.schema import batches, calls
+from ..db.store import CallRow, Store
+from ..errors import BrokerUnavailable, NotFound
+from ..ids import new_batch_id
+from ..names import echo_name
+from ..results import Refusal
+from ..status import ACTIVE_STATES, CallStatus
+from .checks import Checked, Refused, replay_of
+from .dispatcher import Dispatcher
+from .new_call import NewCall
+
+log = logging.getLogger(__name__)
+
+# Calls per transaction: large enough to amortize the round trips, small enough that a
+# transaction holds the write lock (SQLite) or the chain lock only briefly.
+CHUNK = 1000
+RESULTS_PAGE = 1000
+CALL_FIELDS = frozenset({"tool", "args", "idempotency_key"})
+BATCH_ID_RE = re.compile(r"^batch_[0-9a-f]{24}$")
+# Concurrent submissions racing on one idempotency key: retry the chunk this many times.
+CHUNK_TRIES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """A line of an NDJSON body that was not JSON: rejected at its index, like any call."""
+
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    index: int
+    error: str
+
+
+@dataclass
+class Receipt:
+    """The answer to one submission: ``total`` calls received, rejected ones by index."""
+
+    batch_id: str
+    total: int
+    accepted: int = 0
+    replayed: int = 0
+    rejected: list[Rejection] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "batch_id": self.batch_id,
+            "total": self.total,
+            "accepted": self.accepted,
+            "replayed": self.replayed,
+            "rejected": [{"index": r.index, "error": r.error} for r in self.rejected],
+        }
+
+
+def parse_call(item: object) -> tuple[object, object, str | None] | str:
+    """``(tool, args, idempotency_key)`` of one batch entry, or why it is malformed."""
+    if isinstance(item, Malformed):
+        return item.error
+    if not isinstance(item, dict):
+        return "malformed call: expected a JSON object"
+    unknown = sorted(set(item) - CALL_FIELDS)
+    if unknown:
+        return f"unknown field: {echo_name(unknown[0])}"
+    if "tool" not in item:
+        return "missing field: tool"
+    if not isinstance(item["tool"], str):
+        return "tool must be a string"
+    key = item.get("idempotency_key")
+    if key is not None and not (isinstance(key, str) and key.isprintable()):
+        return "idempotency_key must be a string of 1-256 printable characters"
+    return item["tool"], item.get("args", {}), key
+
+
+class BatchService:
+    """Submits batches through the dispatcher's checks; reads their counts and results."""
+
+    def __init__(
+        self,
+        store: Store,
+        dispatcher: Dispatcher,
+        *,
+        clock: Clock = wall_clock_ms,
+        chunk_size: int = CHUNK,
+    ) -> None:
+        self.store, self.dispatcher, self.clock = store, dispatcher, clock
+        self.chunk_size = chunk_size
+
+    # -- submission --------------------------------------------------------------------
+
+    def submit(
+        self,
+        requested_by: str,
+        items: Sequence[object],
+        *,
+        key: str | None = None,
+        offset: int | None = None,
+    ) -> Receipt:
+        """Check, store, audit and publish ``items``. Raises ``Unavailable`` when the
+        database is down (chunks committed before stay committed: re-submit with the same
+        idempotency keys to finish the batch)."""
+        batch_id, start = self._open(requested_by, key, len(items), offset)
+        receipt = Receipt(batch_id=batch_id, total=len(items))
+        for low in range(0, len(items), self.chunk_size):
+            self._chunk(requested_by, items, low, batch_id, start, receipt)
+        return receipt
+
+    def _open(
+        self, requested_by: str, key: str | None, count: int, offset: int | None
+    ) -> tuple[str, int]:
+        """The batch (found by its key, else new) and the index of this submission's first call."""
+        for _ in range(CHUNK_TRIES):
+            now = self.clock()
+            try:
+                with self.store.transaction() as conn:
+                    row = None
+                    if key is not None:
+                        row = conn.execute(
+                            select(batches.c.id, batches.c.submitted).where(
+                                and_(
+                                    batches.c.requested_by == requested_by,
+                                    batches.c.idempotency_key == key,
+                                )
+                            )
+                        ).first()
+                    if row is None:
+                        batch_id, submitted = new_batch_id(), 0
+                        conn.execute(
+                            insert(batches).values(
+                                id=batch_id,
+                                requested_by=requested_by,
+                                idempotency_key=key,
+                                created_at=now,
+                                updated_at=now,
+                                submitted=count,
+                                rejected=0,
+                            )
+                        )
+                    else:
+                        batch_id, submitted = row.id, int(row.submitted)
+                        conn.execute(
+                            update(batches)
+                            .where(batches.c.id == batch_id)
+                            .values(submitted=batches.c.submitted + count, updated_at=now)
+                        )
+                return batch_id, submitted if offset is None else offset
+            except IntegrityError:
+                continue  # another submission created the batch with this key first
+        raise RuntimeError("could not open the batch")
+
+    def _chunk(
+        self,
+        requested_by: str,
+        items: Sequence[object],
+        low: int,
+        batch_id: str,
+        start: int,
+        receipt: Receipt,
+    ) -> None:
+        # Checks first, outside any transaction: they need no database.
+        slots: list[tuple[int, Checked | AuditEntry]] = []
+        refused: list[Rejection] = []
+        for index in range(low, min(low + self.chunk_size, len(items))):
+            parsed = parse_call(items[index])
+            if isinstance(parsed, str):
+                refused.append(Rejection(index, parsed))
+                continue
+            checked = self.dispatcher.check(requested_by, *parsed)
+            if isinstance(checked, Refused):
+                refused.append(Rejection(index, str(checked.result.error)))
+                if checked.audit is not None:
+                    slots.append((index, checked.audit))
+                continue
+            slots.append((index, checked))
+        for attempt in range(CHUNK_TRIES):
+            try:
+                new, replayed, conflicts = self._store_chunk(
+                    requested_by, slots, batch_id, start, len(refused)
+                )
+                break
+            except IntegrityError:
+                # A call with one of these idempotency keys was stored meanwhile; look again.
+                if attempt == CHUNK_TRIES - 1:
+                    raise
+        receipt.accepted += len(new)
+        receipt.replayed += replayed
+        receipt.rejected.extend(sorted(refused + conflicts, key=lambda r: r.index))
+        # Enqueue after commit, all of the chunk's messages through one producer.
+        messages = [item.message for item in new if item.message is not None]
+        try:
+            self.dispatcher.publisher.publish(messages)
+        except BrokerUnavailable as exc:
+            # Stored and queued: the reconciler publishes them again once Redis is back.
+            log.warning(
+                "batch %s: %d calls stored but not published: %s", batch_id, len(messages), exc
+            )
+
+    def _store_chunk(
+        self,
+        requested_by: str,
+        slots: list[tuple[int, Checked | AuditEntry]],
+        batch_id: str,
+        start: int,
+        refused: int,
+    ) -> tuple[list[NewCall], int, list[Rejection]]:
+        now = self.clock()
+        new: list[NewCall] = []
+        entries: list[AuditEntry] = []
+        conflicts: list[Rejection] = []
+        replayed = 0
+        with self.store.transaction() as conn:
+            keys = [s.idempotency_key for _, s in slots if isinstance(s, Checked)]
+            existing = self.store.find_by_idempotency_keys(
+                conn, requested_by, [k for k in keys if k is not None]
+            )
+            fresh: dict[str, Checked] = {}  # keys first used within this chunk
+            for index, slot in slots:
+                if isinstance(slot, AuditEntry):
+                    entries.append(slot)
+                    continue
+                key = slot.idempotency_key
+                if key is not None and (key in existing or key in fresh):
+                    answer = _replay(existing.get(key), fresh.get(key), slot)
+                    if answer is None:
+                        replayed += 1
+                    else:
+                        conflicts.append(Rejection(index, answer))
+                    continue
+                if key is not None:
+                    fresh[key] = slot
+                item = self.dispatcher.new_call(
+                    requested_by, slot, now=now, batch_id=batch_id, batch_index=start + index
+                )
+                new.append(item)
+                entries.append(item.audit)
+            if refused or conflicts:
+                conn.execute(
+                    update(batches)
+                    .where(batches.c.id == batch_id)
+                    .values(rejected=batches.c.rejected + refused + len(conflicts))
+                )
+            # Last: its audit append takes the chain's lock (see ``audit.append``).
+            self.dispatcher.store_new(conn, new, entries, at=now)
+        return new, replayed, conflicts
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _load(self, who: Principal, batch_id: str) -> Any:
+        if not BATCH_ID_RE.match(batch_id):
+            raise NotFound(f"unknown batch: {echo_name(batch_id)}")
+        with self.store.reading() as conn:
+            row = conn.execute(select(batches).where(batches.c.id == batch_id)).first()
+        # Another key's batch is as unknown as a batch that never was: no existence leak.
+        if row is None or not (row.requested_by == who.name or who.is_operator):
+            raise NotFound(f"unknown batch: {batch_id}")
+        return row
+
+    def status(self, who: Principal, batch_id: str) -> dict[str, Any]:
+        """Counts by status of the batch's calls, and whether all of them have finished."""
+        batch = self._load(who, batch_id)
+        with self.store.reading() as conn:
+            rows = conn.execute(
+                select(calls.c.status, func.count())
+                .where(calls.c.batch_id == batch_id)
+                .group_by(calls.c.status)
+            ).all()
+        counts = {str(status): 0 for status in CallStatus}
+        counts.update({str(status): int(n) for status, n in rows})
+        total = sum(counts.values())
+        active = sum(counts[str(status)] for status in ACTIVE_STATES)
+        return {
+            "ok": True,
+            "batch_id": batch_id,
+            "requested_by": batch.requested_by,
+            "created_at": batch.created_at,
+            "total": total,
+            "counts": counts,
+            "submitted": batch.submitted,
+            "rejected": batch.rejected,
+            "done": active == 0,
+        }
+
+    def results(self, who: Principal, batch_id: str) -> Iterator[bytes]:
+        """The batch's call results as NDJSON lines, in batch order, a page at a time.
+
+        Ownership is checked now, before the first line; each page is its own short read.
+        """
+        self._load(who, batch_id)
+        return self._lines(batch_id)
+
+    def _lines(self, batch_id: str) -> Iterator[bytes]:
+        after: tuple[int, str] | None = None
+        while True:
+            stmt = select(calls).where(calls.c.batch_id == batch_id)
+            if after is not None:
+                stmt = stmt.where(
+                    or_(
+                        calls.c.batch_index > after[0],
+                        and_(calls.c.batch_index == after[0], calls.c.id > after[1]),
+                    )
+                )
+            stmt = stmt.order_by(calls.c.batch_index, calls.c.id).limit(RESULTS_PAGE)
+            with self.store.reading() as conn:
+                page = [CallRow.from_row(row) for row in conn.execute(stmt)]
+            for row in page:
+                line = {**row.result().to_dict(), "index": row.batch_index}
+                yield _ndjson(line)
+            if len(page) < RESULTS_PAGE:
+                return
+            after = (int(page[-1].batch_index or 0), page[-1].id)
+
+
+def _replay(stored: CallRow | None, earlier: Checked | None, checked: Checked) -> str | None:
+    """None when a call with this key is the same call; else the conflict's message."""
+    if stored is not None:
+        answer = replay_of(stored, checked)
+        return answer.error if answer.status == Refusal.CONFLICT else None
+    assert earlier is not None
+    if earlier.tool.name != checked.tool.name or earlier.digest != checked.digest:
+        return "idempotency key reused with different arguments"
+    return None
+
+
+def _ndjson(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"

@@ -1,0 +1,111 @@
+"""Every check on a call that needs no database: the tool, its arguments, the key's shape.
+
+Shared by single and bulk submission, so both refuse exactly the same calls.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ..audit import entries
+from ..audit.log import AuditEntry
+from ..canonical import canonical_json, nested_deeper_than, sha256_hex, too_deep_message
+from ..db.store import CallRow
+from ..names import echo_name
+from ..results import CallResult, bad_request, conflict, error_message, rejected
+from ..status import AuditEvent
+from ..tools.registry import Tool, ToolRegistry
+
+IDEMPOTENCY_KEY_MAX = 256
+TOO_LARGE = "arguments too large: "
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A call that passed every check: its tool and its arguments in canonical form."""
+
+    tool: Tool
+    canonical: str
+    digest: str
+    idempotency_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A call refused before storage. ``audit`` is set for rejections (unknown tool, invalid
+    arguments), which are audited; malformed requests (413, 422) are not attempts."""
+
+    result: CallResult
+    audit: AuditEntry | None = None
+
+
+class Checks:
+    """The checks, with the limits they apply."""
+
+    def __init__(self, registry: ToolRegistry, *, max_args_bytes: int, max_nesting: int) -> None:
+        self.registry = registry
+        self.max_args_bytes, self.max_nesting = max_args_bytes, max_nesting
+
+    def check(
+        self, requested_by: str, name: object, args: object, idempotency_key: str | None
+    ) -> Checked | Refused:
+        """Every check that needs no database: the tool, the arguments, the key's shape.
+
+        Shared by single and bulk submission, so both refuse exactly the same calls.
+        """
+        tool = self.registry.get(name)
+        if tool is None:
+            label = echo_name(name)
+            return rejection(requested_by, label, AuditEvent.UNKNOWN, f"unknown tool: {label}")
+        problem, canonical = self._check_arguments(tool, args)
+        if problem is not None and problem.startswith(TOO_LARGE):
+            return Refused(bad_request(problem, tool=tool.name, http_status=413))
+        if problem is not None:
+            return rejection(
+                requested_by, tool.name, AuditEvent.INVALID, f"invalid arguments: {problem}"
+            )
+        assert canonical is not None
+        if idempotency_key is not None and (
+            not idempotency_key or len(idempotency_key) > IDEMPOTENCY_KEY_MAX
+        ):
+            return Refused(
+                bad_request(
+                    f"idempotency key must be 1-{IDEMPOTENCY_KEY_MAX} characters", tool=tool.name
+                )
+            )
+        return Checked(tool, canonical, sha256_hex(canonical), idempotency_key)
+
+    def _check_arguments(self, tool: Tool, args: object) -> tuple[str | None, str | None]:
+        if not isinstance(args, dict):
+            return "arguments must be a JSON object", None
+        if nested_deeper_than(args, self.max_nesting):
+            # Before anything walks them recursively: serializing, validating, storing.
+            return too_deep_message("arguments", self.max_nesting), None
+        try:
+            canonical = canonical_json(args)
+        except (TypeError, ValueError) as exc:
+            return f"arguments are not JSON: {error_message(exc)}", None
+        # Measured as UTF-8, not as the ASCII-escaped stored form, so non-ASCII text is not
+        # counted up to six times over. The escaped canonical form is never shorter than the
+        # UTF-8 text, and the measured form adds at most one space per separator, so small
+        # arguments skip the second serialization.
+        if 2 * len(canonical) > self.max_args_bytes:
+            size = len(json.dumps(args, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+            if size > self.max_args_bytes:
+                return f"{TOO_LARGE}{size} bytes, over the limit of {self.max_args_bytes}", None
+        return tool.argument_errors(args), canonical
+
+
+def replay_of(existing: CallRow, checked: Checked) -> CallResult:
+    """The answer to a call whose idempotency key is already taken by ``existing``."""
+    if existing.tool != checked.tool.name or existing.args_sha256 != checked.digest:
+        return conflict("idempotency key reused with different arguments", tool=checked.tool.name)
+    return existing.result()
+
+
+def rejection(actor: str, tool: str, event: AuditEvent, error: str) -> Refused:
+    return Refused(
+        rejected(tool, error),
+        entries.refused(actor=actor, tool=tool, event=event, error=error),
+    )

@@ -1,0 +1,155 @@
+"""Sending an approver's decision to the approval worker and waiting for its answer.
+
+The decision travels as a Celery message on the ``approvals`` queue; the answer comes
+back on a Redis list named for this one decision. The message expires when the API
+stops waiting, and carries a deadline the worker checks inside its transaction, so a
+decision the approver was told had failed (503) is never applied later.
+
+Redis is not trusted: the message names the deciding key and nothing it may do (the
+approval worker reads the key's roles from the database), and it carries a tag made with
+the deployment's decision key, which Redis never sees. A message without a valid tag
+changes nothing; so does an answer without one.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import redis
+from celery import Celery
+
+from .. import metrics
+from ..canonical import canonical_json
+from ..clock import Clock
+from ..constants import APPROVALS_QUEUE, DECIDE_TASK, DECISION_REPLY
+from ..errors import Unavailable
+from ..trust.keyring import KeyRing, Purpose
+from .namespace import Namespace
+
+# The API waits this much longer than the deadline, so an answer committed just before
+# the deadline is still heard.
+REPLY_MARGIN_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionMessage:
+    """Everything the approval worker needs; the request id names the call, nothing else."""
+
+    request_id: str
+    actor: str
+    decision: str
+    reason: str | None
+    deadline_ms: int
+    reply_to: str
+    mac: str = ""
+
+    def signed_text(self) -> str:
+        fields = asdict(self)
+        fields.pop("mac")
+        return canonical_json(fields)
+
+    @classmethod
+    def parse(cls, body: Any) -> DecisionMessage | None:
+        """The message in a task's argument; None when it is not one."""
+        try:
+            message = cls(
+                request_id=str(body["request_id"]),
+                actor=str(body["actor"]),
+                decision=str(body["decision"]),
+                reason=None if body.get("reason") is None else str(body["reason"]),
+                deadline_ms=int(body["deadline_ms"]),
+                reply_to=str(body["reply_to"]),
+                mac=str(body["mac"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        return message
+
+    def verifies(self, keyring: KeyRing, namespace: Namespace) -> bool:
+        """Made by an API process of this deployment, answering to one of its reply lists."""
+        return self.reply_to.startswith(namespace.key(DECISION_REPLY, "")) and keyring.verify(
+            Purpose.DECISION, self.signed_text(), self.mac
+        )
+
+
+def sealed_reply(keyring: KeyRing, reply_to: str, answer: dict[str, Any]) -> str:
+    """The approval worker's answer as pushed to ``reply_to``: ``tag|json``."""
+    text = json.dumps(answer, sort_keys=True)
+    return f"{keyring.sign(Purpose.DECISION, reply_to + '|' + text)}|{text}"
+
+
+def open_reply(keyring: KeyRing, reply_to: str, raw: bytes) -> dict[str, Any] | None:
+    """The answer in ``raw`` if the approval worker made it; None otherwise."""
+    tag, _, text = raw.decode("utf-8", "replace").partition("|")
+    if not keyring.verify(Purpose.DECISION, reply_to + "|" + text, tag):
+        return None
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        return None
+    return answer if isinstance(answer, dict) else None
+
+
+class DecisionClient:
+    def __init__(
+        self,
+        app: Celery,
+        redis_url: str,
+        namespace: Namespace,
+        keyring: KeyRing,
+        *,
+        clock: Clock,
+        timeout_s: float,
+    ) -> None:
+        self.app, self.clock, self.timeout_s = app, clock, timeout_s
+        self.namespace, self.keyring = namespace, keyring
+        self.redis = redis.Redis.from_url(
+            redis_url, socket_connect_timeout=2, socket_timeout=timeout_s + REPLY_MARGIN_S + 5
+        )
+
+    def send(
+        self, request_id: str, actor: str, decision: str, reason: str | None
+    ) -> dict[str, Any]:
+        """Publish the decision and return the worker's answer; ``Unavailable`` if none came."""
+        reply_to = self.namespace.key(DECISION_REPLY, secrets.token_hex(16))
+        draft = DecisionMessage(
+            request_id=request_id,
+            actor=actor,
+            decision=decision,
+            reason=reason,
+            deadline_ms=self.clock() + int(self.timeout_s * 1000),
+            reply_to=reply_to,
+        )
+        message = DecisionMessage(
+            **{**asdict(draft), "mac": self.keyring.sign(Purpose.DECISION, draft.signed_text())}
+        )
+        deadline = time.monotonic() + self.timeout_s + REPLY_MARGIN_S
+        try:
+            self.app.send_task(
+                DECIDE_TASK,
+                args=[asdict(message)],
+                queue=APPROVALS_QUEUE,
+                routing_key=APPROVALS_QUEUE,
+                expires=self.timeout_s,
+            )
+            while (left := deadline - time.monotonic()) > 0:
+                popped = self.redis.blpop([reply_to], timeout=max(left, 0.01))
+                if popped is None:
+                    break
+                raw = popped[1]
+                answer = open_reply(
+                    self.keyring, reply_to, raw if isinstance(raw, bytes) else raw.encode()
+                )
+                if answer is not None:
+                    return answer
+                metrics.untrusted("decision_reply")
+        except Exception as exc:  # kombu and redis-py raise many types for "Redis is down"
+            raise Unavailable(f"broker: {exc}") from None
+        raise Unavailable(
+            f"approval worker did not answer within {self.timeout_s:g} s; "
+            "the decision was not applied"
+        )

@@ -1,0 +1,49 @@
+"""The deployment's namespace: the prefix of every queue, channel and Redis key it uses.
+
+Redis is shared transport, not a trust boundary, and two deployments may well share one
+Redis database. Each gets its own names: ``TOOLROUTER_NAMESPACE``, else one derived from
+where its database lives (the SQLite file, or the PostgreSQL host, port and database),
+which every process of one deployment shares and no other deployment does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+from ..db.engine import normalize_url
+from ..settings import Settings
+
+
+def derive_namespace(settings: Settings) -> str:
+    """``settings.namespace``, else ``tr-`` and a digest of the database's address."""
+    if settings.namespace:
+        return settings.namespace
+    url = make_url(normalize_url(settings.resolved_database_url))
+    if url.get_backend_name() == "sqlite":
+        where = "sqlite:" + str(Path(url.database or "").resolve())
+    else:
+        where = f"{url.get_backend_name()}://{url.host or ''}:{url.port or ''}/{url.database}"
+    return "tr-" + hashlib.sha256(where.encode("utf-8")).hexdigest()[:10]
+
+
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    """Names in Redis for one deployment. Celery's own keys get ``prefix`` from kombu
+    (``global_keyprefix``); toolrouter's keys and channels come from ``key``."""
+
+    name: str
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.name}:"
+
+    def key(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    @classmethod
+    def of(cls, settings: Settings) -> Namespace:
+        return cls(derive_namespace(settings))

@@ -1,0 +1,16 @@
+"""Names callers send (tools, fields, ids), made safe to echo back and to store."""
+
+from __future__ import annotations
+
+import json
+
+# Unknown names are echoed back and audited, but not at any length.
+MAX_ECHOED_NAME = 128
+
+
+def echo_name(name: object) -> str:
+    """A caller-supplied name made safe to echo and to store: printable, and not too long."""
+    text = name if isinstance(name, str) else json.dumps(name, default=repr)
+    if not text.isprintable():
+        text = json.dumps(text)[1:-1]  # escapes control characters and lone surrogates
+    return text if len(text) <= MAX_ECHOED_NAME else text[:MAX_ECHOED_NAME] + "…"

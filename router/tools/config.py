@@ -1,0 +1,337 @@
+"""Loading the YAML tool config: ``${VAR}`` interpolation and the typed tool spec.
+
+Every mistake is a ``ConfigError`` naming the file, the tool and the reason, raised at
+start-up rather than at the first call.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..errors import ConfigError
+from ..trust.redaction import Redactor
+
+TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*$")
+PERIOD_S = {
+    "s": 1,
+    "sec": 1,
+    "second": 1,
+    "m": 60,
+    "min": 60,
+    "minute": 60,
+    "h": 3600,
+    "hour": 3600,
+}
+_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+EXAMPLE_CONFIG = "example_tools.yaml"
+# Calls of a Python tool one worker message carries at most, unless the tool says.
+PYTHON_CALLS_PER_MESSAGE = 8
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RetryPolicy(_Strict):
+    # Attempts in all, the first included; 1: no retry.
+    max_attempts: int = Field(default=1, ge=1, le=100)
+    # Ceiling of the delay before the first retry; it doubles with each retry, and the delay
+    # is drawn between half the ceiling and the ceiling, so retries of many calls spread out.
+    backoff_s: float = Field(default=1.0, ge=0)
+    # Largest ceiling. A longer `Retry-After` from an HTTP service wins.
+    max_backoff_s: float = Field(default=60.0, ge=0)
+
+
+class HttpHandler(_Strict):
+    # The endpoint, `http://` or `https://`; may use `${VAR}`.
+    url: str
+    # `GET` sends the arguments as query parameters; the others as a JSON body.
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
+    # Sent with every call; values may use `${VAR}` (kept out of errors and logs) and must
+    # be one line of ASCII once interpolated.
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class McpHandler(_Strict):
+    # A server's name in `mcp_servers`.
+    server: str
+    # The tool's name on that server.
+    tool: str
+
+
+class HandlerSpec(_Strict):
+    """Exactly one handler kind; a plain string in YAML means ``python``."""
+
+    # `module:function`, called as `function(args, ctx)` in a worker.
+    python: str | None = None
+    # An HTTP endpoint (the `handler.http` table).
+    http: HttpHandler | None = None
+    # A tool of a server in `mcp_servers` (the `handler.mcp` table).
+    mcp: McpHandler | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> HandlerSpec:
+        if sum(kind is not None for kind in (self.python, self.http, self.mcp)) != 1:
+            raise ValueError("handler needs exactly one of: python, http, mcp")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "python" if self.python else "http" if self.http else "mcp"
+
+
+class ToolSpec(_Strict):
+    """One tool as written in the config (SPEC §3)."""
+
+    # The name calls use, unique in the config: 1-64 of `A-Z a-z 0-9 _ . -`. Imported MCP
+    # tools are named `<server>.<tool>`.
+    name: str
+    # What the tool does, for agents choosing one: shown in `GET /v1/tools` and MCP
+    # `tools/list`, and ranked by `POST /v1/route`.
+    description: str = ""
+    # A label for grouping, shown with the tool and ranked by `POST /v1/route`.
+    category: str = "general"
+    # What runs a call: a Python function, an HTTP endpoint or an MCP server's tool. A plain
+    # string is a Python handler, `module:function`.
+    handler: HandlerSpec
+    # The queue a call goes to (`tools.<risk>`), so slow or dangerous tools never hold up
+    # safe ones. `high` is gated unless `requires_approval: false` says otherwise.
+    risk: Literal["low", "medium", "high"] = "low"
+    # Whether a call waits for approval; unset: exactly when `risk: high`.
+    requires_approval: bool | None = None
+    # Roles whose keys may decide this tool's requests; custom roles (such as `finance`)
+    # work like `approver`. At least one.
+    approvers: tuple[str, ...] = ("approver",)
+    # Distinct approvers needed to release a call; one denial ends the request.
+    approvals_required: int = Field(default=1, ge=1)
+    # Seconds a request waits for its decisions before it expires, and its call with it.
+    approval_timeout_s: float = Field(default=3600.0, gt=0)
+    # Whether a run whose outcome was lost may run again. A lost run of an idempotent tool
+    # is queued again; of any other tool, the call ends `interrupted`.
+    idempotent: bool = False
+    # Seconds a run may take; then the call fails with `timeout after N s`. A handler that
+    # swallows the limit is ended 10 s later.
+    timeout_s: float = Field(default=30.0, gt=0, le=86_400)
+    # How retryable failures are retried (the `retry` table below).
+    retry: RetryPolicy = RetryPolicy()
+    # `N/s`, `N/m` or `N/h`: a token bucket in Redis shared by every worker. Over the limit
+    # a call waits in the broker; it does not fail.
+    rate_limit: str | None = None
+    # Summed per tool (`/metrics`, `GET /v1/tools/{name}`) and per key (`toolrouter stats`);
+    # the `cost` routing strategy ranks by it.
+    cost_per_call: float = Field(default=0.0, ge=0)
+    # Seconds a success is served again for identical arguments without running the handler
+    # (audited `ok` with `cached: true`); 0: no cache.
+    cache_ttl_s: float = Field(default=0.0, ge=0)
+    # Tools tried in turn, in the same run, when a call fails for good; the answer names the
+    # one that answered (`answered_by`). Gated tools cannot be fallbacks.
+    fallbacks: tuple[str, ...] = ()
+    # How many calls of this tool one worker message may carry (``message_builder.pack``).
+    # Unset: several for Python handlers, whose run is short next to Celery's work per
+    # message; one for HTTP and MCP tools, whose calls are better run side by side.
+    calls_per_message: int | None = Field(default=None, ge=1, le=64)
+    # Capabilities (such as `search.web`) a call may name instead of a tool; ranked by
+    # `POST /v1/route`.
+    capabilities: tuple[str, ...] = ()
+    # What the tool cannot do, published with its definition for agents.
+    limitations: tuple[str, ...] = ()
+    # JSON Schema the arguments must satisfy; a call whose arguments do not is `rejected` at
+    # submission, before anything is queued.
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    # JSON Schema of the result, published with the tool's definition (checked to be a valid
+    # schema; results are not validated against it).
+    output_schema: dict[str, Any] | None = None
+    # The tool's version, published with its definition.
+    version: str = "1"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _string_handler_is_python(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and isinstance(data.get("handler"), str):
+            data = {**data, "handler": {"python": data["handler"]}}
+        return data
+
+    @model_validator(mode="after")
+    def _rate_limit_is_well_formed(self) -> ToolSpec:
+        if self.rate_limit is not None:
+            parse_rate(self.rate_limit)
+        return self
+
+    @property
+    def max_calls_per_message(self) -> int:
+        if self.calls_per_message is not None:
+            return self.calls_per_message
+        return PYTHON_CALLS_PER_MESSAGE if self.handler.kind == "python" else 1
+
+    @property
+    def gated(self) -> bool:
+        """Whether a call waits for approval: explicit, else true for high risk."""
+        if self.requires_approval is None:
+            return self.risk == "high"
+        return self.requires_approval
+
+
+def parse_rate(text: str) -> tuple[float, float]:
+    """``"10/s"`` → (capacity 10, 10 tokens per second). ``ValueError`` if malformed."""
+    match = RATE_RE.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"rate_limit {text!r} is not N/s, N/m or N/h")
+    count = float(match.group(1))
+    return count, count / PERIOD_S[match.group(2)]
+
+
+class ToolConfig(_Strict):
+    # The tools, each a mapping of the keys in the next table.
+    tools: tuple[ToolSpec, ...] = ()
+    # MCP servers by name; each server's tools are imported as `<server>.<tool>`. Claude
+    # Desktop's spelling `mcpServers` is accepted too, so its `claude_desktop_config.json`
+    # works as a config as it is.
+    mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # ``{rules: [{pattern, tool, priority, description}]}`` for the ``rules`` strategy.
+    routing: dict[str, Any] = Field(default_factory=dict)
+    # Every ``${VAR}`` interpolated, with its value: what ``router.trust.redaction`` hides.
+    secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
+
+    @property
+    def redactor(self) -> Redactor:
+        return Redactor(self.secrets)
+
+
+def interpolate(
+    value: Any,
+    env: Mapping[str, str],
+    *,
+    file: str,
+    tool: str | None,
+    used: dict[str, str] | None = None,
+) -> Any:
+    """Replace ``${VAR}`` in every string; a missing variable is a config error. Each
+    variable interpolated is noted in ``used``, with its value."""
+    if isinstance(value, str):
+
+        def sub(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in env:
+                raise ConfigError(f"environment variable {name} is not set", file=file, tool=tool)
+            if used is not None:
+                used[name] = env[name]
+            return env[name]
+
+        return _VAR_RE.sub(sub, value)
+    if isinstance(value, list):
+        return [interpolate(item, env, file=file, tool=tool, used=used) for item in value]
+    if isinstance(value, dict):
+        return {
+            key: interpolate(item, env, file=file, tool=tool, used=used)
+            for key, item in value.items()
+        }
+    return value
+
+
+def check_headers(
+    headers: Any, env: Mapping[str, str], *, file: str, tool: str | None, where: str
+) -> None:
+    """Header values must be one line of ASCII once interpolated: refused at load time,
+    naming the variable and never its value (an HTTP client would put the value in its
+    error, and the error in the call's result and the audit log)."""
+    if not isinstance(headers, dict):
+        return
+    for name, template in headers.items():
+        if not isinstance(template, str):
+            continue
+        for var in _VAR_RE.findall(template):
+            value = env.get(var, "")
+            if "\r" in value or "\n" in value:
+                raise ConfigError(
+                    f"{where} header {name}: ${{{var}}} contains a line break (CR or LF)",
+                    file=file,
+                    tool=tool,
+                )
+            if not value.isascii():
+                raise ConfigError(
+                    f"{where} header {name}: ${{{var}}} is not ASCII", file=file, tool=tool
+                )
+        if ("\r" in template or "\n" in template) or not template.isascii():
+            raise ConfigError(
+                f"{where} header {name}: value must be one line of ASCII", file=file, tool=tool
+            )
+
+
+def _describe(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown key"
+    return f"{where}: {message}" if where else message
+
+
+def parse_config(text: str, *, file: str, env: Mapping[str, str] | None = None) -> ToolConfig:
+    """Parse config text; raises ``ConfigError`` on the first problem found, with the
+    values of ``${VAR}`` secrets replaced by their names."""
+    env = os.environ if env is None else env
+    used: dict[str, str] = {}
+    try:
+        return _parse(text, file=file, env=env, used=used)
+    except ConfigError as exc:
+        raise Redactor(used).config_error(exc) from None
+
+
+def _parse(text: str, *, file: str, env: Mapping[str, str], used: dict[str, str]) -> ToolConfig:
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"not valid YAML: {exc}", file=file) from None
+    if not isinstance(raw, dict):
+        raise ConfigError("top level must be a mapping with a 'tools' list", file=file)
+    unknown = set(raw) - {"tools", "mcp_servers", "mcpServers", "routing"}
+    if unknown:
+        raise ConfigError(f"unknown key: {sorted(unknown)[0]}", file=file)
+    raw_tools = raw.get("tools") or []
+    if not isinstance(raw_tools, list):
+        raise ConfigError("'tools' must be a list", file=file)
+    tools = []
+    for index, item in enumerate(raw_tools):
+        name = item.get("name") if isinstance(item, dict) else None
+        label = name if isinstance(name, str) else f"#{index}"
+        if not isinstance(item, dict):
+            raise ConfigError("each tool must be a mapping", file=file, tool=label)
+        handler = item.get("handler")
+        if isinstance(handler, dict) and isinstance(handler.get("http"), dict):
+            check_headers(
+                handler["http"].get("headers"), env, file=file, tool=label, where="http handler"
+            )
+        item = interpolate(item, env, file=file, tool=label, used=used)
+        try:
+            tools.append(ToolSpec.model_validate(item))
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc), file=file, tool=label) from None
+    servers = raw.get("mcp_servers") or raw.get("mcpServers") or {}
+    if isinstance(servers, dict):
+        for name, server in servers.items():
+            if isinstance(server, dict):
+                check_headers(
+                    server.get("headers"), env, file=file, tool=None, where=f"mcp server {name}"
+                )
+    servers = interpolate(servers, env, file=file, tool=None, used=used)
+    routing = raw.get("routing") or {}
+    if not isinstance(routing, dict) or set(routing) - {"rules"}:
+        raise ConfigError("routing must be a mapping with a 'rules' list", file=file)
+    return ToolConfig(tools=tuple(tools), mcp_servers=servers, routing=routing, secrets=used)
+
+
+def load_config(path: Path, env: Mapping[str, str] | None = None) -> ToolConfig:
+    """Load ``path``; when it does not exist, the built-in example config."""
+    if path.exists():
+        return parse_config(path.read_text(encoding="utf-8"), file=str(path), env=env)
+    text = resources.files("router").joinpath(EXAMPLE_CONFIG).read_text(encoding="utf-8")
+    return parse_config(text, file=f"<built-in {EXAMPLE_CONFIG}>", env=env)

@@ -1,0 +1,223 @@
+"""Connections to the MCP servers in the config: one session per server per process.
+
+The SDK is asynchronous and Celery's pool processes are not, so each process runs one
+event loop in a background thread. Each server's session is owned by one long-lived task
+on that loop (the SDK's context managers must be entered and left by the same task);
+calls from the worker thread are handed to the loop and waited on with a timeout. A
+session that drops is opened again on the next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..errors import ConfigError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+CONNECT_TIMEOUT_S = 30.0
+
+
+class StdioServer(BaseModel):
+    """``{command, args, env, cwd}``: a server the router launches (Claude Desktop's shape)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: str | None = None  # "stdio" in some clients' files; informational
+    command: str
+    args: tuple[str, ...] = ()
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+
+
+class HttpServer(BaseModel):
+    """``{url, headers}``: a server reached over streamable HTTP."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: str | None = None  # "http" / "streamable-http" in some clients' files
+    url: str
+    headers: dict[str, str] = {}
+
+
+ServerSpec = StdioServer | HttpServer
+
+
+def parse_servers(raw: dict[str, Any], *, file: str) -> dict[str, ServerSpec]:
+    servers: dict[str, ServerSpec] = {}
+    for name, entry in raw.items():
+        if not isinstance(entry, dict):
+            raise ConfigError(f"mcp server {name!r} must be a mapping", file=file)
+        try:
+            servers[name] = (HttpServer if "url" in entry else StdioServer).model_validate(entry)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            reason = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+            raise ConfigError(f"mcp server {name!r}: {where}: {reason}", file=file) from None
+    return servers
+
+
+@dataclass
+class _Session:
+    client: Any
+    stop: asyncio.Event
+    done: asyncio.Event
+    task: asyncio.Task[None] | None = None
+
+
+@dataclass
+class McpConnections:
+    """The sessions of one process, keyed by server name."""
+
+    servers: dict[str, ServerSpec]
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
+    _sessions: dict[str, _Session] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def _run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(
+                    target=self._loop.run_forever, name="mcp-client", daemon=True
+                )
+                self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except BaseException:
+            future.cancel()
+            raise
+
+    def close(self) -> None:
+        if self._loop is None:
+            return
+        with contextlib.suppress(Exception):
+            self._run(self._close_all(), timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if not self._loop.is_running():
+            self._loop.close()
+        self._loop = None
+
+    async def _close_all(self) -> None:
+        for session in list(self._sessions.values()):
+            session.stop.set()
+            await session.done.wait()
+        self._sessions.clear()
+
+    # -- sessions -------------------------------------------------------------------------
+
+    async def _session(self, name: str) -> Any:
+        session = self._sessions.get(name)
+        if session is not None and not session.done.is_set():
+            return session.client
+        ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        session = _Session(client=None, stop=asyncio.Event(), done=asyncio.Event())
+        session.task = asyncio.create_task(self._own(name, session, ready))
+        self._sessions[name] = session
+        session.client = await asyncio.wait_for(ready, CONNECT_TIMEOUT_S)
+        return session.client
+
+    async def _own(self, name: str, session: _Session, ready: asyncio.Future[Any]) -> None:
+        """Enter the client, hand it out, and leave it in this same task on stop."""
+        from mcp import Client
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        spec = self.servers[name]
+        try:
+            if isinstance(spec, StdioServer):
+                params = StdioServerParameters(
+                    command=spec.command, args=list(spec.args), env=spec.env, cwd=spec.cwd
+                )
+                # The server's stderr goes to this process's real stderr: under Celery,
+                # sys.stderr is a logging proxy without a file descriptor.
+                target: Any = stdio_client(params, errlog=sys.__stderr__ or sys.stderr)
+            else:
+                target = _http_transport(spec)
+            async with Client(target) as client:
+                if not ready.done():
+                    ready.set_result(client)
+                await session.stop.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+            else:
+                log.warning("MCP server %s: session ended: %s", name, exc)
+        finally:
+            session.done.set()
+
+    def _drop(self, name: str) -> None:
+        session = self._sessions.pop(name, None)
+        if session is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(session.stop.set)
+
+    # -- what callers use -----------------------------------------------------------------
+
+    def list_tools(self, name: str) -> list[Any]:
+        """Every tool the server offers (all pages); raises on a server that cannot start."""
+
+        async def fetch() -> list[Any]:
+            client = await self._session(name)
+            tools: list[Any] = []
+            cursor = None
+            while True:
+                page = await client.list_tools(cursor=cursor)
+                tools.extend(page.tools)
+                cursor = page.next_cursor
+                if not cursor:
+                    return tools
+
+        return self._run(fetch(), timeout=CONNECT_TIMEOUT_S + 10)
+
+    def call_tool(self, name: str, tool: str, args: dict[str, Any], timeout: float) -> Any:
+        """One ``tools/call``; on a dropped session, reconnect once and retry the call only
+        if it never reached the server."""
+
+        async def call() -> Any:
+            client = await self._session(name)
+            return await client.call_tool(tool, args, read_timeout_seconds=timeout)
+
+        try:
+            return self._run(call(), timeout=timeout + CONNECT_TIMEOUT_S)
+        except (ConnectionError, OSError, EOFError) as exc:
+            self._drop(name)
+            raise ConnectionError(f"MCP server {name}: {exc}") from None
+        except Exception as exc:
+            if self._lost(name, exc):
+                # The next call opens a fresh session; this one may or may not have reached
+                # the server, so it fails (retryably) rather than being sent twice.
+                self._drop(name)
+                raise ConnectionError(f"MCP server {name}: connection lost ({exc})") from None
+            raise
+
+    def _lost(self, name: str, exc: Exception) -> bool:
+        session = self._sessions.get(name)
+        if session is not None and session.done.is_set():
+            return True
+        return type(exc).__name__ in {
+            "ClosedResourceError",
+            "BrokenResourceError",
+            "EndOfStream",
+        } or "Connection closed" in str(exc)
+
+
+def _http_transport(spec: HttpServer) -> Any:
+    if not spec.headers:
+        return spec.url
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    return streamable_http_client(spec.url, http_client=httpx2.AsyncClient(headers=spec.headers))

@@ -1,0 +1,195 @@
+"""The tool registry: a mapping from names to tools, checked in full at registration.
+
+Names are looked up in a ``dict`` and nothing else: never through attributes, so
+``__class__`` or ``toString`` are unknown tools unless someone registered them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from jsonschema import exceptions as schema_errors
+from jsonschema import validators
+
+from ..constants import queue_for
+from ..errors import ConfigError
+from .config import TOOL_NAME_RE, ToolConfig, ToolSpec
+from .mcp_import import import_mcp_tools, merge_imported
+
+if TYPE_CHECKING:
+    from .mcp_client import McpConnections
+
+Handler = Callable[[dict[str, Any], Any], Any]
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A registered tool: its spec, its compiled argument validator, its resolved handler."""
+
+    spec: ToolSpec
+    validator: Any = field(repr=False)
+    python_handler: Handler | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def queue(self) -> str:
+        return queue_for(self.spec.risk)
+
+    def argument_errors(self, args: Any) -> str | None:
+        """The first schema violation of ``args`` as a sentence, or None when they are valid.
+
+        Built from the schema, never from the offending value: these messages are audited,
+        and arguments may be secrets.
+        """
+        error = schema_errors.best_match(self.validator.iter_errors(args))
+        if error is None:
+            return None
+        where = "/".join(str(part) for part in error.absolute_path) or "arguments"
+        if error.validator in ("required", "additionalProperties", "dependentRequired"):
+            # These name properties (from the schema, or the unexpected key), not values.
+            return f"{where}: {error.message}"[:300]
+        expected = json.dumps(error.validator_value, sort_keys=True, default=str)
+        if len(expected) > 120:
+            expected = expected[:120] + "…"
+        return f"{where}: must satisfy {error.validator} {expected}"
+
+    def describe(self) -> dict[str, Any]:
+        """The public definition served by ``GET /v1/tools``."""
+        spec = self.spec
+        return {
+            "name": spec.name,
+            "description": spec.description,
+            "category": spec.category,
+            "risk": spec.risk,
+            "requires_approval": spec.gated,
+            "approvers": list(spec.approvers),
+            "approvals_required": spec.approvals_required,
+            "idempotent": spec.idempotent,
+            "timeout_s": spec.timeout_s,
+            "cost_per_call": spec.cost_per_call,
+            "capabilities": list(spec.capabilities),
+            "limitations": list(spec.limitations),
+            "input_schema": spec.input_schema,
+            "output_schema": spec.output_schema,
+            "handler_kind": spec.handler.kind,
+            "version": spec.version,
+        }
+
+
+def resolve_callable(path: str) -> Handler:
+    """Import ``"package.module:function"``; raises ``ValueError`` with the reason."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"handler {path!r} is not of the form 'module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import {module_name!r}: {exc}") from None
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise ValueError(f"{module_name!r} has no attribute {attr!r}") from None
+    if not callable(target):
+        raise ValueError(f"handler {path!r} is not callable")
+    return target
+
+
+class ToolRegistry:
+    """Tools by name. Build it with ``from_config``; it never changes afterwards."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self._tools[tool.name] = tool
+
+    @classmethod
+    def from_config(
+        cls, config: ToolConfig, *, file: str = "<config>", mcp: McpConnections | None = None
+    ) -> ToolRegistry:
+        """Check every tool; import the tools of each MCP server in ``config`` through ``mcp``.
+        Errors never carry the values of the config's ``${VAR}`` secrets."""
+        try:
+            return cls._build(config, file=file, mcp=mcp)
+        except ConfigError as exc:
+            raise config.redactor.config_error(exc) from None
+
+    @classmethod
+    def _build(cls, config: ToolConfig, *, file: str, mcp: McpConnections | None) -> ToolRegistry:
+        tools: dict[str, Tool] = {}
+        specs = list(config.tools)
+        if config.mcp_servers:
+            if mcp is None:
+                raise ConfigError(
+                    "mcp_servers are configured but no MCP client was given", file=file
+                )
+            specs = merge_imported(specs, import_mcp_tools(mcp, file=file), file=file)
+        for spec in specs:
+            if not TOOL_NAME_RE.match(spec.name):
+                raise ConfigError(
+                    "bad name: must match ^[A-Za-z0-9_.-]{1,64}$", file=file, tool=spec.name
+                )
+            if spec.name in tools:
+                raise ConfigError("duplicate tool name", file=file, tool=spec.name)
+            tools[spec.name] = build_tool(spec, file=file)
+        for tool in tools.values():
+            for fallback in tool.spec.fallbacks:
+                if fallback not in tools or fallback == tool.name:
+                    raise ConfigError(f"unknown fallback: {fallback}", file=file, tool=tool.name)
+                if tools[fallback].spec.gated:
+                    # A fallback runs without a request of its own: it must not need one.
+                    raise ConfigError(
+                        f"fallback {fallback} needs approval; gated tools cannot be fallbacks",
+                        file=file,
+                        tool=tool.name,
+                    )
+        return cls(tools.values())
+
+    def get(self, name: object) -> Tool | None:
+        """The tool registered under ``name``; None for anything else, including non-strings."""
+        if not isinstance(name, str):
+            return None
+        return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return self.get(name) is not None
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(sorted(self._tools.values(), key=lambda tool: tool.name))
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+def build_tool(spec: ToolSpec, *, file: str) -> Tool:
+    """Check one spec fully: schema, handler, approvers."""
+    try:
+        validator_class = validators.validator_for(spec.input_schema)
+        validator_class.check_schema(spec.input_schema)
+        if spec.output_schema is not None:
+            validators.validator_for(spec.output_schema).check_schema(spec.output_schema)
+    except schema_errors.SchemaError as exc:
+        raise ConfigError(
+            f"invalid JSON Schema: {exc.message}", file=file, tool=spec.name
+        ) from None
+    if not spec.approvers:
+        raise ConfigError("approvers must name at least one role", file=file, tool=spec.name)
+    handler = None
+    if spec.handler.python is not None:
+        try:
+            handler = resolve_callable(spec.handler.python)
+        except ValueError as exc:
+            raise ConfigError(f"unresolvable handler: {exc}", file=file, tool=spec.name) from None
+    elif spec.handler.http is not None:
+        url = spec.handler.http.url
+        if not (url.startswith("http://") or url.startswith("https://")):
+            raise ConfigError(f"http handler url must be http(s): {url}", file=file, tool=spec.name)
+    return Tool(spec=spec, validator=validator_class(spec.input_schema), python_handler=handler)

@@ -1,0 +1,265 @@
+"""The approval inbox in a real headless Chromium (Debian's), driven by Playwright."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ..support.services import IN_CI
+from ..support.stack import REPO, Stack
+
+playwright_sync = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+HOSTILE = {
+    "note": "<script>window.__pwned = 1</script>",
+    "img": '<img src=x onerror="window.__pwned = 2">',
+    "close": "</pre><b id=injected>bold</b>",
+}
+SCREENSHOT = REPO / "docs" / "inbox.png"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        message = f"Chromium is needed for the inbox tests and is not at {CHROMIUM}"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    with playwright_sync.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1100, "height": 900})
+    page = context.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.dialogs = dialogs
+    yield page
+    context.close()
+
+
+def sign_in(page: Any, stack: Stack, key: str = "approver") -> None:
+    page.goto(f"{stack.base_url}/ui/")
+    page.fill("#key", stack.keys[key])
+    page.click("button[type=submit]")
+
+
+def submit(
+    stack: Stack, tool: str = "high_echo", args: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    with stack.client("agent") as http:
+        body = http.post("/v1/calls", json={"tool": tool, "args": args or {"n": 1}}).json()
+    assert body["status"] == "pending"
+    return body  # type: ignore[no-any-return]
+
+
+def call_result(stack: Stack, call_id: str, wait_s: float = 20) -> dict[str, Any]:
+    with stack.client("agent") as http:
+        return http.get(f"/v1/calls/{call_id}", params={"wait_s": wait_s}).json()  # type: ignore[no-any-return]
+
+
+def card(page: Any, request_id: str) -> Any:
+    return page.locator(f'article[data-request-id="{request_id}"]')
+
+
+# inbox.js reloads the page when the pending set changes (other tests' requests come and go).
+# A script run during a reload fails, or reads a document whose stylesheet has not arrived
+# (unstyled, so as wide as its longest line). So each check runs as one script, only on a
+# document that has finished loading with the request on it, and is retried otherwise.
+ON_A_LOADED_INBOX = """(id) => {
+  if (document.readyState !== "complete") return null;
+  if (!document.querySelector(`article[data-request-id="${id}"]`)) return null;
+  return {value: (CHECK)()};
+}"""
+
+
+def check_loaded_inbox(page: Any, request_id: str, check: str) -> Any:
+    """What the JavaScript function `check` returns on the inbox showing `request_id`."""
+    script = ON_A_LOADED_INBOX.replace("CHECK", check)
+    for _ in range(50):
+        try:
+            page.wait_for_load_state("load")
+            settled = page.evaluate(script, request_id)
+        except playwright_sync.Error:  # the page reloaded under the script
+            settled = None
+        if settled is not None:
+            return settled["value"]
+        page.wait_for_timeout(100)
+    raise AssertionError(f"the inbox never settled with {request_id} on it")
+
+
+def test_approver_signs_in_sees_a_request_approves_it_and_the_call_runs(
+    stack: Stack, page: Any
+) -> None:
+    call = submit(stack, args={"to": "alice", "amount": 12})
+    sign_in(page, stack)
+    item = card(page, call["request_id"])
+    item.wait_for()
+    assert item.locator(".tool").inner_text() == "high_echo"
+    assert item.locator(".requester").inner_text() == "agent"
+    assert '"to": "alice"' in item.locator("pre.args").inner_text()
+    assert item.locator(".risk").inner_text() == "high"
+    item.locator("input[name=reason]").fill("looks right")
+    item.locator("button[value=approve]").click()
+    page.locator("#flash").wait_for()
+    assert f"{call['request_id']}: approved" in page.locator("#flash").inner_text()
+    assert call_result(stack, call["call_id"])["status"] == "succeeded"
+    history = page.locator("table.history").inner_text()
+    assert call["request_id"] in history and "looks right" in history
+
+
+def test_approver_denies_with_a_reason(stack: Stack, page: Any) -> None:
+    call = submit(stack)
+    sign_in(page, stack)
+    item = card(page, call["request_id"])
+    item.locator("input[name=reason]").fill("wrong account")
+    item.locator("button[value=deny]").click()
+    page.locator("#flash").wait_for()
+    assert f"{call['request_id']}: denied" in page.locator("#flash").inner_text()
+    assert call_result(stack, call["call_id"], 0)["status"] == "denied"
+
+
+def test_several_selected_requests_are_each_decided(stack: Stack, page: Any) -> None:
+    calls = [submit(stack, args={"i": i}) for i in range(3)]
+    sign_in(page, stack)
+    for call in calls[:2]:
+        card(page, call["request_id"]).locator("input[type=checkbox]").check()
+    page.fill("#bulk-reason", "batch ok")
+    page.click("#bulk button[value=approve]")
+    page.locator("#flash").wait_for()
+    flash = page.locator("#flash").inner_text()
+    for call in calls[:2]:
+        assert f"{call['request_id']}: approved" in flash
+        assert call_result(stack, call["call_id"])["status"] == "succeeded"
+    assert calls[2]["request_id"] not in flash
+    assert call_result(stack, calls[2]["call_id"], 0)["status"] == "pending"
+    with stack.client("operator") as http:
+        rows = http.get("/v1/audit", params={"event": "approved", "limit": 1000}).json()["rows"]
+    decided = {row["request_id"] for row in rows if row["actor"] == "approver"}
+    assert {c["request_id"] for c in calls[:2]} <= decided
+
+
+def test_hostile_arguments_stay_inert(stack: Stack, page: Any, tmp_path: Path) -> None:
+    call = submit(stack, args=HOSTILE)
+    sign_in(page, stack)
+    item = card(page, call["request_id"])
+    item.wait_for()
+    text = item.locator("pre.args").inner_text()
+    for value in HOSTILE.values():
+        assert value.replace('"', '\\"') in text
+    assert check_loaded_inbox(page, call["request_id"], "() => window.__pwned === undefined")
+    assert page.locator("#injected").count() == 0
+    assert page.dialogs == []
+    # The README's screenshot; refreshed with TOOLROUTER_UPDATE_SCREENSHOT=1.
+    target = (
+        SCREENSHOT
+        if os.environ.get("TOOLROUTER_UPDATE_SCREENSHOT") == "1"
+        else (tmp_path / "inbox.png")
+    )
+    page.screenshot(path=str(target), full_page=False)
+    assert target.stat().st_size > 0
+
+
+def test_an_agent_key_cannot_use_the_inbox(stack: Stack, page: Any) -> None:
+    sign_in(page, stack, key="agent")
+    assert page.locator("h1").inner_text() == "Not allowed"
+    response = page.request.get(f"{stack.base_url}/ui/")
+    assert response.status in (200, 403)
+
+
+def test_a_bad_key_is_refused_and_sign_out_ends_the_session(stack: Stack, page: Any) -> None:
+    page.goto(f"{stack.base_url}/ui/")
+    page.fill("#key", "trk_not-a-key")
+    page.click("button[type=submit]")
+    assert "not accepted" in page.locator(".error").inner_text()
+    sign_in(page, stack)
+    assert re.search("Waiting for you", page.locator("h1").first.inner_text())
+    page.click("button.link")
+    page.locator("#key").wait_for()
+    assert page.context.cookies() == [] or all(
+        c["name"] != "tr_session" for c in page.context.cookies()
+    )
+
+
+def test_the_list_refreshes_by_itself_when_a_request_arrives(stack: Stack, page: Any) -> None:
+    sign_in(page, stack)
+    call = submit(stack, args={"late": True})
+    card(page, call["request_id"]).wait_for(timeout=15_000)
+
+
+def test_forms_without_the_csrf_token_are_refused(stack: Stack) -> None:
+    call = submit(stack)
+    with httpx.Client(base_url=stack.base_url) as http:
+        # As a browser posts the sign-in form: from the inbox's own origin.
+        signed = http.post(
+            "/ui/login", data={"key": stack.keys["approver"]}, headers={"Origin": stack.base_url}
+        )
+        assert signed.status_code == 303
+        cookie = signed.cookies.get("tr_session")
+        assert cookie and "httponly" in signed.headers["set-cookie"].lower()
+        assert "samesite=strict" in signed.headers["set-cookie"].lower()
+        # The client keeps the session cookie; only the CSRF token is missing.
+        response = http.post(
+            "/ui/decide", data={"decision": "approve", "request_id": call["request_id"]}
+        )
+        assert response.status_code == 403
+        page = http.get("/ui/")
+        assert 'name="csrf"' in page.text
+    assert call_result(stack, call["call_id"], 0)["status"] == "pending"
+    headers = page.headers
+    assert "frame-ancestors 'none'" in headers["content-security-policy"]
+    assert "script-src 'self'" in headers["content-security-policy"]
+    assert headers["x-frame-options"] == "DENY"
+    assert stack.keys["approver"] not in page.text
+
+
+def test_a_tampered_or_expired_session_cookie_is_signed_out(stack: Stack) -> None:
+    for value in ["junk", "YQ.1.abc", "dHJr.99999999999999.0000"]:
+        with httpx.Client(base_url=stack.base_url, cookies={"tr_session": value}) as http:
+            page = http.get("/ui/")
+        assert page.status_code == 200 and 'id="key"' in page.text
+
+
+def test_the_inbox_fits_a_phone(stack: Stack, browser: Any) -> None:
+    call = submit(stack, args={"long": "x" * 300})
+    context = browser.new_context(viewport={"width": 375, "height": 740}, is_mobile=True)
+    try:
+        page = context.new_page()
+        sign_in(page, stack)
+        card(page, call["request_id"]).wait_for()
+        measured = check_loaded_inbox(
+            page,
+            call["request_id"],
+            """() => ({
+              overflow: document.documentElement.scrollWidth - window.innerWidth,
+              wide: Array.from(document.querySelectorAll("body *"))
+                .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1)
+                .slice(0, 3).map(e => `${e.tagName}.${e.className} ${e.textContent.slice(0, 60)}`),
+            })""",
+        )
+        assert measured["overflow"] <= 0, measured["wide"]
+    finally:
+        context.close()

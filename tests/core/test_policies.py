@@ -1,0 +1,152 @@
+"""Execution policies on real Redis and both databases: retries, rate limits, caching."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+
+from router.audit import log as audit
+from router.clock import FakeClock
+from router.runtime import Runtime
+from router.tools.config import parse_rate
+from workers.execution import Executor
+
+from ..support.stack import Stack
+
+
+def executor(runtime: Runtime, name: str = "test-worker") -> Executor:
+    return Executor(runtime, runtime.notifier(), actor=name)
+
+
+def submit(runtime: Runtime, tool: str, args: dict[str, object]) -> str:
+    result = runtime.dispatcher.submit("agent", tool, args)
+    assert result.call_id is not None, result
+    return result.call_id
+
+
+def audit_rows(runtime: Runtime, call_id: str) -> list[dict[str, object]]:
+    with runtime.store.reading() as conn:
+        return audit.query(conn, call_id=call_id)
+
+
+def test_a_retryable_failure_is_retried_with_backoff_then_fails_with_the_last_error(
+    runtime: Runtime,
+) -> None:
+    call_id = submit(runtime, "flaky", {})
+    worker = executor(runtime)
+    assert [worker.run(call_id, "flaky") for _ in range(3)] == ["retry", "retry", "error"]
+    row = runtime.calls.read(call_id)
+    assert (row.status, row.attempt, row.error) == ("failed", 3, "flaky on attempt 3")
+    rows = audit_rows(runtime, call_id)
+    assert [r["event"] for r in rows] == ["queued", "retry", "retry", "error"]
+    delays = [r["detail"]["delay_s"] for r in rows if r["event"] == "retry"]  # type: ignore[index]
+    assert all(0 < d <= 0.05 for d in delays)
+    # Each retry went back to the tool's queue with a delay (an ETA message).
+    assert redis.Redis.from_url(runtime.redis_url).llen(runtime.namespace.prefix + "tools.low") == 3
+
+
+def test_a_retried_call_that_then_succeeds_ends_ok(runtime: Runtime) -> None:
+    call_id = submit(runtime, "flaky", {"succeed_on": 2})
+    worker = executor(runtime)
+    assert [worker.run(call_id, "flaky") for _ in range(2)] == ["retry", "ok"]
+    assert runtime.calls.read(call_id).result().to_dict()["value"] == {"attempt": 2}
+
+
+def test_retry_after_is_honoured(runtime: Runtime) -> None:
+    call_id = submit(runtime, "flaky", {"retry_after_s": 5})
+    assert executor(runtime).run(call_id, "flaky") == "retry"
+    retry = next(r for r in audit_rows(runtime, call_id) if r["event"] == "retry")
+    assert retry["detail"]["delay_s"] >= 5  # type: ignore[index]
+
+
+def test_only_retryable_failures_within_the_budget_are_retried(runtime: Runtime) -> None:
+    for tool in ("flaky_once", "value_error"):
+        call_id = submit(runtime, tool, {})
+        assert executor(runtime).run(call_id, tool) == "error"
+        assert "retry" not in [r["event"] for r in audit_rows(runtime, call_id)]
+
+
+def test_identical_arguments_within_the_ttl_return_the_cached_value(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    first = submit(runtime, "cached_ledger", {"path": str(ledger)})
+    second = submit(runtime, "cached_ledger", {"path": str(ledger)})
+    other = submit(runtime, "cached_ledger", {"path": str(ledger), "x": 1})
+    worker = executor(runtime)
+    assert [worker.run(c, "cached_ledger") for c in (first, second, other)] == ["ok"] * 3
+    assert len(ledger.read_text().splitlines()) == 2
+    assert runtime.calls.read(second).value == runtime.calls.read(first).value
+    ok_row = next(r for r in audit_rows(runtime, second) if r["event"] == "ok")
+    assert ok_row["detail"] == {"attempt": 1, "cached": True}
+
+
+def test_over_the_rate_limit_a_call_waits_and_the_bucket_is_shared(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    calls = [submit(runtime, "limited_ledger", {"path": str(ledger), "i": i}) for i in range(3)]
+    redis.Redis.from_url(runtime.redis_url).delete("toolrouter:bucket:limited_ledger")
+    one, two = executor(runtime, "worker-1"), executor(runtime, "worker-2")
+    assert one.run(calls[0], "limited_ledger") == "ok"
+    assert two.run(calls[1], "limited_ledger") == "ok"
+    # The bucket holds 2 and both workers drew from it: the third call waits.
+    assert one.run(calls[2], "limited_ledger") == "deferred"
+    row = runtime.calls.read(calls[2])
+    assert row.status == "queued" and row.attempt == 0
+    assert len(ledger.read_text().splitlines()) == 2
+
+
+def test_in_a_shared_message_each_call_of_a_rate_limited_tool_asks_the_limiter(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    """Calls of one message are otherwise claimed with the outcome of the call before them;
+    a rate-limited tool's are not, so the third one here waits instead of running."""
+    ledger = tmp_path / "ledger"
+    calls = [submit(runtime, "limited_ledger", {"path": str(ledger), "i": i}) for i in range(3)]
+    redis.Redis.from_url(runtime.redis_url).delete("toolrouter:bucket:limited_ledger")
+    assert executor(runtime).run_many(calls, "limited_ledger") == ["ok", "ok", "deferred"]
+    row = runtime.calls.read(calls[2])
+    assert row.status == "queued" and row.attempt == 0
+    assert len(ledger.read_text().splitlines()) == 2
+
+
+def test_rate_limits_parse_or_fail_at_registration() -> None:
+    assert parse_rate("10/s") == (10, 10)
+    assert parse_rate("6/m") == (6, 0.1)
+    for bad in ("10", "0/s", "ten/s", "5/fortnight"):
+        with pytest.raises(ValueError):
+            parse_rate(bad)
+
+
+def test_the_deferred_call_runs_once_the_bucket_refills(
+    runtime: Runtime, tmp_path: Path, clock: FakeClock
+) -> None:
+    ledger = tmp_path / "ledger"
+    redis.Redis.from_url(runtime.redis_url).delete("toolrouter:bucket:limited_ledger")
+    calls = [submit(runtime, "limited_ledger", {"path": str(ledger), "i": i}) for i in range(3)]
+    worker = executor(runtime)
+    outcomes = [worker.run(c, "limited_ledger") for c in calls]
+    assert outcomes == ["ok", "ok", "deferred"]
+    # The bucket refills in Redis time (2 tokens a second): poll with a deadline.
+    import time
+
+    deadline = time.monotonic() + 5
+    while worker.run(calls[2], "limited_ledger") == "deferred":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert runtime.calls.read(calls[2]).status == "succeeded"
+
+
+def test_a_real_worker_retries_after_the_backoff_and_succeeds(stack: Stack) -> None:
+    with stack.client("agent") as http:
+        result = http.post(
+            "/v1/calls", json={"tool": "flaky", "args": {"succeed_on": 3}, "wait_s": 30}
+        ).json()
+        assert result["status"] == "succeeded", result
+        assert result["value"] == {"attempt": 3}
+    with stack.client("operator") as http:
+        rows = http.get("/v1/audit", params={"call_id": result["call_id"]}).json()["rows"]
+    assert [row["event"] for row in rows] == ["queued", "retry", "retry", "ok"]

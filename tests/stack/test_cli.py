@@ -1,0 +1,315 @@
+"""The `toolrouter` command for people, run as a subprocess on real databases (SPEC §9, §13)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from router.db.migrate import head_revision
+from router.errors import NotAuthenticated
+from router.runtime import Runtime
+from router.settings import Settings
+
+from ..support import services
+from ..support.stack import Stack, stop_group, wait_for_log
+
+EXAMPLE_TOOLS = {"echo", "add", "sleep", "fail", "wire"}
+# Redis db of these tests (the README reserves 10-15 for the test-suite).
+CLI_REDIS_DB = 14
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The caller's environment without any TOOLROUTER_* variable, plus ``extra``."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TOOLROUTER_")}
+    # Each test's deployment keeps its key material in the tests' own secrets folder.
+    env["TOOLROUTER_SECRETS_DIR"] = os.environ["TOOLROUTER_SECRETS_DIR"]
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def toolrouter(
+    *args: str, env: dict[str, str], cwd: Path, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "router.cli.main", *args],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+class Home:
+    """A fresh working directory (no toolrouter.yaml) and state directory, as a user has."""
+
+    def __init__(self, tmp: Path, **extra: str) -> None:
+        self.cwd, self.state_dir = tmp / "cwd", tmp / "state"
+        self.cwd.mkdir()
+        self.env = clean_env(TOOLROUTER_STATE_DIR=str(self.state_dir), **extra)
+
+    def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return toolrouter(*args, env=self.env, cwd=self.cwd, timeout=timeout)
+
+    def settings(self) -> Settings:
+        return Settings(
+            state_dir=self.state_dir,
+            database_url=self.env.get("TOOLROUTER_DATABASE_URL", ""),
+        )
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Home:
+    return Home(tmp_path)
+
+
+def authenticate(settings: Settings, token: str) -> frozenset[str]:
+    """The roles of ``token`` by the same settings the CLI used; raises if it is refused."""
+    runtime = Runtime(settings)
+    try:
+        return runtime.keys.authenticate(token).roles
+    finally:
+        runtime.close()
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+# -- keys ---------------------------------------------------------------------------------------
+
+
+def test_keys_create_prints_the_token_alone_on_the_last_line(home: Home) -> None:
+    out = ok(home.run("keys", "create", "--name", "ci-agent", "--role", "agent"))
+    assert out.endswith("\n")
+    lines = out.splitlines()
+    token = lines[-1]
+    assert token and token == token.strip() and " " not in token
+    # Printed once: nowhere else in the output.
+    assert all(token not in line for line in lines[:-1])
+    assert authenticate(home.settings(), token) == {"agent"}
+
+
+def test_keys_create_works_with_tail_n1(home: Home) -> None:
+    """The documented idiom: KEY=$(toolrouter keys create … | tail -n1)."""
+    script = (
+        'set -e; KEY=$("$0" -m router.cli.main keys create --name piped --role agent '
+        '--role finance | tail -n1); printf %s "$KEY"'
+    )
+    result = subprocess.run(
+        ["sh", "-c", script, sys.executable],
+        env=home.env,
+        cwd=home.cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    token = ok(result)
+    assert authenticate(home.settings(), token) == {"agent", "finance"}
+
+
+def test_keys_create_with_a_taken_name_fails_clearly(home: Home) -> None:
+    first = ok(home.run("keys", "create", "--name", "twin", "--role", "agent")).splitlines()[-1]
+    again = home.run("keys", "create", "--name", "twin", "--role", "admin")
+    assert again.returncode != 0
+    assert "twin" in again.stderr and "already exists" in again.stderr, again.stderr
+    assert "Traceback" not in again.stderr
+    assert again.stdout == ""  # no second token, not even a partial announcement
+    # The original key is untouched.
+    assert authenticate(home.settings(), first) == {"agent"}
+
+
+def test_keys_revoke_makes_the_token_refused(home: Home) -> None:
+    token = ok(home.run("keys", "create", "--name", "leaving", "--role", "agent")).splitlines()[-1]
+    keep = ok(home.run("keys", "create", "--name", "staying", "--role", "agent")).splitlines()[-1]
+    assert authenticate(home.settings(), token) == {"agent"}
+    ok(home.run("keys", "revoke", "leaving"))
+    with pytest.raises(NotAuthenticated):
+        authenticate(home.settings(), token)
+    assert authenticate(home.settings(), keep) == {"agent"}
+    listed = ok(home.run("keys", "list"))
+    assert token not in listed and keep not in listed  # tokens are never shown again
+    states = dict(line.split("\t")[0::2] for line in listed.splitlines())
+    assert states == {"leaving": "revoked", "staying": "active"}
+
+
+def test_keys_revoke_of_an_unknown_name_fails_clearly(home: Home) -> None:
+    result = home.run("keys", "revoke", "nobody")
+    assert result.returncode != 0
+    assert "nobody" in result.stderr and "Traceback" not in result.stderr
+
+
+# -- database schema ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def empty_pg_database() -> Iterator[str]:
+    """A brand-new PostgreSQL database with no schema at all (not cloned from the template)."""
+    services.postgres_or_skip()
+    name = f"toolrouter_cli_{uuid.uuid4().hex[:12]}"
+    services._admin_execute(f"CREATE DATABASE {name} TEMPLATE template0")
+    try:
+        yield services.pg_url(name)
+    finally:
+        services.drop_pg_database(name)
+
+
+@pytest.mark.postgres
+def test_commands_refuse_an_old_postgres_schema_until_db_upgrade(
+    tmp_path: Path, empty_pg_database: str
+) -> None:
+    home = Home(tmp_path, TOOLROUTER_DATABASE_URL=empty_pg_database)
+    for command in (["keys", "list"], ["keys", "create", "--name", "x", "--role", "agent"]):
+        refused = home.run(*command)
+        assert refused.returncode != 0, command
+        assert "toolrouter db upgrade" in refused.stderr, (command, refused.stderr)
+        assert "Traceback" not in refused.stderr
+    upgraded = ok(home.run("db", "upgrade"))
+    assert str(head_revision()) in upgraded
+    ok(home.run("db", "upgrade"))  # again: nothing to do, still fine
+    token = ok(home.run("keys", "create", "--name", "pg", "--role", "operator")).splitlines()[-1]
+    assert authenticate(home.settings(), token) == {"operator"}
+    assert ok(home.run("keys", "list")).startswith("pg\t")
+    assert "ok" in ok(home.run("audit", "verify"))
+    # The state directory holds no SQLite database: PostgreSQL is the one in use.
+    assert not (home.state_dir / "toolrouter.db").exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(120)
+def test_beat_starts_on_postgres_with_a_state_dir_that_does_not_exist_yet(
+    tmp_path: Path, pg_template: None, redis_base: str
+) -> None:
+    """Beat keeps its schedule file in the state dir; on PostgreSQL nothing else creates it."""
+    database = services.fresh_pg_database()
+    redis_url = f"{redis_base}/{CLI_REDIS_DB}"
+    services.flush(redis_url)
+    home = Home(
+        tmp_path,
+        TOOLROUTER_DATABASE_URL=services.pg_url(database),
+        TOOLROUTER_REDIS_URL=redis_url,
+        TOOLROUTER_REAPER_INTERVAL_S="1",
+    )
+    assert not home.state_dir.exists()
+    log = tmp_path / "beat.log"
+    try:
+        with log.open("wb") as out:
+            beat = subprocess.Popen(
+                [sys.executable, "-m", "router.cli.main", "beat"],
+                env=home.env,
+                cwd=home.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            try:
+                wait_for_log(log, "Sending due task reap-lost-runs", beat, timeout=60)
+            except RuntimeError:
+                text = log.read_text(errors="replace")
+                pytest.fail(f"beat did not run (exit {beat.poll()}):\n{text[-1500:]}")
+            assert beat.poll() is None, log.read_text(errors="replace")[-1500:]
+            assert list(home.state_dir.glob("celerybeat-schedule*"))
+        finally:
+            stop_group(beat, signal.SIGTERM, timeout=20)
+    finally:
+        services.drop_pg_database(database)
+        services.flush(redis_url)
+
+
+# -- tools and audit ----------------------------------------------------------------------------
+
+
+def test_tools_lists_the_example_tools_without_a_config_file(home: Home) -> None:
+    assert not (home.cwd / "toolrouter.yaml").exists()
+    out = ok(home.run("tools"))
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert {row[0] for row in rows} == EXAMPLE_TOOLS
+    by_name = {row[0]: row for row in rows}
+    assert by_name["add"][1:3] == ["low", "ungated"]
+    assert by_name["wire"][1:3] == ["high", "gated"]
+    described = json.loads(ok(home.run("tools", "--json")))
+    assert {tool["name"] for tool in described} == EXAMPLE_TOOLS
+
+
+def test_tools_reports_a_broken_config_by_file_and_tool(home: Home) -> None:
+    (home.cwd / "toolrouter.yaml").write_text(
+        'tools:\n  - {name: twin, handler: "router.tools.demo_tools:echo"}\n'
+        '  - {name: twin, handler: "router.tools.demo_tools:add"}\n',
+        encoding="utf-8",
+    )
+    result = home.run("tools")
+    assert result.returncode != 0
+    assert "toolrouter.yaml" in result.stderr and "'twin'" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_audit_verify_is_ok_on_a_fresh_state_dir(home: Home) -> None:
+    out = ok(home.run("audit", "verify"))
+    assert "ok" in out
+    assert (home.state_dir / "toolrouter.db").exists()  # SQLite brought up to date by itself
+
+
+# -- calls through a running API ----------------------------------------------------------------
+
+
+def stack_cli_env(stack: Stack, **extra: str) -> dict[str, str]:
+    port = stack.base_url.rsplit(":", 1)[1]
+    return {**stack.env, "TOOLROUTER_API_PORT": port, **extra}
+
+
+def test_call_prints_the_result_json_and_exits_0(stack: Stack, tmp_path: Path) -> None:
+    # The stack serves tests/tools.yaml, whose `echo` returns its arguments.
+    result = toolrouter(
+        "call",
+        "echo",
+        "--args",
+        '{"a": 1, "b": 2}',
+        "--wait",
+        "10",
+        "--key",
+        stack.keys["agent"],
+        env=stack_cli_env(stack),
+        cwd=tmp_path,
+    )
+    body = json.loads(ok(result))
+    assert body["ok"] is True
+    assert body["status"] == "succeeded"
+    assert body["tool"] == "echo"
+    assert body["value"] == {"a": 1, "b": 2}
+
+
+def test_call_takes_the_key_from_toolrouter_key(stack: Stack, tmp_path: Path) -> None:
+    env = stack_cli_env(stack, TOOLROUTER_KEY=stack.keys["agent"])
+    result = toolrouter(
+        "call", "value", "--args", '{"value": 0}', "--wait", "10", env=env, cwd=tmp_path
+    )
+    assert json.loads(ok(result))["value"] == 0
+
+
+def test_call_that_does_not_succeed_exits_non_zero(stack: Stack, tmp_path: Path) -> None:
+    env = stack_cli_env(stack)
+    unknown = toolrouter(
+        "call", "no_such_tool", "--wait", "10", "--key", stack.keys["agent"], env=env, cwd=tmp_path
+    )
+    assert unknown.returncode != 0
+    assert json.loads(unknown.stdout)["ok"] is False
+    refused = toolrouter(
+        "call", "echo", "--wait", "10", "--key", "not-a-key", env=env, cwd=tmp_path
+    )
+    assert refused.returncode != 0
+    assert json.loads(refused.stdout)["ok"] is False
+    assert "Traceback" not in unknown.stderr + refused.stderr

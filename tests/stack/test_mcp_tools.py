@@ -1,0 +1,293 @@
+"""Tools from elsewhere: the reference MCP servers (npm) and a real local HTTP service,
+run through the real API, worker and approval worker."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from router.errors import ConfigError
+from router.runtime import Runtime
+from router.settings import Settings
+
+from ..support import services
+from ..support.services import IN_CI
+from ..support.stack import REPO, Stack, free_port, stack_env
+
+MCP_BIN = REPO / "tests" / "mcp_servers" / "node_modules" / ".bin"
+CONFIG = REPO / "tests" / "mcp_tools.yaml"
+REDIS_DBS = {"sqlite": 10, "postgresql": 10}
+SECRET = "s3cret-token"
+
+
+class Service(BaseHTTPRequestHandler):
+    """The HTTP tool's other end: echo, plain text, 429 with Retry-After, 500."""
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if self.path == "/echo":
+            self._json(
+                200,
+                {
+                    "got": body,
+                    "token": self.headers.get("x-token"),
+                    "idempotency_key": self.headers.get("idempotency-key"),
+                },
+            )
+        elif self.path == "/busy":
+            self._json(429, {"error": "slow down"}, {"Retry-After": "3"})
+        else:
+            self._json(500, {"message": "database on fire"})
+
+    def do_GET(self) -> None:
+        payload = f"hello {self.path}".encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/plain")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def http_service() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Service)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def need_mcp_servers() -> None:
+    if not (MCP_BIN / "mcp-server-everything").exists() or shutil.which("node") is None:
+        message = "run `npm ci --prefix tests/mcp_servers` (and have Node.js) for the MCP tests"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def tool_env(http_service: str, fs_root: Path) -> dict[str, str]:
+    return {
+        "MCP_BIN": str(MCP_BIN),
+        "MCP_FS_ROOT": str(fs_root),
+        "HTTP_TOOL_URL": http_service,
+        "HTTP_TOOL_TOKEN": SECRET,
+        "HTTP_DOWN_URL": f"http://127.0.0.1:{free_port()}/nothing",
+    }
+
+
+@pytest.fixture(scope="module")
+def mcp_stack(
+    redis_base: str,
+    http_service: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> Iterator[tuple[Stack, Path]]:
+    need_mcp_servers()
+    state_dir = tmp_path_factory.mktemp("mcp-stack")
+    fs_root = tmp_path_factory.mktemp("fs-root")
+    (fs_root / "hello.txt").write_text("hello from disk\n")
+    databases = services.database_for("sqlite", state_dir, request)
+    redis_url = f"{redis_base}/{REDIS_DBS['sqlite']}"
+    services.flush(redis_url)
+    env = stack_env(
+        database_url=next(databases),
+        redis_url=redis_url,
+        state_dir=state_dir,
+        TOOLROUTER_CONFIG=str(CONFIG),
+        **tool_env(http_service, fs_root),
+    )
+    stack = Stack(env=env, state_dir=state_dir)
+    runtime = Runtime(stack.settings)
+    for name, roles in {
+        "agent": ["agent"],
+        "approver": ["approver"],
+        "operator": ["operator"],
+    }.items():
+        stack.keys[name] = runtime.keys.create(name, roles)
+    runtime.close()
+    try:
+        stack.start_api()
+        stack.start_worker(concurrency=1)
+        stack.start_worker(name="approvals", queues="approvals,maintenance", concurrency=1)
+        yield stack, fs_root
+    finally:
+        stack.stop_all()
+        services.flush(redis_url)
+        databases.close()
+
+
+def call(stack: Stack, tool: str, args: dict[str, Any], wait_s: float = 30) -> dict[str, Any]:
+    with stack.client("agent") as http:
+        return http.post(
+            "/v1/calls",
+            json={
+                "tool": tool,
+                "args": args,  # type: ignore[no-any-return]
+                "wait_s": wait_s,
+            },
+        ).json()
+
+
+def test_a_read_only_mcp_tool_runs_ungated(mcp_stack: tuple[Stack, Path]) -> None:
+    stack, _ = mcp_stack
+    assert call(stack, "everything.echo", {"message": "hi"})["value"] == "Echo: hi"
+    result = call(stack, "files.read_text_file", {"path": str(mcp_stack[1] / "hello.txt")})
+    assert result["value"] == {"content": "hello from disk\n"}
+
+
+def test_imported_tools_carry_their_schema_and_risk(mcp_stack: tuple[Stack, Path]) -> None:
+    stack, _ = mcp_stack
+    with stack.client("agent") as http:
+        tools = {tool["name"]: tool for tool in http.get("/v1/tools").json()["tools"]}
+    assert tools["files.read_text_file"]["risk"] == "low"
+    assert tools["files.write_file"]["risk"] == "high"
+    assert tools["files.write_file"]["requires_approval"] is True
+    assert "path" in tools["files.write_file"]["input_schema"]["properties"]
+    # The config overrides the import: get-env is read-only, but gated here.
+    assert tools["everything.get-env"]["requires_approval"] is True
+    assert tools["everything.echo"]["handler_kind"] == "mcp"
+
+
+def test_a_destructive_mcp_tool_waits_for_approval_then_acts(mcp_stack: tuple[Stack, Path]) -> None:
+    stack, fs_root = mcp_stack
+    target = fs_root / "written.txt"
+    pending = call(stack, "files.write_file", {"path": str(target), "content": "approved"}, 0)
+    assert pending["status"] == "pending"
+    assert not target.exists()
+    with stack.client("approver") as http:
+        outcome = http.post(
+            f"/v1/approvals/{pending['request_id']}/approve", json={"wait_s": 30}
+        ).json()
+    assert outcome["status"] == "succeeded", outcome
+    assert target.read_text() == "approved"
+
+
+def test_an_mcp_error_result_is_an_error_value(mcp_stack: tuple[Stack, Path]) -> None:
+    stack, _ = mcp_stack
+    result = call(stack, "files.read_text_file", {"path": "/etc/passwd"})
+    assert result["ok"] is False and result["status"] == "failed"
+    assert result["error_type"] == "McpToolError"
+    assert "outside allowed directories" in result["error"]
+
+
+def test_mcp_sessions_are_reused_not_spawned_per_call(mcp_stack: tuple[Stack, Path]) -> None:
+    stack, _ = mcp_stack
+    worker = psutil.Process(stack.processes["worker"].pid)
+
+    def servers() -> int:
+        return sum(
+            "mcp-server-everything" in " ".join(p.cmdline())
+            for p in worker.children(recursive=True)
+        )
+
+    call(stack, "everything.echo", {"message": "warm"})
+    before = servers()
+    for i in range(5):
+        assert call(stack, "everything.echo", {"message": str(i)})["ok"]
+    assert servers() == before >= 1
+
+
+def test_an_http_tool_sends_json_and_returns_the_json_answer(mcp_stack: tuple[Stack, Path]) -> None:
+    stack, _ = mcp_stack
+    result = call(stack, "http_echo", {"n": 1})
+    assert result["ok"] is True
+    assert result["value"]["got"] == {"n": 1}
+    assert result["value"]["token"] == SECRET
+    assert result["value"]["idempotency_key"] == result["call_id"]
+    assert call(stack, "http_text", {"q": "x"})["value"] == "hello /text?q=x"
+
+
+@pytest.mark.parametrize(
+    ("tool", "error", "error_type"),
+    [
+        ("http_busy", "HTTP 429: slow down", "HTTPError"),
+        ("http_broken", "HTTP 500: database on fire", "HTTPError"),
+        ("http_down", None, "ConnectError"),
+    ],
+)
+def test_http_failures_carry_the_remote_message(
+    mcp_stack: tuple[Stack, Path], tool: str, error: str | None, error_type: str
+) -> None:
+    stack, _ = mcp_stack
+    result = call(stack, tool, {})
+    assert (result["status"], result["error_type"]) == ("failed", error_type)
+    if error is not None:
+        assert result["error"] == error
+
+
+def test_an_mcp_server_that_cannot_start_is_a_config_error(tmp_path: Path) -> None:
+    config = tmp_path / "tools.yaml"
+    config.write_text("mcp_servers:\n  ghost: {command: /nonexistent/mcp-server}\n")
+    runtime = Runtime(Settings(state_dir=tmp_path, config=config))
+    try:
+        with pytest.raises(ConfigError, match="mcp server 'ghost' cannot be reached"):
+            runtime.prepare()
+    finally:
+        runtime.close()
+
+
+def test_a_claude_desktop_json_file_is_a_config(tmp_path: Path) -> None:
+    need_mcp_servers()
+    config = tmp_path / "claude_desktop_config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "everything": {
+                        "command": str(MCP_BIN / "mcp-server-everything"),
+                        "args": ["stdio"],
+                    }
+                }
+            }
+        )
+    )
+    runtime = Runtime(Settings(state_dir=tmp_path, config=config))
+    try:
+        runtime.prepare()
+        assert runtime.registry.get("everything.get-sum") is not None
+    finally:
+        runtime.close()
+
+
+def test_a_dropped_mcp_session_is_opened_again(mcp_stack: tuple[Stack, Path]) -> None:
+    stack, _ = mcp_stack
+    assert call(stack, "everything.echo", {"message": "before"})["ok"]
+    worker = psutil.Process(stack.processes["worker"].pid)
+    servers = [
+        p
+        for p in worker.children(recursive=True)
+        if "mcp-server-everything" in " ".join(p.cmdline())
+    ]
+    assert servers
+    for server in servers:
+        server.kill()
+    psutil.wait_procs(servers, timeout=10)
+    # The call that finds the session gone may fail (retryably); the next one reconnects.
+    outcomes = [call(stack, "everything.echo", {"message": f"after {i}"}) for i in range(2)]
+    assert outcomes[-1].get("value") == "Echo: after 1", outcomes
+    if not outcomes[0]["ok"]:
+        assert outcomes[0]["error_type"] == "ConnectionError"

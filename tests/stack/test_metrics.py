@@ -1,0 +1,65 @@
+"""Prometheus metrics across processes, and per-tool statistics from the database."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from ..support.stack import REPO, Stack
+
+
+def sample(text: str, name: str, labels: str = "") -> float | None:
+    pattern = re.escape(name) + (r"\{" + labels + r"\}" if labels else "") + r" ([0-9.e+]+)"
+    match = re.search(pattern, text)
+    return float(match.group(1)) if match else None
+
+
+def test_metrics_count_calls_by_outcome_across_processes(stack: Stack) -> None:
+    with stack.client("agent") as http:
+        assert http.post("/v1/calls", json={"tool": "echo", "args": {}, "wait_s": 20}).json()["ok"]
+        http.post("/v1/calls", json={"tool": "value_error", "args": {}, "wait_s": 20})
+        pending = http.post("/v1/calls", json={"tool": "high_echo", "args": {}}).json()
+    with stack.client("approver") as http:
+        http.post(f"/v1/approvals/{pending['request_id']}/approve", json={"wait_s": 20})
+    with stack.client("") as http:  # /metrics needs no key
+        response = http.get("/metrics")
+    assert response.status_code == 200
+    text = response.text
+    # Counted by the worker processes, served by the API process.
+    assert (sample(text, "toolrouter_calls_total", 'outcome="succeeded",tool="echo"') or 0) >= 1
+    assert (sample(text, "toolrouter_calls_total", 'outcome="failed",tool="value_error"') or 0) >= 1
+    assert "toolrouter_call_duration_seconds_bucket" in text
+    assert sample(text, "toolrouter_queue_depth", 'queue="tools.low"') is not None
+    assert sample(text, "toolrouter_pending_requests") is not None
+    # Counted by the approval worker.
+    assert (
+        sample(
+            text, "toolrouter_approval_wait_seconds_count", 'decision="approved",tool="high_echo"'
+        )
+        or 0
+    ) >= 1
+
+
+def test_tool_stats_show_calls_success_latency_and_errors(stack: Stack) -> None:
+    with stack.client("agent") as http:
+        for _ in range(3):
+            http.post("/v1/calls", json={"tool": "value_error", "args": {}, "wait_s": 20})
+        stats = http.get("/v1/tools/value_error").json()["stats"]
+    assert stats["calls"] >= 3
+    assert stats["success_rate"] == 0
+    assert stats["errors_by_type"]["ValueError"] >= 3
+    assert stats["latency_p50_s"] is not None and stats["latency_p95_s"] is not None
+
+
+def test_toolrouter_stats_prints_the_table(stack: Stack) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "router.cli.main", "stats", "--json"],
+        env=stack.env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert '"tool": "echo"' in result.stdout and "cost_by_key" in result.stdout

@@ -1,0 +1,147 @@
+"""Tool selection: rankings on a fixed catalogue, /v1/route, calls by capability, fallbacks."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.errors import BadRequest, ConfigError
+from router.tools.config import parse_config
+from router.tools.registry import ToolRegistry
+from router.tools.routing import parse_rules, route
+
+from ..support.stack import Stack
+
+CATALOGUE = """
+tools:
+  - {name: web_search, handler: "tests.fixture_tools:echo", cost_per_call: 0.02, timeout_s: 10,
+     description: Search the web for current news and pages, capabilities: [search.web]}
+  - {name: cheap_search, handler: "tests.fixture_tools:echo", cost_per_call: 0.001,
+     timeout_s: 5, description: A cheaper index of web pages, capabilities: [search.web]}
+  - {name: calculator, handler: "tests.fixture_tools:echo", cost_per_call: 0,
+     description: Calculate sums averages and other math, capabilities: [math.eval]}
+  - {name: file_reader, handler: "tests.fixture_tools:echo",
+     description: Read and extract text from attached documents, capabilities: [files.read]}
+"""
+RULES = [
+    {
+        "pattern": r"\b(calculate|sum|average)\b",
+        "tool": "calculator",
+        "priority": 90,
+        "description": "use code for calculations",
+    },
+    {
+        "pattern": r"\b(latest|today|news)\b",
+        "tool": "web_search",
+        "priority": 100,
+        "description": "current information needs search",
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def catalogue() -> ToolRegistry:
+    return ToolRegistry.from_config(parse_config(CATALOGUE, file="catalogue.yaml", env={}))
+
+
+def names(candidates: list) -> list[str]:  # type: ignore[type-arg]
+    return [c.tool for c in candidates]
+
+
+def test_lexical_ranks_by_bm25_over_name_description_and_capabilities(
+    catalogue: ToolRegistry,
+) -> None:
+    assert names(route(catalogue, task="search the web for news"))[:2] == [
+        "web_search",
+        "cheap_search",
+    ]
+    assert names(route(catalogue, task="calculate the average"))[0] == "calculator"
+    assert names(route(catalogue, task="extract text from this document")) == ["file_reader"]
+    assert route(catalogue, task="zzz qqq") == []
+
+
+def test_capability_filters_and_cost_ranks_within_the_budget(catalogue: ToolRegistry) -> None:
+    by_cost = route(catalogue, task="", strategy="cost", capability="search.web")
+    assert names(by_cost) == ["cheap_search", "web_search"]
+    assert "cost 0.001" in by_cost[0].reason
+    tight = route(
+        catalogue, task="", strategy="cost", capability="search.web", budget={"remaining": 0.01}
+    )
+    assert names(tight) == ["cheap_search"]
+    ranked = route(
+        catalogue,
+        task="",
+        strategy="capability",
+        capability="search.web",
+        success={"web_search": 0.99, "cheap_search": 0.5},
+    )
+    assert names(ranked) == ["web_search", "cheap_search"]
+
+
+def test_rules_apply_in_priority_order(catalogue: ToolRegistry) -> None:
+    rules = parse_rules(RULES, file="catalogue.yaml")
+    assert names(
+        route(catalogue, task="calculate today's news sum", strategy="rules", rules=rules)
+    ) == ["web_search", "calculator"]
+    assert route(catalogue, task="hello", strategy="rules", rules=rules) == []
+    with pytest.raises(ConfigError):
+        parse_rules([{"pattern": "(", "tool": "x"}], file="catalogue.yaml")
+
+
+def test_no_strategy_pretends_to_be_a_model(catalogue: ToolRegistry) -> None:
+    for strategy in ("semantic", "llm", "magic"):
+        with pytest.raises(BadRequest):
+            route(catalogue, task="x", strategy=strategy)
+
+
+def test_a_gated_fallback_is_a_config_error() -> None:
+    text = (
+        'tools:\n  - {name: a, handler: "tests.fixture_tools:echo", fallbacks: [b]}\n'
+        '  - {name: b, handler: "tests.fixture_tools:echo", risk: high}\n'
+    )
+    with pytest.raises(ConfigError, match="gated tools cannot be fallbacks"):
+        ToolRegistry.from_config(parse_config(text, file="t.yaml", env={}), file="t.yaml")
+
+
+def test_route_endpoint_ranks_the_stack_tools(stack: Stack) -> None:
+    with stack.client("agent") as http:
+        body = http.post("/v1/route", json={"task": "backup web search"}).json()
+        assert body["ok"] is True and body["strategy"] == "lexical"
+        assert body["candidates"][0]["tool"] == "search_backup"
+        assert {"tool", "score", "reason"} <= set(body["candidates"][0])
+        refused = http.post("/v1/route", json={"task": "x", "strategy": "llm"})
+        assert refused.status_code == 422
+        assert refused.json()["error"].startswith("strategy llm is not available")
+
+
+def test_a_failed_call_falls_back_and_names_the_tool_that_answered(stack: Stack) -> None:
+    with stack.client("agent") as http:
+        result = http.post(
+            "/v1/calls", json={"tool": "search_primary", "args": {"q": "x"}, "wait_s": 20}
+        ).json()
+    assert result["ok"] is True, result
+    assert (result["tool"], result["answered_by"]) == ("search_primary", "search_backup")
+    assert result["value"] == {"q": "x"}
+    with stack.client("operator") as http:
+        rows = http.get("/v1/audit", params={"call_id": result["call_id"]}).json()["rows"]
+    assert [(r["event"], r["tool"]) for r in rows] == [
+        ("queued", "search_primary"),
+        ("error", "search_primary"),
+        ("ok", "search_backup"),
+    ]
+    assert rows[1]["detail"]["fallback"] == "search_backup"
+
+
+def test_a_call_by_capability_runs_the_best_tool_and_falls_back_along_the_ranking(
+    stack: Stack,
+) -> None:
+    with stack.client("agent") as http:
+        result = http.post(
+            "/v1/calls", json={"capability": "search.web", "args": {"q": "y"}, "wait_s": 20}
+        ).json()
+        assert result["ok"] is True, result
+        assert "search_backup" in (result["tool"], result.get("answered_by"))
+        none = http.post("/v1/calls", json={"capability": "teleport", "args": {}}).json()
+        assert none["status"] == "rejected"
+        assert none["error"].startswith("no tool with capability teleport")
+        both = http.post("/v1/calls", json={"capability": "x", "tool": "echo", "args": {}})
+        assert both.status_code == 422

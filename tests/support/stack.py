@@ -1,0 +1,242 @@
+"""A real toolrouter for end-to-end tests: uvicorn API and Celery workers as subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from router.cli import processes
+from router.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+TEST_CONFIG = REPO / "tests" / "tools.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Stack:
+    """The processes of one toolrouter, their settings, and keys to talk to it."""
+
+    env: dict[str, str]
+    state_dir: Path
+    base_url: str = ""
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> Settings:
+        return Settings(
+            **{
+                k.removeprefix("TOOLROUTER_").lower(): v
+                for k, v in self.env.items()
+                if k.startswith("TOOLROUTER_")
+            }
+        )
+
+    def client(self, key: str = "agent", timeout: float = 60) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.keys[key]}"} if key else {}
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        path = self.state_dir / f"{name}.log"
+        offset = log_size(path)
+        with path.open("ab") as log:
+            process = subprocess.Popen(
+                argv,
+                env=self.env,
+                cwd=REPO,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        # Where this run of the process starts writing: ``wait_for_log`` reads from here.
+        process.log_offset = offset  # type: ignore[attr-defined]
+        self.processes[name] = process
+        return process
+
+    def start_api(self) -> None:
+        port = free_port()
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.start("api", processes.api_argv(self.settings, port=port))
+        wait_for_http(f"{self.base_url}/healthz", self.processes["api"], self.log("api"))
+
+    def start_worker(
+        self,
+        name: str = "worker",
+        queues: str = "tools.low,tools.medium,tools.high",
+        concurrency: int = 2,
+    ) -> subprocess.Popen[bytes]:
+        process = self.start(name, worker_argv(name, queues, concurrency=concurrency))
+        wait_for_log(self.state_dir / f"{name}.log", "ready.", process)
+        return process
+
+    def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
+        process = self.processes.pop(name)
+        stop_group(process, sig, timeout)
+
+    def stop_all(self) -> None:
+        for name in list(self.processes):
+            self.stop(name)
+
+    def log(self, name: str) -> str:
+        path = self.state_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+TOOL_QUEUES = "tools.low,tools.medium,tools.high"
+
+
+def start_with_recovery(stack: Stack, *, tool_concurrency: int = 2, api: bool = True) -> None:
+    """Workers on the tool queues and on ``maintenance``, ``celery beat`` (the reaper and
+    the reconciler) and, if asked, the API: started together, then awaited, since each
+    takes seconds to boot. The fault suites run the recovery this way."""
+    started = {
+        "tools": (worker_argv("tools", TOOL_QUEUES, concurrency=tool_concurrency), "ready."),
+        "maintenance": (worker_argv("maintenance", "maintenance", concurrency=1), "ready."),
+        "beat": (processes.beat_argv(stack.settings), "beat: Starting..."),
+    }
+    for name, (argv, _) in started.items():
+        stack.start(name, argv)
+    if api:
+        stack.start_api()
+    for name, (_, needle) in started.items():
+        wait_for_log(stack.state_dir / f"{name}.log", needle, stack.processes[name])
+
+
+def spawn_worker(
+    name: str, env: dict[str, str], log: Path, *, queues: str = "tools.low", concurrency: int = 1
+) -> subprocess.Popen[bytes]:
+    """A worker of a test's own, in its own process group, logging to ``log``."""
+    offset = log_size(log)
+    with log.open("ab") as handle:
+        process = subprocess.Popen(
+            worker_argv(name, queues, concurrency=concurrency),
+            env=env,
+            cwd=REPO,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    process.log_offset = offset  # type: ignore[attr-defined]
+    return process
+
+
+def worker_argv(name: str, queues: str, *, concurrency: int) -> list[str]:
+    """A Celery worker on ``queues``, as the tests run it."""
+    return processes.celery(
+        "worker",
+        "-Q",
+        queues,
+        "-n",
+        f"{name}@%h",
+        "-P",
+        "prefork",
+        "-c",
+        str(concurrency),
+        "-l",
+        "INFO",
+        "--without-mingle",
+        "--without-gossip",
+    )
+
+
+def stop_group(
+    process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 20
+) -> None:
+    try:
+        os.killpg(process.pid, sig)
+        process.wait(timeout=timeout)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def wait_for_http(
+    url: str, process: subprocess.Popen[bytes], log: str, timeout: float = 60
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"process exited before {url} answered:\n{log}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {timeout} s")
+
+
+def log_size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def wait_for_log(
+    path: Path,
+    needle: str,
+    process: subprocess.Popen[bytes],
+    timeout: float = 60,
+    *,
+    after: int | None = None,
+) -> None:
+    """Wait until ``needle`` is logged by ``process``: after byte ``after`` of the file
+    (default: where the process started writing), so a line an earlier run of the same
+    process left in the log does not count."""
+    start = getattr(process, "log_offset", 0) if after is None else after
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_bytes()[start:].decode(errors="replace") if path.exists() else ""
+        if needle in text:
+            return
+        if process.poll() is not None:
+            raise RuntimeError(f"process exited before logging {needle!r}:\n{text}")
+        time.sleep(0.1)
+    raise RuntimeError(f"{needle!r} not logged within {timeout} s in {path}")
+
+
+def stack_env(
+    *, database_url: str, redis_url: str, state_dir: Path, **extra: str
+) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TOOLROUTER_")}
+    env.update(
+        {
+            "TOOLROUTER_DATABASE_URL": database_url,
+            "TOOLROUTER_REDIS_URL": redis_url,
+            "TOOLROUTER_STATE_DIR": str(state_dir),
+            "TOOLROUTER_SECRETS_DIR": os.environ.get(
+                "TOOLROUTER_SECRETS_DIR", str(state_dir.parent / "secrets")
+            ),
+            "TOOLROUTER_CONFIG": str(TEST_CONFIG),
+            # Short recovery windows, so tests of the reaper and reconciler finish quickly.
+            "TOOLROUTER_LEASE_GRACE_S": "2",
+            "TOOLROUTER_REQUEUE_AFTER_S": "3",
+            "TOOLROUTER_REAPER_INTERVAL_S": "1",
+            "TOOLROUTER_RECONCILER_INTERVAL_S": "1",
+            "TOOLROUTER_DECISION_TIMEOUT_S": "3",
+            "PYTHONPATH": str(REPO),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+def python() -> str:
+    return sys.executable

@@ -1,0 +1,205 @@
+"""One run of one call: claim it, check it may run, invoke its handler, record the outcome.
+
+The order of a run in one place: the claim (or the claim made ahead by a shared message),
+the approval check, the result cache, the handler under its soft limit, then a retry
+after a backoff, a fallback along the tool's chain, or the outcome recorded
+(``ledger``). Policies are small functions beside it (``workers.policies``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from typing import Any
+
+from router import metrics
+from router.audit import entries
+from router.context import CallContext
+from router.db.store import CallRow
+from router.errors import Unavailable
+from router.messaging.run_message import message_for
+from router.status import CallStatus
+from router.tools.registry import Tool
+
+from ..call_limits import limits
+from ..handlers import Outcome, invoke
+from ..policies import Limiter, ResultCache, backoff_s, should_retry
+from .ledger import Ledger, timeout_of
+from .run_outcome import RunOutcome
+
+log = logging.getLogger(__name__)
+
+
+class CallRunner:
+    """Runs one call at a time, recording through ``ledger``."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        runtime = ledger.runtime
+        self.ledger, self.runtime, self.actor = ledger, runtime, ledger.actor
+        self.store, self.registry, self.clock = ledger.store, ledger.registry, ledger.clock
+        self.audit = ledger.audit
+        self.max_nesting = runtime.settings.max_nesting
+        self.redact = runtime.redactor
+        client = ledger.notifier.client
+        self.limiter = Limiter(client, runtime.namespace)
+        self.cache = ResultCache(client, runtime.namespace, runtime.keyring)
+        # The call (id, attempt) this runner claimed last: a timeout is recorded against
+        # that attempt alone.
+        self.last_claim: tuple[str, int] | None = None
+
+    def run(self, call_id: str, tool_hint: str | None = None) -> RunOutcome:
+        """Run one call if it is still queued. Returns what happened, for the worker log.
+        In a shared message, its outcome may be held (``shared_message``)."""
+        if call_id in self.ledger.claimed_ahead:
+            row, refusal = self.ledger.claimed_ahead.pop(call_id)
+        else:
+            hinted = self.registry.get(tool_hint)
+            if hinted is not None and hinted.spec.rate_limit:
+                wait = self.limiter.wait_s(hinted)
+                if wait > 0:
+                    # Over the limit: the call waits in the broker, not in a worker slot.
+                    return self._defer(hinted, call_id, wait)
+            with self.store.transaction() as conn:
+                row, refusal = self.ledger.claim(conn, call_id, tool_hint)
+        if row is None:
+            # Not queued any more: a duplicate or redelivered message, or a cancelled call.
+            return RunOutcome.DROPPED
+        self.last_claim = (row.id, row.attempt)
+        tool = self.registry.get(row.tool)
+        if refusal is not None:
+            # Run only what was accepted and, if gated, released for exactly this call.
+            log.error("call %s refused: %s", row.id, refusal.error)
+            metrics.tampered("call")
+            outcome = Outcome(ok=False, error=refusal.error, error_type=refusal.error_type)
+        elif tool is None:
+            outcome = Outcome(
+                ok=False, error=f"unknown tool: {row.tool}", error_type="ToolNotFound"
+            )
+        else:
+            ctx = CallContext(
+                call_id=row.id,
+                idempotency_key=row.idempotency_key or row.id,
+                attempt=row.attempt,
+                requested_by=row.requested_by,
+                tool=row.tool,
+            )
+            cached = self.cache.get(tool, row.args_sha256)
+            if cached is not None:
+                return self.ledger.finish(row, Outcome(ok=True, value_json=cached), cached=True)
+            with limits.handler():
+                outcome = self._invoke(tool, row.arguments, ctx)
+            if outcome.ok and outcome.value_json is not None:
+                self.cache.put(tool, row.args_sha256, outcome.value_json)
+            elif should_retry(tool, row.attempt, outcome):
+                return self._retry_later(tool, row, outcome)
+            elif row.chain or tool.spec.fallbacks:
+                outcome, answered_by = self._fall_back(row, tool, outcome)
+                return self.ledger.finish(row, outcome, answered_by=answered_by)
+        return self.ledger.finish(row, outcome)
+
+    def fail_hard_timeout(self, call_id: str, attempt: int | None = None) -> None:
+        """The handler ignored its soft limit and was killed: fail the call as timed out
+        (only attempt ``attempt`` of it, when given)."""
+        with self.store.reading() as conn:
+            row = self.store.get(conn, call_id)
+        tool = self.registry.get(row.tool) if row else None
+        if row is None or row.status != CallStatus.RUNNING:
+            return
+        if attempt is not None and row.attempt != attempt:
+            return
+        self.ledger.finish(row, Outcome.timed_out(timeout_of(tool)))
+
+    def _fall_back(self, row: CallRow, tool: Tool, outcome: Outcome) -> tuple[Outcome, str]:
+        """The call failed for good: try the next tool of its chain, each try audited on the
+        same call, until one answers. Gated tools are never fallen back to: that would run
+        them without their approval."""
+        chain = json.loads(row.chain) if row.chain else list(tool.spec.fallbacks)
+        args, answered = row.arguments, row.tool
+        for name in chain:
+            fallback = self.registry.get(name)
+            if fallback is None or fallback.spec.gated or name == answered:
+                continue
+            with self.store.transaction() as conn:
+                self.audit.append(
+                    conn,
+                    [
+                        entries.fell_back(
+                            actor=self.actor,
+                            tool=answered,
+                            call_id=row.id,
+                            attempt=row.attempt,
+                            error=outcome.error,
+                            error_type=outcome.error_type,
+                            fallback=name,
+                        )
+                    ],
+                    at=self.clock(),
+                )
+            answered = name
+            problem = fallback.argument_errors(args)
+            if problem is not None:
+                outcome = Outcome(
+                    ok=False, error=f"invalid arguments: {problem}", error_type="InvalidArguments"
+                )
+                continue
+            ctx = CallContext(
+                call_id=row.id,
+                idempotency_key=row.idempotency_key or row.id,
+                attempt=row.attempt,
+                requested_by=row.requested_by,
+                tool=name,
+            )
+            with limits.handler():
+                outcome = self._invoke(fallback, args, ctx)
+            if outcome.ok:
+                break
+        return outcome, answered
+
+    def _invoke(self, tool: Tool, args: dict[str, Any], ctx: CallContext) -> Outcome:
+        """Run the handler; its error, stored and audited, never carries a config secret."""
+        outcome = invoke(tool, args, ctx, mcp=self.runtime.mcp, max_nesting=self.max_nesting)
+        if outcome.error is None or not self.redact:
+            return outcome
+        return dataclasses.replace(outcome, error=self.redact(outcome.error))
+
+    def _defer(self, tool: Tool, call_id: str, wait_s: float) -> RunOutcome:
+        """Send the call back to wait ``wait_s`` in the broker, still queued."""
+        due_at = self.clock() + int(wait_s * 1000)
+        self.runtime.publisher.publish([message_for(tool, call_id, countdown=wait_s)])
+        with self.store.transaction() as conn:
+            self.store.defer(conn, call_id, due_at=due_at)
+        return RunOutcome.DEFERRED
+
+    def _retry_later(self, tool: Tool, row: CallRow, outcome: Outcome) -> RunOutcome:
+        """Put the call back in its queue after a backoff; the retry is audited."""
+        now = self.clock()
+        delay = backoff_s(tool, row.attempt, outcome)
+        due_at = now + int(delay * 1000)
+        with self.store.transaction() as conn:
+            if not self.store.retry_later(
+                conn, row.id, attempt=row.attempt, now=now, due_at=due_at
+            ):
+                return RunOutcome.FENCED
+            self.audit.append(
+                conn,
+                [
+                    entries.retried(
+                        actor=self.actor,
+                        tool=row.tool,
+                        call_id=row.id,
+                        request_id=row.request_id,
+                        attempt=row.attempt,
+                        error=outcome.error,
+                        error_type=outcome.error_type,
+                        delay_s=round(delay, 3),
+                    )
+                ],
+                at=now,
+            )
+        try:
+            self.runtime.publisher.publish([message_for(tool, row.id, countdown=delay)])
+        except Unavailable as exc:
+            # Queued and due at ``due_at``: the reconciler sends it once Redis is back.
+            log.warning("retry of %s not published: %s", row.id, exc)
+        return RunOutcome.RETRY

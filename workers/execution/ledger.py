@@ -1,0 +1,224 @@
+"""The database side of a run: claim a call, record its outcome fenced on the attempt.
+
+A claim gives this process one attempt of a call, under a lease; an outcome is written
+only while that attempt still holds the call, so a run the reaper has taken back cannot
+overwrite what came after it. In a shared message (``shared_message``) outcomes may be
+held and committed together, in the transaction that also claims the calls ahead and
+renews their leases; that state lives here, where the single run and the shared message
+meet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection
+
+from router import metrics
+from router.approval import requests as pending
+from router.approval.binding import RunRefusal, run_refusal
+from router.audit import entries
+from router.audit.log import AuditEntry
+from router.db.store import CallRow
+from router.messaging.completions import MAX_RESULT_BYTES, Notifier
+from router.results import CallResult
+from router.runtime import Runtime
+from router.status import AuditEvent, CallStatus
+from router.tools.registry import Tool
+
+from ..call_limits import KERNEL_MARGIN_S
+from ..handlers import Outcome
+from .run_outcome import RunOutcome
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 30.0
+
+# A claimed call's row (None: not queued any more) and why it must not run, if it must not.
+Claim = tuple[CallRow | None, RunRefusal | None]
+
+
+def timeout_of(tool: Tool | None) -> float:
+    """The tool's soft time limit, in seconds; the default for a tool not registered."""
+    return tool.spec.timeout_s if tool else DEFAULT_TIMEOUT_S
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """A call's outcome, to be recorded against the attempt that ran it."""
+
+    row: CallRow
+    outcome: Outcome
+    status: CallStatus
+    event: AuditEvent
+    at: int
+    cached: bool = False
+    answered_by: str | None = None
+
+    def audit_entry(self, actor: str) -> AuditEntry:
+        return entries.finished(
+            event=self.event,
+            actor=actor,
+            tool=self.answered_by or self.row.tool,
+            call_id=self.row.id,
+            request_id=self.row.request_id,
+            attempt=self.row.attempt,
+            cached=self.cached,
+            failed=not self.outcome.ok,
+            error=self.outcome.error,
+            error_type=self.outcome.error_type,
+        )
+
+    def result(self) -> CallResult | None:
+        """The answer for the call's completion notice; None for a value too large to ride
+        (then it is not decoded only to be dropped)."""
+        value_json = self.outcome.value_json
+        if value_json is not None and len(value_json) > MAX_RESULT_BYTES:
+            return None
+        return CallResult(
+            status=self.status,
+            tool=self.row.tool,
+            call_id=self.row.id,
+            value=None if value_json is None else json.loads(value_json),
+            error=self.outcome.error,
+            error_type=self.outcome.error_type,
+            request_id=self.row.request_id,
+            answered_by=self.answered_by,
+        )
+
+
+class Ledger:
+    """Claims calls and records their outcomes for one executor; ``actor`` names it in the
+    audit log."""
+
+    def __init__(self, runtime: Runtime, notifier: Notifier, *, actor: str) -> None:
+        self.runtime, self.notifier, self.actor = runtime, notifier, actor
+        self.store, self.registry, self.clock = runtime.store, runtime.registry, runtime.clock
+        self.audit = runtime.audit
+        # In a shared message, calls are claimed in the transaction that records the
+        # outcomes before them: each one's claim, kept until its turn comes.
+        self.claimed_ahead: dict[str, Claim] = {}
+        # In a shared message, outcomes not committed yet; None elsewhere: each outcome is
+        # committed as it comes.
+        self.held: list[Finished] | None = None
+
+    def lease_ms(self, tool_name: str | None) -> int:
+        # The lease must outlast the hard time limit, or the reaper gives up on a run that
+        # its worker is still about to kill (and re-runs it, if idempotent, in parallel);
+        # in a shared message the kernel's backstop may come a little after it.
+        timeout = timeout_of(self.registry.get(tool_name))
+        hard_limit = timeout + self.runtime.publisher.hard_limit_grace_s + KERNEL_MARGIN_S
+        return int((hard_limit + self.runtime.settings.lease_grace_s) * 1000)
+
+    def claim(self, conn: Connection, call_id: str, tool_hint: str | None) -> Claim:
+        """``call_id``'s row if this process now runs it, with why it must not run, if it
+        must not (``router.approval.binding``)."""
+        row = self.store.claim(conn, call_id, now=self.clock(), lease_ms=self.lease_ms(tool_hint))
+        if row is None:
+            return None, None
+        return row, self.refusal(conn, row)
+
+    def refusal(self, conn: Connection, row: CallRow) -> RunRefusal | None:
+        """Why ``row`` must not run, if it must not: run only what was accepted and, if
+        gated, released for exactly this call."""
+        tool = self.registry.get(row.tool)
+        gated = tool is not None and tool.spec.gated
+        request = pending.get(conn, row.request_id) if row.request_id is not None else None
+        return run_refusal(self.runtime.keyring, row, request, gated=gated)
+
+    def finish(
+        self,
+        row: CallRow,
+        outcome: Outcome,
+        *,
+        status: CallStatus | None = None,
+        event: AuditEvent | None = None,
+        cached: bool = False,
+        answered_by: str | None = None,
+    ) -> RunOutcome:
+        """Record ``outcome`` for ``row``'s attempt; ``FENCED`` if that attempt lost the
+        call. In a shared message the outcome may be held, to be committed with those
+        after it."""
+        if status is None:
+            status = CallStatus.SUCCEEDED if outcome.ok else CallStatus.FAILED
+        if event is None:
+            event = AuditEvent.OK if outcome.ok else AuditEvent.ERROR
+        done = Finished(row, outcome, status, event, self.clock(), cached, answered_by)
+        if self.held is not None:
+            self.held.append(done)
+        elif self.commit([done]):
+            return RunOutcome.FENCED
+        return RunOutcome.OK if outcome.ok else RunOutcome.ERROR
+
+    def commit(
+        self,
+        finished: Sequence[Finished],
+        claim: Sequence[str] = (),
+        renew: Sequence[CallRow] = (),
+        tool_hint: str | None = None,
+    ) -> list[str]:
+        """Record ``finished``, claim ``claim`` and renew the leases of ``renew`` in one
+        transaction, then announce the outcomes recorded. Returns the ids of the calls
+        whose outcome was fenced off: their attempt lost the call meanwhile."""
+        now = self.clock()
+        with self.store.transaction() as conn:
+            recorded = [done for done in finished if self._write_outcome(conn, done)]
+            # Before the audit append: the chain's lock, which every append in every
+            # process waits for, is then held for the append and the commit alone. And
+            # every writer takes its call rows' locks before the chain's, so none waits
+            # for a row while holding the chain (a cancel of a call claimed here would).
+            claimed = {call_id: self.claim(conn, call_id, tool_hint) for call_id in claim}
+            renewed = {row.id: self._renew_lease(conn, row, now) for row in renew}
+            self.audit.append(conn, [done.audit_entry(self.actor) for done in recorded], at=now)
+        # Only once the transaction is committed: a rolled-back claim is no claim.
+        self.claimed_ahead.update(claimed)
+        for call_id, row in renewed.items():
+            refusal = self.claimed_ahead.get(call_id, (None, None))[1]
+            self.claimed_ahead[call_id] = (row, refusal)  # None: lost meanwhile, dropped
+        if recorded:
+            self._announce(recorded)
+        recorded_ids = {done.row.id for done in recorded}
+        fenced = [done.row.id for done in finished if done.row.id not in recorded_ids]
+        for call_id in fenced:
+            log.warning("call %s finished after losing its lease; outcome dropped", call_id)
+        return fenced
+
+    def _write_outcome(self, conn: Connection, done: Finished) -> bool:
+        """Write ``done`` to its call's row; False if its attempt no longer holds the call."""
+        outcome = done.outcome
+        return self.store.finish(
+            conn,
+            done.row.id,
+            attempt=done.row.attempt,
+            status=done.status,
+            now=done.at,
+            value=outcome.value_json,
+            error=outcome.error,
+            error_type=outcome.error_type,
+            answered_by=done.answered_by,
+        )
+
+    def _renew_lease(self, conn: Connection, row: CallRow, now: int) -> CallRow | None:
+        """``row`` with a fresh lease; None if its attempt no longer holds the call."""
+        lease_until = now + self.lease_ms(row.tool)
+        if self.store.renew_lease(conn, row.id, attempt=row.attempt, lease_until=lease_until):
+            return dataclasses.replace(row, lease_until=lease_until)
+        return None
+
+    def _announce(self, recorded: Sequence[Finished]) -> None:
+        """After the commit: the answers ride with the notifications (one round trip for
+        all), so a caller's wait needs no read."""
+        self.notifier.calls_done([(done.row.id, done.result()) for done in recorded])
+        for done in recorded:
+            tool = self.registry.get(done.row.tool)
+            started_at = done.row.started_at
+            metrics.call_finished(
+                done.row.tool,
+                str(done.status),
+                (done.at - started_at) / 1000 if started_at is not None else None,
+                0.0 if done.cached or tool is None else tool.spec.cost_per_call,
+            )
