@@ -10,9 +10,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tests.support.launcher import REPO, Launcher
+
 from .params import Params
-from .procs import REPO, Processes
-from .stats import cpu_ms_per_call, latency_ms, median_rate, rate
+from .stats import cpu_ms_per_call, cpu_seconds, latency_ms, median_rate, rate
 
 LATENCY_SAMPLES = "latency_samples_s"
 # Where a backend's figures keep raw Celery's latency measured in turn with its own.
@@ -20,13 +21,13 @@ PAIRED_CELERY_LATENCY = "celery_latency_paired"
 
 
 @contextmanager
-def celery_worker(params: Params, redis_url: str, log_dir: Path) -> Iterator[Processes]:
+def celery_worker(params: Params, redis_url: str, log_dir: Path) -> Iterator[Launcher]:
     """A raw Celery worker on ``bench.noop``, warmed up; always stopped afterwards."""
     os.environ["BENCH_REDIS_URL"] = redis_url  # read by bench.baseline, imported below
     from .baseline import QUEUE, noop
 
     env = {**os.environ, "BENCH_REDIS_URL": redis_url, "PYTHONPATH": str(REPO)}
-    procs = Processes(log_dir, env)
+    procs = Launcher(log_dir, env)
     argv = [sys.executable, "-m", "celery", "-A", "bench.baseline", "worker", "-Q", QUEUE]
     argv += ["-n", "bench-baseline@%h", "-P", "prefork", "-c", str(params.concurrency)]
     argv += ["-l", "WARNING", "--without-mingle", "--without-gossip"]
@@ -56,14 +57,14 @@ def run_baseline(params: Params, redis_url: str, log_dir: Path) -> dict[str, Any
 
         # End to end: every task submitted with delay(), every result collected.
         e2e_runs = []
-        before = procs.cpu_seconds()
+        before = cpu_seconds(procs.processes)
         for _ in range(params.throughput_runs):
             started = time.perf_counter()
             results = [noop.delay(i) for i in range(params.throughput_calls)]
             app.ResultSet(results).join_native(timeout=600)
             e2e_runs.append(rate(params.throughput_calls, time.perf_counter() - started))
         cpu = cpu_ms_per_call(
-            before, procs.cpu_seconds(), params.throughput_calls * params.throughput_runs
+            before, cpu_seconds(procs.processes), params.throughput_calls * params.throughput_runs
         )
 
         # Submission: one delay() per task, nothing else timed; then let the worker drain.

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+
+import psutil
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -49,3 +53,16 @@ def cpu_ms_per_call(
         for name in after
         if name in before
     }
+
+
+def cpu_seconds(processes: Mapping[str, subprocess.Popen[bytes]]) -> dict[str, float]:
+    """CPU time used so far by each named process and its children (a worker's pool)."""
+    used: dict[str, float] = {"client": time.process_time()}  # this process: the client
+    for name, child in processes.items():
+        try:
+            root = psutil.Process(child.pid)
+            tree = [root, *root.children(recursive=True)]
+            used[name] = sum(sum(p.cpu_times()[:2]) for p in tree)
+        except psutil.Error:
+            used[name] = float("nan")
+    return used

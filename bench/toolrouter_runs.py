@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -14,21 +13,15 @@ from router.client import AsyncClient, Client
 from router.clock import wall_clock_ms
 from router.runtime import Runtime
 from router.settings import Settings
+from tests.support.launcher import REPO, Launcher, free_port
 
 from . import audit_fill
 from .celery_runs import PAIRED_CELERY_LATENCY, celery_round_trip, celery_worker
 from .params import Params
-from .procs import REPO, Processes
-from .stats import cpu_ms_per_call, latency_ms, median_rate, rate
+from .stats import cpu_ms_per_call, cpu_seconds, latency_ms, median_rate, rate
 
 CONFIG = Path(__file__).resolve().parent / "toolrouter.yaml"
 QUEUES = "tools.low,tools.medium,tools.high"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Stack:
@@ -51,7 +44,7 @@ class Stack:
         self.settings = Settings(
             database_url=database_url, redis_url=redis_url, state_dir=state_dir, config=CONFIG
         )
-        self.procs = Processes(state_dir, env)
+        self.procs = Launcher(state_dir, env)
         self.concurrency = concurrency
         self.keys: dict[str, str] = {}
 
@@ -71,7 +64,7 @@ class Stack:
             argv = processes.celery("worker", "-Q", queues, "-n", f"bench-{name}@%h")
             argv += ["-P", "prefork", "-c", str(concurrency), "-l", "WARNING"]
             self.procs.start(name, [*argv, "--without-mingle", "--without-gossip"])
-        self.procs.wait_http(f"{self.base_url}/healthz")
+        self.procs.wait_for_http("api", f"{self.base_url}/healthz")
 
     def client(self, who: str = "agent") -> Client:
         return Client(self.base_url, self.keys[who])
@@ -104,13 +97,13 @@ async def _throughput(stack: Stack, count: int, in_flight: int) -> float:
 
 def throughput(stack: Stack, params: Params) -> tuple[list[float], dict[str, float]]:
     """One rate per run (``params.throughput_runs``), and each process's CPU per call."""
-    before = stack.procs.cpu_seconds()
+    before = cpu_seconds(stack.procs.processes)
     runs = [
         asyncio.run(_throughput(stack, params.throughput_calls, params.in_flight))
         for _ in range(params.throughput_runs)
     ]
     calls = params.throughput_calls * params.throughput_runs
-    return runs, cpu_ms_per_call(before, stack.procs.cpu_seconds(), calls)
+    return runs, cpu_ms_per_call(before, cpu_seconds(stack.procs.processes), calls)
 
 
 def _batch(agent: Client, count: int) -> tuple[float, float]:

@@ -28,7 +28,7 @@ import pytest
 from router.settings import Settings
 from router.tools.config import ToolSpec
 
-from .support.stack import REPO
+from .support.launcher import REPO
 
 HOOKS = REPO / "docs" / "hooks"
 DASHBOARD = REPO / "docs" / "grafana" / "toolrouter.json"

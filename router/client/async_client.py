@@ -16,7 +16,7 @@ import yarl
 
 from ..errors import Unavailable
 from ..results import CallResult, unavailable
-from . import answers, wire
+from . import answers, api_requests
 from .answers import BatchReceipt, BatchStatus, Decided
 
 # What a failed request raises: aiohttp's errors, and the timeouts it leaves as they are.
@@ -27,16 +27,16 @@ class AsyncClient:
     """The same as ``Client``, for asyncio: ``async with AsyncClient(url, key) as client``.
 
     Its calls may run in many tasks at once; they share one pool of kept-alive
-    connections, up to ``wire.MAX_CONNECTIONS`` in flight."""
+    connections, up to ``api_requests.MAX_CONNECTIONS`` in flight."""
 
     def __init__(
         self,
-        base_url: str = wire.DEFAULT_URL,
+        base_url: str = api_requests.DEFAULT_URL,
         key: str = "",
         *,
-        timeout: float = wire.DEFAULT_TIMEOUT_S,
+        timeout: float = api_requests.DEFAULT_TIMEOUT_S,
     ):
-        self._api = wire.Api(base_url, key, timeout)
+        self._api = api_requests.Api(base_url, key, timeout)
         # Made at the first request: an aiohttp session belongs to the running event loop.
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
@@ -57,8 +57,8 @@ class AsyncClient:
             if self._closed:
                 raise RuntimeError("the client is closed")
             connector = aiohttp.TCPConnector(
-                limit=wire.MAX_CONNECTIONS,
-                keepalive_timeout=wire.KEEPALIVE_EXPIRY_S,
+                limit=api_requests.MAX_CONNECTIONS,
+                keepalive_timeout=api_requests.KEEPALIVE_EXPIRY_S,
                 ssl=self._api.tls or True,
             )
             self._session = aiohttp.ClientSession(
@@ -67,7 +67,9 @@ class AsyncClient:
             )
         return self._session
 
-    def _open(self, request: wire.Request) -> AbstractAsyncContextManager[aiohttp.ClientResponse]:
+    def _open(
+        self, request: api_requests.Request
+    ) -> AbstractAsyncContextManager[aiohttp.ClientResponse]:
         """The request sent: ``async with`` it for the response."""
         return self._http().request(
             request.method,
@@ -79,18 +81,18 @@ class AsyncClient:
             proxy=self._api.proxy,
         )
 
-    async def _send(self, request: wire.Request) -> tuple[int, bytes]:
+    async def _send(self, request: api_requests.Request) -> tuple[int, bytes]:
         async with self._open(request) as response:
             return response.status, await response.read()
 
-    async def _call(self, request: wire.Request) -> CallResult:
+    async def _call(self, request: api_requests.Request) -> CallResult:
         try:
             status, body = await self._send(request)
         except _FAILED as exc:
             return unavailable(answers.unreachable(exc))
         return answers.call_answer(status, body)
 
-    async def _checked(self, request: wire.Request) -> dict[str, Any]:
+    async def _checked(self, request: api_requests.Request) -> dict[str, Any]:
         try:
             status, body = await self._send(request)
         except _FAILED as exc:
@@ -104,7 +106,7 @@ class AsyncClient:
         tool: str,
         args: Mapping[str, Any] | None = None,
         *,
-        wait_s: float = wire.DEFAULT_WAIT_S,
+        wait_s: float = api_requests.DEFAULT_WAIT_S,
         idempotency_key: str | None = None,
     ) -> CallResult:
         """Submit a call and wait up to ``wait_s`` for its outcome."""

@@ -19,7 +19,7 @@ from urllib3.response import BaseHTTPResponse, HTTPResponse
 
 from ..errors import Unavailable
 from ..results import CallResult, unavailable
-from . import answers, wire
+from . import answers, api_requests
 from .answers import BatchReceipt, BatchStatus, Decided
 
 
@@ -35,12 +35,12 @@ class Client:
 
     def __init__(
         self,
-        base_url: str = wire.DEFAULT_URL,
+        base_url: str = api_requests.DEFAULT_URL,
         key: str = "",
         *,
-        timeout: float = wire.DEFAULT_TIMEOUT_S,
+        timeout: float = api_requests.DEFAULT_TIMEOUT_S,
     ):
-        self._api = wire.Api(base_url, key, timeout)
+        self._api = api_requests.Api(base_url, key, timeout)
         self._http = _pool_manager(self._api)
         self._closed = False
 
@@ -55,7 +55,7 @@ class Client:
         self._closed = True
         self._http.clear()
 
-    def _send(self, request: wire.Request, *, stream: bool = False) -> BaseHTTPResponse:
+    def _send(self, request: api_requests.Request, *, stream: bool = False) -> BaseHTTPResponse:
         if self._closed:
             raise RuntimeError("the client is closed")
         return self._http.urlopen(
@@ -70,14 +70,14 @@ class Client:
             preload_content=not stream,
         )
 
-    def _call(self, request: wire.Request) -> CallResult:
+    def _call(self, request: api_requests.Request) -> CallResult:
         try:
             response = self._send(request)
         except HTTPError as exc:
             return unavailable(answers.unreachable(exc))
         return answers.call_answer(response.status, response.data)
 
-    def _checked(self, request: wire.Request) -> dict[str, Any]:
+    def _checked(self, request: api_requests.Request) -> dict[str, Any]:
         try:
             response = self._send(request)
         except HTTPError as exc:
@@ -91,7 +91,7 @@ class Client:
         tool: str,
         args: Mapping[str, Any] | None = None,
         *,
-        wait_s: float = wire.DEFAULT_WAIT_S,
+        wait_s: float = api_requests.DEFAULT_WAIT_S,
         idempotency_key: str | None = None,
     ) -> CallResult:
         """Submit a call and wait up to ``wait_s`` for its outcome."""
@@ -172,7 +172,7 @@ class Client:
 
 
 class _Connection(HTTPConnection):
-    """A connection that counts as dropped once idle past ``wire.KEEPALIVE_EXPIRY_S``, so
+    """A connection that counts as dropped once idle past ``api_requests.KEEPALIVE_EXPIRY_S``, so
     the pool opens a new one rather than race the server's keep-alive close."""
 
     answered_at = 0.0
@@ -184,7 +184,7 @@ class _Connection(HTTPConnection):
 
     @property
     def is_connected(self) -> bool:
-        fresh = time.monotonic() - self.answered_at < wire.KEEPALIVE_EXPIRY_S
+        fresh = time.monotonic() - self.answered_at < api_requests.KEEPALIVE_EXPIRY_S
         return fresh and super().is_connected
 
 
@@ -200,10 +200,10 @@ class _TLSPool(urllib3.HTTPSConnectionPool):
     ConnectionCls = _TLSConnection
 
 
-def _pool_manager(api: wire.Api) -> urllib3.PoolManager:
-    """Pools of ``wire.MAX_CONNECTIONS`` kept-alive connections, a request waiting for one
+def _pool_manager(api: api_requests.Api) -> urllib3.PoolManager:
+    """Pools of ``api_requests.MAX_CONNECTIONS`` kept-alive connections, a request waiting for one
     when all are busy; through the environment's proxy if it names one for the API."""
-    options: dict[str, Any] = {"maxsize": wire.MAX_CONNECTIONS, "block": True}
+    options: dict[str, Any] = {"maxsize": api_requests.MAX_CONNECTIONS, "block": True}
     if api.tls is not None:
         options["ssl_context"] = api.tls
     manager: urllib3.PoolManager

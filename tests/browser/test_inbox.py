@@ -12,8 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
+from ..support.calls import result, submit_pending
+from ..support.launcher import REPO
 from ..support.services import IN_CI
-from ..support.stack import REPO, Stack
+from ..support.stack import Stack
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
@@ -67,20 +69,6 @@ def sign_in(page: Any, stack: Stack, key: str = "approver") -> None:
     page.click("button[type=submit]")
 
 
-def submit(
-    stack: Stack, tool: str = "high_echo", args: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    with stack.client("agent") as http:
-        body = http.post("/v1/calls", json={"tool": tool, "args": args or {"n": 1}}).json()
-    assert body["status"] == "pending"
-    return body  # type: ignore[no-any-return]
-
-
-def call_result(stack: Stack, call_id: str, wait_s: float = 20) -> dict[str, Any]:
-    with stack.client("agent") as http:
-        return http.get(f"/v1/calls/{call_id}", params={"wait_s": wait_s}).json()  # type: ignore[no-any-return]
-
-
 def card(page: Any, request_id: str) -> Any:
     return page.locator(f'article[data-request-id="{request_id}"]')
 
@@ -114,7 +102,7 @@ def check_loaded_inbox(page: Any, request_id: str, check: str) -> Any:
 def test_approver_signs_in_sees_a_request_approves_it_and_the_call_runs(
     stack: Stack, page: Any
 ) -> None:
-    call = submit(stack, args={"to": "alice", "amount": 12})
+    call = submit_pending(stack, args={"to": "alice", "amount": 12})
     sign_in(page, stack)
     item = card(page, call["request_id"])
     item.wait_for()
@@ -126,24 +114,24 @@ def test_approver_signs_in_sees_a_request_approves_it_and_the_call_runs(
     item.locator("button[value=approve]").click()
     page.locator("#flash").wait_for()
     assert f"{call['request_id']}: approved" in page.locator("#flash").inner_text()
-    assert call_result(stack, call["call_id"])["status"] == "succeeded"
+    assert result(stack, call["call_id"])["status"] == "succeeded"
     history = page.locator("table.history").inner_text()
     assert call["request_id"] in history and "looks right" in history
 
 
 def test_approver_denies_with_a_reason(stack: Stack, page: Any) -> None:
-    call = submit(stack)
+    call = submit_pending(stack)
     sign_in(page, stack)
     item = card(page, call["request_id"])
     item.locator("input[name=reason]").fill("wrong account")
     item.locator("button[value=deny]").click()
     page.locator("#flash").wait_for()
     assert f"{call['request_id']}: denied" in page.locator("#flash").inner_text()
-    assert call_result(stack, call["call_id"], 0)["status"] == "denied"
+    assert result(stack, call["call_id"], 0)["status"] == "denied"
 
 
 def test_several_selected_requests_are_each_decided(stack: Stack, page: Any) -> None:
-    calls = [submit(stack, args={"i": i}) for i in range(3)]
+    calls = [submit_pending(stack, args={"i": i}) for i in range(3)]
     sign_in(page, stack)
     for call in calls[:2]:
         card(page, call["request_id"]).locator("input[type=checkbox]").check()
@@ -153,9 +141,9 @@ def test_several_selected_requests_are_each_decided(stack: Stack, page: Any) -> 
     flash = page.locator("#flash").inner_text()
     for call in calls[:2]:
         assert f"{call['request_id']}: approved" in flash
-        assert call_result(stack, call["call_id"])["status"] == "succeeded"
+        assert result(stack, call["call_id"])["status"] == "succeeded"
     assert calls[2]["request_id"] not in flash
-    assert call_result(stack, calls[2]["call_id"], 0)["status"] == "pending"
+    assert result(stack, calls[2]["call_id"], 0)["status"] == "pending"
     with stack.client("operator") as http:
         rows = http.get("/v1/audit", params={"event": "approved", "limit": 1000}).json()["rows"]
     decided = {row["request_id"] for row in rows if row["actor"] == "approver"}
@@ -163,7 +151,7 @@ def test_several_selected_requests_are_each_decided(stack: Stack, page: Any) -> 
 
 
 def test_hostile_arguments_stay_inert(stack: Stack, page: Any, tmp_path: Path) -> None:
-    call = submit(stack, args=HOSTILE)
+    call = submit_pending(stack, args=HOSTILE)
     sign_in(page, stack)
     item = card(page, call["request_id"])
     item.wait_for()
@@ -206,12 +194,12 @@ def test_a_bad_key_is_refused_and_sign_out_ends_the_session(stack: Stack, page: 
 
 def test_the_list_refreshes_by_itself_when_a_request_arrives(stack: Stack, page: Any) -> None:
     sign_in(page, stack)
-    call = submit(stack, args={"late": True})
+    call = submit_pending(stack, args={"late": True})
     card(page, call["request_id"]).wait_for(timeout=15_000)
 
 
 def test_forms_without_the_csrf_token_are_refused(stack: Stack) -> None:
-    call = submit(stack)
+    call = submit_pending(stack)
     with httpx.Client(base_url=stack.base_url) as http:
         # As a browser posts the sign-in form: from the inbox's own origin.
         signed = http.post(
@@ -228,7 +216,7 @@ def test_forms_without_the_csrf_token_are_refused(stack: Stack) -> None:
         assert response.status_code == 403
         page = http.get("/ui/")
         assert 'name="csrf"' in page.text
-    assert call_result(stack, call["call_id"], 0)["status"] == "pending"
+    assert result(stack, call["call_id"], 0)["status"] == "pending"
     headers = page.headers
     assert "frame-ancestors 'none'" in headers["content-security-policy"]
     assert "script-src 'self'" in headers["content-security-policy"]
@@ -244,7 +232,7 @@ def test_a_tampered_or_expired_session_cookie_is_signed_out(stack: Stack) -> Non
 
 
 def test_the_inbox_fits_a_phone(stack: Stack, browser: Any) -> None:
-    call = submit(stack, args={"long": "x" * 300})
+    call = submit_pending(stack, args={"long": "x" * 300})
     context = browser.new_context(viewport={"width": 375, "height": 740}, is_mobile=True)
     try:
         page = context.new_page()

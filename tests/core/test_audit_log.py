@@ -28,7 +28,7 @@ from router.clock import FakeClock
 from router.runtime import Runtime
 from router.trust.keyring import KeyRing
 
-from ..support.lock_waits import wait_until_a_transaction_waits
+from ..support.waiting import wait_until_a_transaction_waits
 
 DAY_MS = 86_400_000
 

@@ -33,7 +33,9 @@ from workers.execution import RENEW_AFTER_MS, Executor, Finished
 from workers.handlers import Outcome, invoke
 from workers.pace import pace
 
-from ..support.lock_waits import wait_until_a_transaction_waits
+from ..support.audit import call_audit_rows
+from ..support.calls import queue_call
+from ..support.waiting import wait_until_a_transaction_waits
 
 APPEND_ONLY = "audit log is append-only"
 WORKER_LOST = "worker lost during the run; outcome unknown"
@@ -53,13 +55,6 @@ def broker(runtime: Runtime) -> Iterator[redis.Redis]:
     client.close()
 
 
-def submit(runtime: Runtime, tool: str, args: dict[str, Any]) -> str:
-    result = runtime.dispatcher.submit("agent", tool, args)
-    assert result.status == CallStatus.QUEUED, result
-    assert result.call_id is not None
-    return result.call_id
-
-
 def call_row(runtime: Runtime, call_id: str) -> CallRow:
     with runtime.store.reading() as conn:
         row = runtime.store.get(conn, call_id)
@@ -67,13 +62,8 @@ def call_row(runtime: Runtime, call_id: str) -> CallRow:
     return row
 
 
-def audit_rows(runtime: Runtime, call_id: str) -> list[dict[str, Any]]:
-    with runtime.store.reading() as conn:
-        return audit.query(conn, call_id=call_id)
-
-
 def events(runtime: Runtime, call_id: str) -> list[str]:
-    return [row["event"] for row in audit_rows(runtime, call_id)]
+    return [row["event"] for row in call_audit_rows(runtime, call_id)]
 
 
 def ledger_lines(path: Path) -> list[str]:
@@ -105,7 +95,7 @@ def test_duplicated_message_runs_the_handler_once(
     runtime: Runtime, executor: Executor, tmp_path: Path
 ) -> None:
     path = tmp_path / "ledger.txt"
-    call_id = submit(runtime, "ledger", {"path": str(path)})
+    call_id = queue_call(runtime, "ledger", {"path": str(path)})
 
     assert executor.run(call_id, "ledger") == "ok"
     assert executor.run(call_id, "ledger") == "dropped"
@@ -120,7 +110,7 @@ def test_two_workers_racing_for_one_call_run_it_once(
     runtime: Runtime, executor: Executor, tmp_path: Path
 ) -> None:
     path = tmp_path / "ledger.txt"
-    call_id = submit(runtime, "ledger", {"path": str(path), "sleep": 0.3})
+    call_id = queue_call(runtime, "ledger", {"path": str(path), "sleep": 0.3})
     start = threading.Barrier(2)
     answers: list[str] = []
 
@@ -143,7 +133,7 @@ def test_message_for_a_cancelled_call_is_dropped(
     runtime: Runtime, executor: Executor, tmp_path: Path
 ) -> None:
     path = tmp_path / "ledger.txt"
-    call_id = submit(runtime, "ledger", {"path": str(path)})
+    call_id = queue_call(runtime, "ledger", {"path": str(path)})
     with runtime.store.transaction() as conn:
         assert runtime.store.cancel(conn, call_id, now=runtime.clock())
 
@@ -155,7 +145,7 @@ def test_message_for_a_cancelled_call_is_dropped(
 def test_handler_context_carries_the_call_id_as_idempotency_key(
     runtime: Runtime, executor: Executor
 ) -> None:
-    call_id = submit(runtime, "context", {})
+    call_id = queue_call(runtime, "context", {})
     assert executor.run(call_id, "context") == "ok"
     assert call_row(runtime, call_id).result().value == {
         "call_id": call_id,
@@ -172,7 +162,7 @@ def test_handler_context_carries_the_call_id_as_idempotency_key(
 def test_late_finish_of_a_reaped_attempt_is_fenced(
     runtime: Runtime, executor: Executor, clock: FakeClock
 ) -> None:
-    call_id = submit(runtime, "ledger_idempotent", {"path": "unused"})
+    call_id = queue_call(runtime, "ledger_idempotent", {"path": "unused"})
     first = claim_and_vanish(runtime, executor, call_id, "ledger_idempotent")
     clock.advance(executor.lease_ms("ledger_idempotent") + 1)
     assert executor.reap() == {"requeued": 1}
@@ -195,7 +185,7 @@ def test_late_finish_of_a_reaped_attempt_is_fenced(
 def test_late_finish_of_an_interrupted_run_does_not_overwrite_it(
     runtime: Runtime, executor: Executor, clock: FakeClock
 ) -> None:
-    call_id = submit(runtime, "ledger", {"path": "unused"})
+    call_id = queue_call(runtime, "ledger", {"path": "unused"})
     lost = claim_and_vanish(runtime, executor, call_id, "ledger")
     clock.advance(executor.lease_ms("ledger") + 1)
     assert executor.reap() == {"interrupted": 1}
@@ -214,7 +204,7 @@ def test_late_finish_of_an_interrupted_run_does_not_overwrite_it(
 def test_reaper_leaves_a_run_alone_until_its_lease_runs_out(
     runtime: Runtime, executor: Executor, clock: FakeClock
 ) -> None:
-    call_id = submit(runtime, "ledger_idempotent", {"path": "unused"})
+    call_id = queue_call(runtime, "ledger_idempotent", {"path": "unused"})
     row = claim_and_vanish(runtime, executor, call_id, "ledger_idempotent")
     assert row.lease_until == clock() + executor.lease_ms("ledger_idempotent")
 
@@ -230,7 +220,7 @@ def test_reaper_requeues_a_lost_run_of_an_idempotent_tool_and_it_runs_again(
     runtime: Runtime, executor: Executor, clock: FakeClock, broker: redis.Redis, tmp_path: Path
 ) -> None:
     path = tmp_path / "ledger.txt"
-    call_id = submit(runtime, "ledger_idempotent", {"path": str(path)})
+    call_id = queue_call(runtime, "ledger_idempotent", {"path": str(path)})
     assert broker.llen(runtime.namespace.prefix + "tools.low") == 1
     claim_and_vanish(runtime, executor, call_id, "ledger_idempotent")
     clock.advance(executor.lease_ms("ledger_idempotent") + 1)
@@ -245,7 +235,7 @@ def test_reaper_requeues_a_lost_run_of_an_idempotent_tool_and_it_runs_again(
         reaped_at,
     )
     assert broker.llen(runtime.namespace.prefix + "tools.low") == 2
-    retry = audit_rows(runtime, call_id)[-1]
+    retry = call_audit_rows(runtime, call_id)[-1]
     assert (retry["event"], retry["at"], retry["actor"]) == (
         AuditEvent.RETRY,
         reaped_at,
@@ -264,7 +254,7 @@ def test_reaper_interrupts_a_lost_run_of_a_non_idempotent_tool_and_never_reruns_
     runtime: Runtime, executor: Executor, clock: FakeClock, broker: redis.Redis, tmp_path: Path
 ) -> None:
     path = tmp_path / "ledger.txt"
-    call_id = submit(runtime, "ledger", {"path": str(path)})
+    call_id = queue_call(runtime, "ledger", {"path": str(path)})
     claim_and_vanish(runtime, executor, call_id, "ledger")
     clock.advance(executor.lease_ms("ledger") + 1)
     reaped_at = clock()
@@ -286,7 +276,7 @@ def test_reaper_interrupts_a_lost_run_of_a_non_idempotent_tool_and_never_reruns_
         "error": WORKER_LOST,
         "error_type": "WorkerLost",
     }
-    last = audit_rows(runtime, call_id)[-1]
+    last = call_audit_rows(runtime, call_id)[-1]
     assert (last["event"], last["at"]) == (AuditEvent.INTERRUPTED, reaped_at)
     assert events(runtime, call_id) == [AuditEvent.QUEUED, AuditEvent.INTERRUPTED]
 
@@ -303,7 +293,7 @@ def test_idempotent_call_lost_three_times_is_failed_as_poison(
     runtime: Runtime, executor: Executor, clock: FakeClock, tmp_path: Path
 ) -> None:
     path = tmp_path / "ledger.txt"
-    call_id = submit(runtime, "ledger_idempotent", {"path": str(path)})
+    call_id = queue_call(runtime, "ledger_idempotent", {"path": str(path)})
     answers = []
     for _ in range(POISON_CAP):
         claim_and_vanish(runtime, executor, call_id, "ledger_idempotent")
@@ -335,11 +325,11 @@ def test_reconciler_republishes_a_queued_call_whose_publish_is_old(
     runtime: Runtime, executor: Executor, clock: FakeClock, broker: redis.Redis
 ) -> None:
     requeue_after_ms = int(runtime.settings.requeue_after_s * 1000)
-    old = submit(runtime, "echo", {"n": 1})
+    old = queue_call(runtime, "echo", {"n": 1})
     assert broker.llen(runtime.namespace.prefix + "tools.low") == 1
 
     clock.advance(requeue_after_ms)
-    fresh = submit(runtime, "echo", {"n": 2})
+    fresh = queue_call(runtime, "echo", {"n": 2})
     assert broker.llen(runtime.namespace.prefix + "tools.low") == 2
     assert executor.reconcile() == 0  # exactly requeue_after_s old is not yet stale
 
@@ -356,9 +346,9 @@ def test_reconciler_republishes_a_queued_call_whose_publish_is_old(
 def test_reconciler_leaves_running_and_finished_calls_alone(
     runtime: Runtime, executor: Executor, clock: FakeClock, broker: redis.Redis
 ) -> None:
-    done = submit(runtime, "echo", {"n": 1})
+    done = queue_call(runtime, "echo", {"n": 1})
     assert executor.run(done, "echo") == "ok"
-    running = submit(runtime, "sleep", {"seconds": 0})
+    running = queue_call(runtime, "sleep", {"seconds": 0})
     claim_and_vanish(runtime, executor, running, "sleep")
     published = broker.llen(runtime.namespace.prefix + "tools.low") + broker.llen(
         runtime.namespace.prefix + "tools.medium"
@@ -377,7 +367,7 @@ def test_reconciler_leaves_running_and_finished_calls_alone(
 def test_reconciled_message_goes_to_the_queue_of_the_tools_risk(
     runtime: Runtime, executor: Executor, clock: FakeClock, broker: redis.Redis
 ) -> None:
-    submit(runtime, "context", {})  # risk: medium
+    queue_call(runtime, "context", {})  # risk: medium
     assert broker.llen(runtime.namespace.prefix + "tools.medium") == 1
     clock.advance(int(runtime.settings.requeue_after_s * 1000) + 1)
 
@@ -393,12 +383,12 @@ def test_audit_rows_and_call_carry_the_fake_clocks_exact_times(
     runtime: Runtime, executor: Executor, clock: FakeClock
 ) -> None:
     t0 = clock()
-    call_id = submit(runtime, "echo", {"x": 1})
+    call_id = queue_call(runtime, "echo", {"x": 1})
     clock.advance(250)
 
     assert executor.run(call_id, "echo") == "ok"
 
-    rows = audit_rows(runtime, call_id)
+    rows = call_audit_rows(runtime, call_id)
     assert [(row["event"], row["at"], row["actor"]) for row in rows] == [
         (AuditEvent.QUEUED, t0, "agent"),
         (AuditEvent.OK, t0 + 250, "test-worker"),
@@ -413,7 +403,7 @@ def test_lease_start_and_finish_times_of_a_run_are_exact(
     runtime: Runtime, executor: Executor, clock: FakeClock
 ) -> None:
     t0 = clock()
-    call_id = submit(runtime, "echo", {})
+    call_id = queue_call(runtime, "echo", {})
     clock.advance(100)
     row = claim_and_vanish(runtime, executor, call_id, "echo")
     assert (row.started_at, row.lease_until) == (t0 + 100, t0 + 100 + executor.lease_ms("echo"))
@@ -425,7 +415,7 @@ def test_lease_start_and_finish_times_of_a_run_are_exact(
 
     row = call_row(runtime, call_id)
     assert (row.created_at, row.started_at, row.finished_at) == (t0, t0 + 100, t0 + 150)
-    assert audit_rows(runtime, call_id)[-1]["at"] == t0 + 150
+    assert call_audit_rows(runtime, call_id)[-1]["at"] == t0 + 150
 
 
 # -- outcomes as values ------------------------------------------------------------------
@@ -435,7 +425,7 @@ FALSY = [0, False, None, "", [], {}]
 
 @pytest.mark.parametrize("value", FALSY, ids=repr)
 def test_falsy_return_value_is_a_success(runtime: Runtime, executor: Executor, value: Any) -> None:
-    call_id = submit(runtime, "value", {"value": value})
+    call_id = queue_call(runtime, "value", {"value": value})
 
     assert executor.run(call_id, "value") == "ok"
 
@@ -465,7 +455,7 @@ ERRORS = [
 def test_exception_becomes_the_raisers_own_message(
     runtime: Runtime, executor: Executor, tool: str, args: Any, error: str, error_type: str
 ) -> None:
-    call_id = submit(runtime, tool, args)
+    call_id = queue_call(runtime, tool, args)
 
     assert executor.run(call_id, tool) == "error"
 
@@ -485,7 +475,7 @@ def test_exception_becomes_the_raisers_own_message(
         "error": error,
         "error_type": error_type,
     }
-    last = audit_rows(runtime, call_id)[-1]
+    last = call_audit_rows(runtime, call_id)[-1]
     assert last["event"] == AuditEvent.ERROR
     assert last["detail"] == {"attempt": 1, "error": error, "error_type": error_type}
 
@@ -494,7 +484,7 @@ def test_exception_becomes_the_raisers_own_message(
 def test_result_that_is_not_json_fails_the_call(
     runtime: Runtime, executor: Executor, tool: str, error_type: str
 ) -> None:
-    call_id = submit(runtime, tool, {})
+    call_id = queue_call(runtime, tool, {})
 
     assert executor.run(call_id, tool) == "error"
 
@@ -510,7 +500,7 @@ def test_unknown_tool_at_run_time_fails_the_call(
     runtime: Runtime, executor: Executor, clock: FakeClock
 ) -> None:
     # The tool was removed from the config between submission and run.
-    call_id = submit(runtime, "echo", {})
+    call_id = queue_call(runtime, "echo", {})
     with runtime.store.transaction() as conn:
         conn.execute(text("UPDATE calls SET tool = 'gone' WHERE id = :id"), {"id": call_id})
 
@@ -576,7 +566,7 @@ def test_invoke_returns_a_non_json_result_as_an_error(runtime: Runtime) -> None:
 
 def run_a_few_calls(runtime: Runtime, executor: Executor, clock: FakeClock) -> int:
     for tool, args in [("echo", {"a": 1}), ("value_error", {}), ("value", {"value": 0})]:
-        call_id = submit(runtime, tool, args)
+        call_id = queue_call(runtime, tool, args)
         clock.advance(7)
         executor.run(call_id, tool)
     assert runtime.dispatcher.submit("agent", "nope", {}).status == "rejected"
@@ -670,7 +660,7 @@ def test_verify_names_the_gap_left_by_a_deleted_row(
 def test_a_shared_message_claims_each_call_in_the_transaction_of_the_one_before(
     runtime: Runtime, executor: Executor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    call_ids = [submit(runtime, "echo", {"n": n}) for n in range(3)]
+    call_ids = [queue_call(runtime, "echo", {"n": n}) for n in range(3)]
     transactions = Transactions(runtime, monkeypatch)
 
     assert executor.run_many(call_ids, "echo") == ["ok", "ok", "ok"]
@@ -695,7 +685,7 @@ def finish_claiming(executor: Executor, row: CallRow, next_call: str) -> list[st
 def test_a_call_claimed_ahead_goes_back_to_the_queue_if_its_process_must_end(
     runtime: Runtime, executor: Executor, broker: redis.Redis
 ) -> None:
-    first, second = submit(runtime, "echo", {"n": 1}), submit(runtime, "echo", {"n": 2})
+    first, second = queue_call(runtime, "echo", {"n": 1}), queue_call(runtime, "echo", {"n": 2})
     broker.delete(runtime.namespace.prefix + "tools.low")
     with runtime.store.transaction() as conn:
         row = runtime.store.claim(conn, first, now=runtime.clock(), lease_ms=60_000)
@@ -722,7 +712,7 @@ def test_a_call_claimed_ahead_goes_back_to_the_queue_if_its_process_must_end(
 def test_a_call_claimed_ahead_that_is_no_longer_queued_is_dropped(
     runtime: Runtime, executor: Executor
 ) -> None:
-    first, second = submit(runtime, "echo", {"n": 1}), submit(runtime, "echo", {"n": 2})
+    first, second = queue_call(runtime, "echo", {"n": 1}), queue_call(runtime, "echo", {"n": 2})
     assert executor.run(second, "echo") == "ok"  # a duplicate message ran it already
     with runtime.store.transaction() as conn:
         row = runtime.store.claim(conn, first, now=runtime.clock(), lease_ms=60_000)
@@ -742,7 +732,7 @@ def test_a_cancel_of_the_call_claimed_ahead_racing_the_outcome_before_it_does_no
     take the row before the chain too: holding the chain while it waited for the row,
     it would deadlock with the cancel (PostgreSQL then aborts one of them after a
     second: the outcome lost, or the cancel refused)."""
-    first, second = submit(runtime, "echo", {"n": 1}), submit(runtime, "echo", {"n": 2})
+    first, second = queue_call(runtime, "echo", {"n": 1}), queue_call(runtime, "echo", {"n": 2})
     with runtime.store.transaction() as conn:
         row = runtime.store.claim(conn, first, now=runtime.clock(), lease_ms=60_000)
     assert row is not None
@@ -780,7 +770,7 @@ def test_a_shared_message_cut_short_puts_its_call_claimed_ahead_back(
     """A ``BaseException`` (a warm shutdown's, an interrupt) that ends the loop between a
     call's outcome and the next call's start: that next call, claimed with the outcome,
     goes back to ``queued``; the calls after it were never claimed."""
-    first, second, third = (submit(runtime, "echo", {"n": n}) for n in range(3))
+    first, second, third = (queue_call(runtime, "echo", {"n": n}) for n in range(3))
     announce = executor.notifier.calls_done
 
     def interrupted(done: Any) -> None:
@@ -845,7 +835,7 @@ def test_a_run_of_calls_of_an_idempotent_tool_is_claimed_and_recorded_in_one_tra
     """Once this process knows ``echo`` runs in well under the outcome hold, a message's
     calls are claimed in one transaction and their outcomes recorded in one more, each
     with its own row update, audit row and notification."""
-    call_ids = [submit(runtime, "echo", {"n": n}) for n in range(5)]
+    call_ids = [queue_call(runtime, "echo", {"n": n}) for n in range(5)]
     pace.observe("echo", 0.01)  # calls of a hundredth of a millisecond: all fit the hold
     subscription = broker.pubsub(ignore_subscribe_messages=True)
     subscription.subscribe(runtime.namespace.key(CALL_DONE_CHANNEL))
@@ -871,7 +861,7 @@ def test_calls_of_a_tool_that_is_not_idempotent_are_recorded_one_by_one(
 ) -> None:
     """An outcome held is lost if the process dies, and a lost run of a tool that is not
     idempotent is never run again: such outcomes are committed as they come."""
-    call_ids = [submit(runtime, "value", {"value": n}) for n in range(3)]
+    call_ids = [queue_call(runtime, "value", {"value": n}) for n in range(3)]
     pace.observe("value", 0.01)
     transactions = Transactions(runtime, monkeypatch)
 
@@ -886,7 +876,7 @@ def test_held_outcomes_are_committed_once_the_oldest_was_held_for_the_hold(
 ) -> None:
     """The pace said the calls were quick, but each takes longer than the hold: each
     outcome is committed after its own call, not after all three."""
-    call_ids = [submit(runtime, "sleep", {"seconds": 0.02}) for _ in range(3)]
+    call_ids = [queue_call(runtime, "sleep", {"seconds": 0.02}) for _ in range(3)]
     pace.observe("sleep", 0.01)
     assert runtime.settings.outcome_hold_ms < 20
     transactions = Transactions(runtime, monkeypatch)
@@ -914,7 +904,7 @@ def test_a_call_claimed_ahead_behind_a_slow_one_gets_a_fresh_lease_before_its_tu
 ) -> None:
     """Its lease was taken when its run was claimed; had the calls before it taken most
     of it, the reaper would take the call back while it runs."""
-    call_ids = [submit(runtime, "echo", {"n": n}) for n in range(3)]
+    call_ids = [queue_call(runtime, "echo", {"n": n}) for n in range(3)]
     pace.observe("echo", 0.01)
     lease_ms = executor.lease_ms("echo")
     leases_at_start: list[int | None] = []
@@ -946,7 +936,7 @@ def test_held_outcomes_stand_when_the_message_is_cut_short(
 ) -> None:
     """A warm shutdown's exception between two calls: the outcomes held are committed,
     and the calls claimed and not started go back to ``queued``."""
-    call_ids = [submit(runtime, "echo", {"n": n}) for n in range(4)]
+    call_ids = [queue_call(runtime, "echo", {"n": n}) for n in range(4)]
     pace.observe("echo", 0.01)
     real_run = executor.calls.run
 
@@ -973,7 +963,7 @@ def test_held_outcomes_stand_when_the_message_is_cut_short(
 def test_held_outcomes_the_database_never_took_leave_their_calls_to_the_reaper(
     runtime: Runtime, executor: Executor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    call_ids = [submit(runtime, "echo", {"n": n}) for n in range(3)]
+    call_ids = [queue_call(runtime, "echo", {"n": n}) for n in range(3)]
     pace.observe("echo", 0.01)
     real_transaction = runtime.store.transaction
     transactions = 0

@@ -16,8 +16,10 @@ from router.errors import ConfigError
 from router.runtime import Runtime
 from router.settings import Settings
 
-from ..support.faults import PrivateRedis, wait_for
-from ..support.stack import spawn_worker, stack_env, stop_group, wait_for_log
+from ..support.faults import PrivateRedis
+from ..support.launcher import stop_group, wait_for_log
+from ..support.stack import spawn_worker, stack_env
+from ..support.waiting import wait_for
 
 BROKEN_CONFIG = "tools:\n  - {name: broken, handler: 'tests.fixture_tools:echo', timeout_s: -1}\n"
 

@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from router.audit import log as audit
 from router.clock import FakeClock
 from router.runtime import Runtime
 from router.tools.config import parse_rate
 from workers.execution import Executor
 
+from ..support.audit import call_audit_rows
+from ..support.calls import queue_call
 from ..support.stack import Stack
 
 
@@ -20,26 +21,15 @@ def executor(runtime: Runtime, name: str = "test-worker") -> Executor:
     return Executor(runtime, runtime.notifier(), actor=name)
 
 
-def submit(runtime: Runtime, tool: str, args: dict[str, object]) -> str:
-    result = runtime.dispatcher.submit("agent", tool, args)
-    assert result.call_id is not None, result
-    return result.call_id
-
-
-def audit_rows(runtime: Runtime, call_id: str) -> list[dict[str, object]]:
-    with runtime.store.reading() as conn:
-        return audit.query(conn, call_id=call_id)
-
-
 def test_a_retryable_failure_is_retried_with_backoff_then_fails_with_the_last_error(
     runtime: Runtime,
 ) -> None:
-    call_id = submit(runtime, "flaky", {})
+    call_id = queue_call(runtime, "flaky", {})
     worker = executor(runtime)
     assert [worker.run(call_id, "flaky") for _ in range(3)] == ["retry", "retry", "error"]
     row = runtime.calls.read(call_id)
     assert (row.status, row.attempt, row.error) == ("failed", 3, "flaky on attempt 3")
-    rows = audit_rows(runtime, call_id)
+    rows = call_audit_rows(runtime, call_id)
     assert [r["event"] for r in rows] == ["queued", "retry", "retry", "error"]
     delays = [r["detail"]["delay_s"] for r in rows if r["event"] == "retry"]  # type: ignore[index]
     assert all(0 < d <= 0.05 for d in delays)
@@ -48,38 +38,38 @@ def test_a_retryable_failure_is_retried_with_backoff_then_fails_with_the_last_er
 
 
 def test_a_retried_call_that_then_succeeds_ends_ok(runtime: Runtime) -> None:
-    call_id = submit(runtime, "flaky", {"succeed_on": 2})
+    call_id = queue_call(runtime, "flaky", {"succeed_on": 2})
     worker = executor(runtime)
     assert [worker.run(call_id, "flaky") for _ in range(2)] == ["retry", "ok"]
     assert runtime.calls.read(call_id).result().to_dict()["value"] == {"attempt": 2}
 
 
 def test_retry_after_is_honoured(runtime: Runtime) -> None:
-    call_id = submit(runtime, "flaky", {"retry_after_s": 5})
+    call_id = queue_call(runtime, "flaky", {"retry_after_s": 5})
     assert executor(runtime).run(call_id, "flaky") == "retry"
-    retry = next(r for r in audit_rows(runtime, call_id) if r["event"] == "retry")
+    retry = next(r for r in call_audit_rows(runtime, call_id) if r["event"] == "retry")
     assert retry["detail"]["delay_s"] >= 5  # type: ignore[index]
 
 
 def test_only_retryable_failures_within_the_budget_are_retried(runtime: Runtime) -> None:
     for tool in ("flaky_once", "value_error"):
-        call_id = submit(runtime, tool, {})
+        call_id = queue_call(runtime, tool, {})
         assert executor(runtime).run(call_id, tool) == "error"
-        assert "retry" not in [r["event"] for r in audit_rows(runtime, call_id)]
+        assert "retry" not in [r["event"] for r in call_audit_rows(runtime, call_id)]
 
 
 def test_identical_arguments_within_the_ttl_return_the_cached_value(
     runtime: Runtime, tmp_path: Path
 ) -> None:
     ledger = tmp_path / "ledger"
-    first = submit(runtime, "cached_ledger", {"path": str(ledger)})
-    second = submit(runtime, "cached_ledger", {"path": str(ledger)})
-    other = submit(runtime, "cached_ledger", {"path": str(ledger), "x": 1})
+    first = queue_call(runtime, "cached_ledger", {"path": str(ledger)})
+    second = queue_call(runtime, "cached_ledger", {"path": str(ledger)})
+    other = queue_call(runtime, "cached_ledger", {"path": str(ledger), "x": 1})
     worker = executor(runtime)
     assert [worker.run(c, "cached_ledger") for c in (first, second, other)] == ["ok"] * 3
     assert len(ledger.read_text().splitlines()) == 2
     assert runtime.calls.read(second).value == runtime.calls.read(first).value
-    ok_row = next(r for r in audit_rows(runtime, second) if r["event"] == "ok")
+    ok_row = next(r for r in call_audit_rows(runtime, second) if r["event"] == "ok")
     assert ok_row["detail"] == {"attempt": 1, "cached": True}
 
 
@@ -87,7 +77,7 @@ def test_over_the_rate_limit_a_call_waits_and_the_bucket_is_shared(
     runtime: Runtime, tmp_path: Path
 ) -> None:
     ledger = tmp_path / "ledger"
-    calls = [submit(runtime, "limited_ledger", {"path": str(ledger), "i": i}) for i in range(3)]
+    calls = [queue_call(runtime, "limited_ledger", {"path": str(ledger), "i": i}) for i in range(3)]
     redis.Redis.from_url(runtime.redis_url).delete("toolrouter:bucket:limited_ledger")
     one, two = executor(runtime, "worker-1"), executor(runtime, "worker-2")
     assert one.run(calls[0], "limited_ledger") == "ok"
@@ -105,7 +95,7 @@ def test_in_a_shared_message_each_call_of_a_rate_limited_tool_asks_the_limiter(
     """Calls of one message are otherwise claimed with the outcome of the call before them;
     a rate-limited tool's are not, so the third one here waits instead of running."""
     ledger = tmp_path / "ledger"
-    calls = [submit(runtime, "limited_ledger", {"path": str(ledger), "i": i}) for i in range(3)]
+    calls = [queue_call(runtime, "limited_ledger", {"path": str(ledger), "i": i}) for i in range(3)]
     redis.Redis.from_url(runtime.redis_url).delete("toolrouter:bucket:limited_ledger")
     assert executor(runtime).run_many(calls, "limited_ledger") == ["ok", "ok", "deferred"]
     row = runtime.calls.read(calls[2])
@@ -126,7 +116,7 @@ def test_the_deferred_call_runs_once_the_bucket_refills(
 ) -> None:
     ledger = tmp_path / "ledger"
     redis.Redis.from_url(runtime.redis_url).delete("toolrouter:bucket:limited_ledger")
-    calls = [submit(runtime, "limited_ledger", {"path": str(ledger), "i": i}) for i in range(3)]
+    calls = [queue_call(runtime, "limited_ledger", {"path": str(ledger), "i": i}) for i in range(3)]
     worker = executor(runtime)
     outcomes = [worker.run(c, "limited_ledger") for c in calls]
     assert outcomes == ["ok", "ok", "deferred"]

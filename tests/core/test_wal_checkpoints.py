@@ -14,7 +14,7 @@ from router.db.engine import make_engine
 from router.db.wal_checkpoints import AUTOCHECKPOINT_PAGES, WalCheckpointer
 from router.runtime import Runtime
 
-from ..support.faults import wait_for
+from ..support.waiting import wait_for
 
 
 def write_rows(engine: Engine, count: int) -> None:

@@ -27,8 +27,9 @@ from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 
 from ..support import services
-from ..support.faults import ledger_runs, wait_for, wait_until_finished
+from ..support.faults import ledger_runs
 from ..support.stack import Stack, stack_env, start_with_recovery
+from ..support.waiting import wait_for, wait_until_finished
 
 # A Redis db of its own (the suite's dbs are 11-15); flushed before and after.
 REDIS_DB = 10

@@ -23,7 +23,8 @@ from router.runtime import Runtime
 
 from ..support import services
 from ..support.faults import ledger_runs
-from ..support.stack import Stack, free_port, stack_env, wait_for_http, wait_for_log, worker_argv
+from ..support.launcher import free_port, wait_for_http, wait_for_log
+from ..support.stack import Stack, stack_env, worker_argv
 
 # A Redis db of its own (the suite's dbs are 11-15); flushed before and after.
 REDIS_DB = 10

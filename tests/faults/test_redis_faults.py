@@ -26,8 +26,9 @@ from router.runtime import Runtime
 from router.status import CallStatus
 
 from ..support import services
-from ..support.faults import PrivateRedis, ledger_runs, wait_for, wait_until_finished
+from ..support.faults import PrivateRedis, ledger_runs
 from ..support.stack import Stack, stack_env, start_with_recovery
+from ..support.waiting import wait_for, wait_until_finished
 
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 

@@ -23,16 +23,9 @@ from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 from workers.execution import Executor
 
-from ..support.faults import (
-    PrivateStack,
-    ledger_runs,
-    private_stack_in,
-    start_worker,
-    status,
-    wait_for,
-    wait_until_finished,
-)
-from ..support.stack import stop_group
+from ..support.faults import PrivateStack, ledger_runs, private_stack_in, start_worker, status
+from ..support.launcher import stop_group
+from ..support.waiting import wait_for, wait_until_finished
 
 # -- which calls share a message (pure) ---------------------------------------------------
 

@@ -16,14 +16,11 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 import redis
 
-from router.audit import log as audit
-from router.db.store import CallRow
 from router.dispatch.dispatcher import Dispatcher
 from router.messaging.celery_app import make_celery
 from router.messaging.publisher import Publisher
@@ -32,7 +29,10 @@ from router.runtime import Runtime
 from router.status import TERMINAL_STATES, AuditEvent, CallStatus
 
 from ..support import services
+from ..support.audit import call_audit_events
+from ..support.calls import queue_call
 from ..support.stack import Stack, stack_env, start_with_recovery
+from ..support.waiting import wait_until_finished
 
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 # Redis dbs of the fault stacks: apart from the session stacks (11, 12) and unit tests (13).
@@ -74,39 +74,6 @@ def wait_for_run(path: Path, call_id: str, attempt: int = 1, timeout: float = 30
 
 def pool_pids(worker: psutil.Process) -> set[int]:
     return {child.pid for child in worker.children()}
-
-
-def submit(runtime: Runtime, tool: str, args: dict[str, Any]) -> str:
-    result = runtime.dispatcher.submit("agent", tool, args)
-    assert result.status == CallStatus.QUEUED, result
-    assert result.call_id is not None
-    return result.call_id
-
-
-def rows_of(runtime: Runtime, call_ids: list[str]) -> dict[str, CallRow]:
-    with runtime.store.reading() as conn:
-        rows = {call_id: runtime.store.get(conn, call_id) for call_id in call_ids}
-    missing = [call_id for call_id, row in rows.items() if row is None]
-    assert not missing, f"calls vanished from the store: {missing}"
-    return {call_id: row for call_id, row in rows.items() if row is not None}
-
-
-def wait_until_finished(
-    runtime: Runtime, call_ids: list[str], timeout: float
-) -> dict[str, CallRow]:
-    """Poll the store until every call is terminal or the deadline passes; the last rows."""
-    deadline = deadline_after(timeout)
-    while True:
-        rows = rows_of(runtime, call_ids)
-        done = all(row.status in TERMINAL_STATES for row in rows.values())
-        if done or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.2)
-
-
-def audit_events(runtime: Runtime, call_id: str) -> list[str]:
-    with runtime.store.reading() as conn:
-        return [row["event"] for row in audit.query(conn, call_id=call_id)]
 
 
 def messages_mentioning(runtime: Runtime, client: redis.Redis, queue: str, call_id: str) -> int:
@@ -221,7 +188,7 @@ def test_duplicated_message_runs_the_handler_once(
     stack: Stack, stack_runtime: Runtime, tmp_path: Path
 ) -> None:
     path = tmp_path / "ledger.txt"
-    call_id = submit(stack_runtime, "ledger", {"path": str(path), "sleep": 1})
+    call_id = queue_call(stack_runtime, "ledger", {"path": str(path), "sleep": 1})
     tool = stack_runtime.registry.get("ledger")
     assert tool is not None
     # Two more messages for the same call, racing its first run (which sleeps 1 s).
@@ -245,7 +212,7 @@ def test_duplicated_message_runs_the_handler_once(
     finally:
         broker.close()
     assert [attempt for attempt, _ in ledger_runs(path)[call_id]] == [1]
-    assert audit_events(stack_runtime, call_id) == [AuditEvent.QUEUED, AuditEvent.OK]
+    assert call_audit_events(stack_runtime, call_id) == [AuditEvent.QUEUED, AuditEvent.OK]
 
 
 # -- on a stack of its own: pool processes get killed -------------------------------------
@@ -291,7 +258,7 @@ def fault_stack(
     runtime.prepare()
     try:
         start_with_recovery(stack, tool_concurrency=4, api=False)
-        stubborn = submit(runtime, "stubborn", {"seconds": 60})
+        stubborn = queue_call(runtime, "stubborn", {"seconds": 60})
         yield FaultStack(stack, runtime, stubborn)
     finally:
         stack.stop_all()
@@ -307,15 +274,15 @@ def test_sigkilled_pool_processes_lose_no_call_and_run_none_twice(
     ledger = fault_stack.stack.state_dir / f"ledger-{uuid.uuid4().hex[:8]}.txt"
     crashes = fault_stack.stack.state_dir / f"crashes-{uuid.uuid4().hex[:8]}.txt"
 
-    poison = submit(runtime, "crash_idempotent", {"path": str(crashes)})
+    poison = queue_call(runtime, "crash_idempotent", {"path": str(crashes)})
     victims: dict[str, str] = {}
     background: list[str] = []
     for kill in range(KILLS + IDEMPOTENT_KILLS):
         tool = "ledger" if kill < KILLS else "ledger_idempotent"
-        victim = submit(runtime, tool, {"path": str(ledger), "sleep": 3})
+        victim = queue_call(runtime, tool, {"path": str(ledger), "sleep": 3})
         victims[victim] = tool
         background += [
-            submit(runtime, "ledger", {"path": str(ledger)}) for _ in range(BACKGROUND_PER_KILL)
+            queue_call(runtime, "ledger", {"path": str(ledger)}) for _ in range(BACKGROUND_PER_KILL)
         ]
         pid = wait_for_run(ledger, victim)
         assert pid in pool_pids(worker), f"{pid} is not a pool process of the worker"
@@ -355,17 +322,17 @@ def test_sigkilled_pool_processes_lose_no_call_and_run_none_twice(
     assert sorted(interrupted) == sorted(c for c, t in victims.items() if t == "ledger")
     for call_id in interrupted:
         assert (rows[call_id].error, rows[call_id].error_type) == (WORKER_LOST, "WorkerLost")
-        assert audit_events(runtime, call_id)[-1] == AuditEvent.INTERRUPTED
+        assert call_audit_events(runtime, call_id)[-1] == AuditEvent.INTERRUPTED
     for call_id, tool in victims.items():
         if tool == "ledger_idempotent":
             assert [attempt for attempt, _ in runs[call_id]] == [1, 2]
-            assert AuditEvent.RETRY in audit_events(runtime, call_id)
+            assert AuditEvent.RETRY in call_audit_events(runtime, call_id)
     assert poison_runs == [1, 2, 3]
     assert (rows[poison].error, rows[poison].error_type) == (
         "poison call: its run was lost 3 times",
         "PoisonCall",
     )
-    assert audit_events(runtime, poison) == [
+    assert call_audit_events(runtime, poison) == [
         AuditEvent.QUEUED,
         AuditEvent.RETRY,
         AuditEvent.RETRY,
@@ -374,7 +341,7 @@ def test_sigkilled_pool_processes_lose_no_call_and_run_none_twice(
 
     # The worker itself never went down, and it still serves.
     assert worker.is_running()
-    after = submit(runtime, "echo", {"after": "kills"})
+    after = queue_call(runtime, "echo", {"after": "kills"})
     assert wait_until_finished(runtime, [after], timeout=30)[after].status == CallStatus.SUCCEEDED
 
 
@@ -423,4 +390,4 @@ def test_hard_time_limit_ends_a_stubborn_handler_before_the_reaper_gives_up_on_i
         "timeout after 1 s",
         "TimeoutError",
     )
-    assert audit_events(runtime, call_id) == [AuditEvent.QUEUED, AuditEvent.ERROR]
+    assert call_audit_events(runtime, call_id) == [AuditEvent.QUEUED, AuditEvent.ERROR]

@@ -14,6 +14,8 @@ import yaml
 
 from router.runtime import Runtime
 
+from ..support.audit import audit_rows
+from ..support.calls import submit
 from ..support.stack import TEST_CONFIG, Stack
 
 WAIT_S = 30
@@ -42,14 +44,6 @@ A_CALL_ID = "call_" + "0" * 32
 # -- helpers -------------------------------------------------------------------------------
 
 
-def submit(http: httpx.Client, tool: str, args: Any = None, **extra: Any) -> dict[str, Any]:
-    """POST /v1/calls; a well-formed call request always answers 200 (SPEC §8)."""
-    body = {"tool": tool, "args": {} if args is None else args, **extra}
-    response = http.post("/v1/calls", json=body)
-    assert response.status_code == 200, response.text
-    return response.json()  # type: ignore[no-any-return]
-
-
 def run(http: httpx.Client, tool: str, args: Any = None, **extra: Any) -> dict[str, Any]:
     """Submit and wait for the outcome."""
     return submit(http, tool, args, wait_s=WAIT_S, **extra)
@@ -66,21 +60,6 @@ def assert_error_body(response: httpx.Response, status: int) -> dict[str, Any]:
     assert body["error"].strip()
     assert "Traceback" not in body["error"]
     return body  # type: ignore[no-any-return]
-
-
-def audit_rows(stack: Stack, **filters: Any) -> list[dict[str, Any]]:
-    """Every audit row matching ``filters``, paged through as an operator."""
-    rows: list[dict[str, Any]] = []
-    after = filters.pop("after_seq", 0)
-    with stack.client("operator") as http:
-        while True:
-            response = http.get("/v1/audit", params={**filters, "after_seq": after, "limit": 1000})
-            assert response.status_code == 200, response.text
-            page = response.json()
-            rows.extend(page["rows"])
-            if len(page["rows"]) < 1000:
-                return rows
-            after = page["next_after_seq"]
 
 
 def last_seq(stack: Stack) -> int:

@@ -2,56 +2,13 @@
 
 from __future__ import annotations
 
-import re
-from typing import Any
-
-import httpx
-
+from ..support.audit import audit_events, audit_total
+from ..support.calls import decide, result, submit_pending
 from ..support.stack import Stack
-
-REQUEST_ID = re.compile(r"^req-[0-9a-f]{32}$")
-
-
-def submit(
-    stack: Stack, tool: str = "high_echo", key: str = "agent", args: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    with stack.client(key) as http:
-        body = http.post("/v1/calls", json={"tool": tool, "args": args or {"n": 1}}).json()
-    assert body["status"] == "pending", body
-    assert REQUEST_ID.match(body["request_id"])
-    return body  # type: ignore[no-any-return]
-
-
-def decide(
-    stack: Stack, request_id: str, decision: str = "approve", key: str = "approver", **body: Any
-) -> httpx.Response:
-    with stack.client(key) as http:
-        return http.post(f"/v1/approvals/{request_id}/{decision}", json=body)
-
-
-def audit_events(stack: Stack, call_id: str) -> list[tuple[str, str]]:
-    with stack.client("operator") as http:
-        rows = http.get("/v1/audit", params={"call_id": call_id}).json()["rows"]
-    return [(row["event"], row["actor"]) for row in rows]
-
-
-def audit_total(stack: Stack) -> int:
-    with stack.client("operator") as http:
-        seq = 0
-        while True:
-            page = http.get("/v1/audit", params={"after_seq": seq, "limit": 1000}).json()
-            if not page["rows"]:
-                return seq
-            seq = page["next_after_seq"]
-
-
-def result(stack: Stack, call_id: str, wait_s: float = 20) -> dict[str, Any]:
-    with stack.client("agent") as http:
-        return http.get(f"/v1/calls/{call_id}", params={"wait_s": wait_s}).json()  # type: ignore[no-any-return]
 
 
 def test_approved_call_runs_and_the_log_shows_pending_approved_ok(stack: Stack) -> None:
-    call = submit(stack, args={"to": "bob"})
+    call = submit_pending(stack, args={"to": "bob"})
     response = decide(stack, call["request_id"], reason="checked")
     assert response.status_code == 200
     assert response.json() == {
@@ -77,7 +34,7 @@ def test_approved_call_runs_and_the_log_shows_pending_approved_ok(stack: Stack) 
 
 
 def test_approve_with_wait_answers_with_the_call_result(stack: Stack) -> None:
-    call = submit(stack)
+    call = submit_pending(stack)
     response = decide(stack, call["request_id"], wait_s=20)
     assert response.json() == {
         "ok": True,
@@ -89,7 +46,7 @@ def test_approve_with_wait_answers_with_the_call_result(stack: Stack) -> None:
 
 
 def test_replayed_and_never_issued_ids_are_404_and_leave_no_audit_row(stack: Stack) -> None:
-    call = submit(stack)
+    call = submit_pending(stack)
     assert decide(stack, call["request_id"]).status_code == 200
     before = audit_total(stack)
     for request_id in [call["request_id"], "req-" + "f" * 32]:
@@ -105,7 +62,7 @@ def test_replayed_and_never_issued_ids_are_404_and_leave_no_audit_row(stack: Sta
 
 
 def test_deny_ends_the_call_denied(stack: Stack) -> None:
-    call = submit(stack)
+    call = submit_pending(stack)
     response = decide(stack, call["request_id"], "deny", reason="not today")
     assert response.json() == {
         "ok": True,
@@ -126,21 +83,21 @@ def test_deny_ends_the_call_denied(stack: Stack) -> None:
 
 
 def test_requester_cannot_approve_own_request(stack: Stack) -> None:
-    call = submit(stack, key="approving_agent")
+    call = submit_pending(stack, key="approving_agent")
     response = decide(stack, call["request_id"], key="approving_agent")
     assert response.status_code == 403
     assert response.json() == {"ok": False, "error": "requester cannot approve own request"}
 
 
 def test_only_keys_with_the_tools_approver_role_decide(stack: Stack) -> None:
-    call = submit(stack, tool="finance_wire")
+    call = submit_pending(stack, tool="finance_wire")
     for key in ("approver", "operator", "agent2", "admin"):
         assert decide(stack, call["request_id"], key=key).status_code == 403
     assert decide(stack, call["request_id"], key="finance").json()["released"] is True
 
 
 def test_two_approvers_are_needed_for_a_two_man_tool(stack: Stack) -> None:
-    call = submit(stack, tool="two_man")
+    call = submit_pending(stack, tool="two_man")
     first = decide(stack, call["request_id"]).json()
     assert (first["released"], first["approvals"], first["approvals_required"]) == (False, 1, 2)
     assert decide(stack, call["request_id"]).status_code == 409
@@ -156,7 +113,7 @@ def test_two_approvers_are_needed_for_a_two_man_tool(stack: Stack) -> None:
 
 
 def test_approved_call_whose_handler_raises_logs_error_and_stays_spent(stack: Stack) -> None:
-    call = submit(stack, tool="gated_error")
+    call = submit_pending(stack, tool="gated_error")
     outcome = decide(stack, call["request_id"], wait_s=20).json()
     assert outcome == {
         "ok": False,
@@ -171,7 +128,7 @@ def test_approved_call_whose_handler_raises_logs_error_and_stays_spent(stack: St
 
 
 def test_expired_request_is_409(stack: Stack) -> None:
-    call = submit(stack, tool="quick_expiry")
+    call = submit_pending(stack, tool="quick_expiry")
     with stack.client("approver") as http:
         deadline_reached = False
         for _ in range(100):
@@ -186,8 +143,8 @@ def test_expired_request_is_409(stack: Stack) -> None:
 
 
 def test_approvers_see_what_they_may_decide(stack: Stack) -> None:
-    call = submit(stack, args={"amount": 5})
-    finance_call = submit(stack, tool="finance_wire")
+    call = submit_pending(stack, args={"amount": 5})
+    finance_call = submit_pending(stack, tool="finance_wire")
     with stack.client("approver") as http:
         listed = http.get("/v1/approvals").json()["requests"]
     mine = {item["request_id"]: item for item in listed}
@@ -212,7 +169,7 @@ def test_approvers_see_what_they_may_decide(stack: Stack) -> None:
 
 
 def test_requester_cancels_a_pending_call(stack: Stack) -> None:
-    call = submit(stack)
+    call = submit_pending(stack)
     with stack.client("agent") as http:
         response = http.delete(f"/v1/calls/{call['call_id']}")
     assert response.json()["status"] == "cancelled"
@@ -221,7 +178,7 @@ def test_requester_cancels_a_pending_call(stack: Stack) -> None:
 
 
 def test_a_decision_the_approver_was_told_failed_is_never_applied(stack: Stack) -> None:
-    call = submit(stack)
+    call = submit_pending(stack)
     stack.stop("approvals")
     try:
         response = decide(stack, call["request_id"])
@@ -238,7 +195,7 @@ def test_a_decision_the_approver_was_told_failed_is_never_applied(stack: Stack) 
 def test_beat_expires_a_request_nobody_decided(stack: Stack) -> None:
     from router.cli import processes
 
-    call = submit(stack, tool="quick_expiry")
+    call = submit_pending(stack, tool="quick_expiry")
     stack.start("beat", processes.beat_argv(stack.settings))
     try:
         outcome = result(stack, call["call_id"], wait_s=30)

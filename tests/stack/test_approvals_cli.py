@@ -12,7 +12,8 @@ from pathlib import Path
 from router.runtime import Runtime
 from router.settings import Settings
 
-from ..support.stack import REPO, Stack
+from ..support.launcher import REPO
+from ..support.stack import Stack
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

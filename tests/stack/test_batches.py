@@ -15,7 +15,9 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from ..support.stack import REPO, Stack
+from ..support.audit import audit_rows
+from ..support.launcher import REPO
+from ..support.stack import Stack
 
 T = TypeVar("T")
 DEADLINE_S = 60
@@ -62,13 +64,6 @@ def settled(http: httpx.Client, batch_id: str, **expected: int) -> dict[str, Any
         return body if all(body["counts"][k] == v for k, v in expected.items()) else None
 
     return eventually(probe, f"batch {batch_id} to reach {expected}")
-
-
-def audit_rows(stack: Stack, **filters: Any) -> list[dict[str, Any]]:
-    with stack.client("operator") as http:
-        response = http.get("/v1/audit", params={**filters, "limit": 1000})
-    assert response.status_code == 200, response.text
-    return response.json()["rows"]  # type: ignore[no-any-return]
 
 
 def assert_error(response: httpx.Response, code: int, fragment: str) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ..support import services
-from ..support.stack import REPO
+from ..support.launcher import REPO
 
 # The bench's own Redis db: never one of the test-suite's 10-15.
 BENCH_REDIS_DB = 9

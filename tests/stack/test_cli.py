@@ -19,7 +19,8 @@ from router.runtime import Runtime
 from router.settings import Settings
 
 from ..support import services
-from ..support.stack import Stack, stop_group, wait_for_log
+from ..support.launcher import stop_group, wait_for_log
+from ..support.stack import Stack
 
 EXAMPLE_TOOLS = {"echo", "add", "sleep", "fail", "wire"}
 # Redis db of these tests (the README reserves 10-15 for the test-suite).

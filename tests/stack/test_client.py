@@ -19,9 +19,10 @@ import httpx
 import pytest
 
 from router import AsyncClient, CallResult, Client, Unavailable
-from router.client import BatchStatus, wire
+from router.client import BatchStatus, api_requests
 from router.errors import Forbidden, NotAuthenticated, NotFound, RequestError
 
+from ..support.launcher import free_port
 from ..support.scripted_http import (
     Driven,
     ScriptedServer,
@@ -31,7 +32,7 @@ from ..support.scripted_http import (
     echo_result,
     tls_files,
 )
-from ..support.stack import Stack, free_port
+from ..support.stack import Stack
 
 WAIT_S = 30
 
@@ -235,7 +236,7 @@ def test_calls_in_flight_at_once_share_connections_the_next_calls_reuse(flavour:
 def test_calls_beyond_the_pool_wait_for_a_connection(
     flavour: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(wire, "MAX_CONNECTIONS", 2)
+    monkeypatch.setattr(api_requests, "MAX_CONNECTIONS", 2)
 
     with ScriptedServer(echo_after(0.05)) as server, Driven(flavour, server.url) as agent:
         results = agent.at_once("call", [("echo", {"i": i}) for i in range(7)])
@@ -259,7 +260,7 @@ def test_a_connection_idle_past_the_keep_alive_expiry_is_not_reused(
     flavour: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Dropped before the server's keep-alive timeout could close it under a request."""
-    monkeypatch.setattr(wire, "KEEPALIVE_EXPIRY_S", 0.2)
+    monkeypatch.setattr(api_requests, "KEEPALIVE_EXPIRY_S", 0.2)
     with ScriptedServer() as server, Driven(flavour, server.url) as agent:
         assert agent.call("echo", {}).ok
         assert agent.call("echo", {}).ok
@@ -281,7 +282,7 @@ def test_a_connection_idle_past_the_keep_alive_expiry_is_not_reused(
 def test_what_goes_wrong_on_the_wire_is_an_unavailable_value(
     response: bytes | None, flavour: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(wire, "TIMEOUT_MARGIN_S", 0.3)
+    monkeypatch.setattr(api_requests, "TIMEOUT_MARGIN_S", 0.3)
 
     async def spoil(seen: Seen, writer: asyncio.StreamWriter) -> bool:
         if response is None:
@@ -327,7 +328,7 @@ def test_an_answer_that_is_no_result_is_unavailable_for_a_call_else_an_error(
 def test_a_waited_calls_http_timeout_is_its_wait_plus_the_margin(
     flavour: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(wire, "TIMEOUT_MARGIN_S", 0.3)
+    monkeypatch.setattr(api_requests, "TIMEOUT_MARGIN_S", 0.3)
 
     with ScriptedServer(echo_after(0.6)) as server, Driven(flavour, server.url) as agent:
         assert agent.call("echo", {"x": 1}, wait_s=1.2).value == {"x": 1}
@@ -432,10 +433,10 @@ def test_https_is_verified_against_the_systems_ca_bundle_with_one_tls_context(
     monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     try:
         with ScriptedServer(ssl=serving) as server:
-            wire.tls_context.cache_clear()
+            api_requests.tls_context.cache_clear()
             with Driven(flavour, server.url) as stranger:  # the test's CA is not the system's
                 assert stranger.call("echo", {}).status == "unavailable"
-            wire.tls_context.cache_clear()
+            api_requests.tls_context.cache_clear()
             monkeypatch.setenv("SSL_CERT_FILE", str(ca))  # now it is
             made.clear()
             for _ in range(2):
@@ -446,7 +447,7 @@ def test_https_is_verified_against_the_systems_ca_bundle_with_one_tls_context(
             assert len(made) == 1
             assert len(server.seen) == 2
     finally:
-        wire.tls_context.cache_clear()
+        api_requests.tls_context.cache_clear()
 
 
 @pytest.mark.parametrize(
@@ -462,4 +463,4 @@ def test_https_is_verified_against_the_systems_ca_bundle_with_one_tls_context(
 def test_urls_are_joined_to_the_base_url_as_httpx_joins_them(base_url: str) -> None:
     with httpx.Client(base_url=base_url) as http:
         expected = http.build_request("POST", "/v1/calls").url
-    assert httpx.URL(wire.endpoint(base_url, "/v1/calls")) == expected
+    assert httpx.URL(api_requests.endpoint(base_url, "/v1/calls")) == expected

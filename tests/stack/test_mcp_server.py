@@ -31,7 +31,9 @@ from router.mcp.tools import render
 from router.results import CallResult
 from router.settings import Settings
 
-from ..support.stack import REPO, Stack, free_port, stop_group, wait_for_http
+from ..support.audit import audit_events, audit_rows
+from ..support.launcher import REPO, free_port, stop_group, wait_for_http
+from ..support.stack import Stack
 
 STATUS_TOOL = "toolrouter.call_status"
 MODES = ["auto", "legacy"]
@@ -62,28 +64,14 @@ def text_of(result: types.CallToolResult) -> str:
     return content.text
 
 
-def audit_events(stack: Stack, after_seq: int = 0, **filters: Any) -> list[tuple[str, str]]:
+def audit_trail(stack: Stack, after_seq: int = 0, **filters: Any) -> list[tuple[str, str]]:
     """(event, actor) of every audit row matching ``filters`` after ``after_seq``."""
-    return [(row["event"], row["actor"]) for row in audit_rows(stack, after_seq, **filters)]
-
-
-def audit_rows(stack: Stack, after_seq: int = 0, **filters: Any) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    with stack.client("operator") as http:
-        while True:
-            response = http.get(
-                "/v1/audit", params={**filters, "after_seq": after_seq, "limit": 1000}
-            )
-            assert response.status_code == 200, response.text
-            page = response.json()
-            rows.extend(page["rows"])
-            if len(page["rows"]) < 1000:
-                return rows
-            after_seq = page["next_after_seq"]
+    rows = audit_rows(stack, after_seq=after_seq, **filters)
+    return [(row["event"], row["actor"]) for row in rows]
 
 
 def last_seq(stack: Stack) -> int:
-    rows = audit_rows(stack, _last_seen.get(stack.base_url, 0))
+    rows = audit_rows(stack, after_seq=_last_seen.get(stack.base_url, 0))
     if rows:
         _last_seen[stack.base_url] = rows[-1]["seq"]
     return _last_seen.get(stack.base_url, 0)
@@ -143,7 +131,7 @@ def test_a_key_without_the_agent_role_sees_no_tools_and_cannot_call_one(stack: S
     before = last_seq(stack)
     run(scenario)
     # A refusal for want of a role is not an attempt on the tool: nothing is audited.
-    assert audit_events(stack, before) == []
+    assert audit_trail(stack, before) == []
 
 
 # -- tools/call ---------------------------------------------------------------------------
@@ -203,8 +191,8 @@ def test_unknown_tool_and_invalid_arguments_are_error_results_audited_like_http(
     assert text_of(results["unknown"]) == f"unknown tool: {unknown}"
     assert results["invalid"].is_error is True
     assert text_of(results["invalid"]).startswith("invalid arguments: ")
-    assert audit_events(stack, before, tool=unknown) == [("unknown", "agent")]
-    assert audit_events(stack, before, tool="strict") == [("invalid", "agent")]
+    assert audit_trail(stack, before, tool=unknown) == [("unknown", "agent")]
+    assert audit_trail(stack, before, tool="strict") == [("invalid", "agent")]
 
 
 def test_mcp_calls_are_queued_and_audited_like_http_calls(stack: Stack) -> None:
@@ -221,7 +209,7 @@ def test_mcp_calls_are_queued_and_audited_like_http_calls(stack: Stack) -> None:
     # The handler saw the key's name as the requester, as with an HTTP call.
     assert found["value"]["requested_by"] == "agent2"
     assert found["value"]["call_id"] == found["call_id"]
-    events = audit_events(stack, call_id=found["call_id"])
+    events = audit_events(stack, found["call_id"])
     assert events[0] == ("queued", "agent2")
     assert [event for event, _ in events] == ["queued", "ok"]
     with stack.client("agent2") as http:
@@ -258,7 +246,7 @@ def test_gated_call_answers_pending_and_call_status_gives_the_outcome_after_appr
             assert done.structured_content["status"] == "succeeded"
             assert done.structured_content["value"] == {"amount": 5}
             assert json.loads(text_of(done)) == {"amount": 5}
-        events = audit_events(stack, call_id=call_id)
+        events = audit_events(stack, call_id)
         assert events[:2] == [("pending", "agent"), ("approved", "approver")]
         assert [event for event, _ in events] == ["pending", "approved", "ok"]
 
@@ -493,8 +481,8 @@ def test_toolrouter_mcp_serves_the_same_tools_over_stdio(
         assert echoed.structured_content is not None
         assert echoed.structured_content["value"] == {"over": "stdio"}
         call_id = echoed.structured_content["call_id"]
-        assert [event for event, _ in audit_events(stack, call_id=call_id)] == ["queued", "ok"]
-        assert audit_events(stack, call_id=call_id)[0] == ("queued", "agent2")
+        assert [event for event, _ in audit_events(stack, call_id)] == ["queued", "ok"]
+        assert audit_events(stack, call_id)[0] == ("queued", "agent2")
         assert gated.is_error is False
         assert gated.structured_content is not None
         assert gated.structured_content["status"] == "pending"

@@ -19,8 +19,9 @@ from router.runtime import Runtime
 from router.settings import Settings
 
 from ..support import services
+from ..support.launcher import REPO, free_port
 from ..support.services import IN_CI
-from ..support.stack import REPO, Stack, free_port, stack_env
+from ..support.stack import Stack, stack_env
 
 MCP_BIN = REPO / "tests" / "mcp_servers" / "node_modules" / ".bin"
 CONFIG = REPO / "tests" / "mcp_tools.yaml"

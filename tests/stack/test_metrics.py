@@ -6,7 +6,8 @@ import re
 import subprocess
 import sys
 
-from ..support.stack import REPO, Stack
+from ..support.launcher import REPO
+from ..support.stack import Stack
 
 
 def sample(text: str, name: str, labels: str = "") -> float | None:

@@ -19,8 +19,10 @@ from router.settings import Settings
 from workers.celeryconfig import worker_settings
 from workers.execution import Executor
 
-from ..support.faults import PrivateStack, private_stack_in, start_worker, status, wait_for
-from ..support.stack import Stack, stop_group
+from ..support.faults import PrivateStack, private_stack_in, start_worker, status
+from ..support.launcher import stop_group
+from ..support.stack import Stack
+from ..support.waiting import wait_for
 
 
 def test_a_channel_serves_every_use_with_one_client_on_its_own_pool(stack: Stack) -> None:

@@ -55,7 +55,8 @@ from router.trust.keyring import key_file
 
 from ..conftest import BACKENDS
 from ..support import services
-from ..support.stack import REPO, Stack, free_port, stack_env, stop_group, wait_for_http
+from ..support.launcher import REPO, free_port, stop_group, wait_for_http
+from ..support.stack import Stack, stack_env
 from .test_mcp_server import mcp_session, run, text_of
 
 T = TypeVar("T")

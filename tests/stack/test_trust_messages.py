@@ -49,7 +49,9 @@ from router.runtime import Runtime
 from router.trust.keyring import KeyRing, Purpose
 
 from ..support import services
-from ..support.stack import REPO, Stack, free_port, stack_env, stop_group
+from ..support.audit import audit_events
+from ..support.launcher import REPO, free_port, stop_group
+from ..support.stack import Stack, stack_env
 
 UNTRUSTED_DECISION_LOG = "ignored a decision message that no API process made"
 # Where completions were announced before namespaces: nobody may listen there any more.
@@ -186,12 +188,6 @@ def call_status(stack: Stack, call_id: str) -> dict[str, Any]:
 def request_detail(stack: Stack, request_id: str) -> dict[str, Any]:
     with stack.client("operator") as http:
         return http.get(f"/v1/approvals/{request_id}").json()["request"]
-
-
-def audit_events(stack: Stack, call_id: str, key: str = "operator") -> list[tuple[str, str]]:
-    with stack.client(key) as http:
-        rows = http.get("/v1/audit", params={"call_id": call_id}).json()["rows"]
-    return [(row["event"], row["actor"]) for row in rows]
 
 
 def released_by_a_real_approval(stack: Stack, call: dict[str, Any], args: dict[str, Any]) -> None:

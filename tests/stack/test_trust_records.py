@@ -31,8 +31,10 @@ from router.messaging.run_message import message_for
 from router.runtime import Runtime
 from workers.execution import Executor
 
-from ..support.stack import REPO, Stack
-from .test_approvals import audit_events, decide, result, submit
+from ..support.audit import audit_events
+from ..support.calls import decide, result, submit_pending
+from ..support.launcher import REPO
+from ..support.stack import Stack
 
 
 @pytest.fixture
@@ -75,7 +77,7 @@ def test_a_pending_call_swapped_to_a_stricter_tool_is_never_released(
     ledger = tmp_path / "ledger"
     refused = []
     for swap_request in (False, True):
-        call = submit(stack, tool="gated_ledger", args={"path": str(ledger)})
+        call = submit_pending(stack, tool="gated_ledger", args={"path": str(ledger)})
         with rt.engine.begin() as conn:
             conn.execute(
                 text("UPDATE calls SET tool = 'two_man_ledger' WHERE id = :id"),
@@ -92,7 +94,7 @@ def test_a_pending_call_swapped_to_a_stricter_tool_is_never_released(
         assert status(rt, call["call_id"]) == "pending"
     # A legitimate approval afterwards runs through the same worker: the swapped calls
     # would have run before it, had they been released.
-    honest = submit(stack, tool="gated_ledger", args={"path": str(tmp_path / "honest")})
+    honest = submit_pending(stack, tool="gated_ledger", args={"path": str(tmp_path / "honest")})
     assert decide(stack, honest["request_id"], wait_s=30).json()["status"] == "succeeded"
     print(
         f"[{backend(rt)}] tool swap: approvals refused={refused} runs of swapped calls="
@@ -172,7 +174,7 @@ def test_a_hand_written_queued_row_for_a_gated_tool_never_runs(
 
 def test_another_calls_approval_cannot_be_reused(stack: Stack, rt: Runtime, tmp_path: Path) -> None:
     ledger = tmp_path / "ledger"
-    call = submit(stack, tool="gated_ledger", args={"path": str(ledger)})
+    call = submit_pending(stack, tool="gated_ledger", args={"path": str(ledger)})
     assert decide(stack, call["request_id"], wait_s=30).json()["status"] == "succeeded"
     assert runs(ledger) == 1
     copy_id = new_call_id()
@@ -199,7 +201,7 @@ def test_another_calls_approval_cannot_be_reused(stack: Stack, rt: Runtime, tmp_
 
 
 def test_decisions_written_into_the_database_do_not_count(stack: Stack, rt: Runtime) -> None:
-    call = submit(stack, tool="two_man")
+    call = submit_pending(stack, tool="two_man")
     with rt.engine.begin() as conn:
         for ghost in ("ghost1", "ghost2"):
             conn.execute(

@@ -29,7 +29,7 @@ from router.runtime import Runtime
 from router.settings import Settings
 
 from ..support import services
-from ..support.stack import free_port
+from ..support.launcher import free_port
 from ..unit.test_process_definitions import procfile_commands
 
 # Redis db of these tests (the README reserves 10-15 for the test-suite).

@@ -6,19 +6,18 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from router.cli.privredis import free_port, redis_answers, redis_server_binary
-from router.db.store import CallRow
 from router.runtime import Runtime
 from router.settings import Settings
-from router.status import TERMINAL_STATES
 
-from .stack import TEST_CONFIG, spawn_worker, stack_env, wait_for_log
+from .launcher import wait_for_log
+from .stack import TEST_CONFIG, spawn_worker, stack_env
 
 
 @dataclass
@@ -89,33 +88,6 @@ def ledger_runs(path: Path) -> dict[str, int]:
             call_id = line.split()[0]
             runs[call_id] = runs.get(call_id, 0) + 1
     return runs
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
-    """Poll ``predicate`` until it is true; fail naming ``what`` when the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout} s")
-        time.sleep(0.05)
-
-
-def rows_of(runtime: Runtime, call_ids: list[str]) -> dict[str, CallRow | None]:
-    with runtime.store.reading() as conn:
-        return {call_id: runtime.store.get(conn, call_id) for call_id in call_ids}
-
-
-def wait_until_finished(
-    runtime: Runtime, call_ids: list[str], timeout: float
-) -> dict[str, CallRow | None]:
-    """The calls' rows once all are terminal, or as they stand when the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        rows = rows_of(runtime, call_ids)
-        done = all(row is not None and row.status in TERMINAL_STATES for row in rows.values())
-        if done or time.monotonic() > deadline:
-            return rows
-        time.sleep(0.2)
 
 
 def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

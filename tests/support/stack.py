@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,14 +14,9 @@ import httpx
 from router.cli import processes
 from router.settings import Settings
 
-REPO = Path(__file__).resolve().parents[2]
+from .launcher import REPO, Launcher, free_port, wait_for_http, wait_for_log
+
 TEST_CONFIG = REPO / "tests" / "tools.yaml"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -33,7 +26,7 @@ class Stack:
     env: dict[str, str]
     state_dir: Path
     base_url: str = ""
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, init=False)
     keys: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -50,22 +43,12 @@ class Stack:
         headers = {"Authorization": f"Bearer {self.keys[key]}"} if key else {}
         return httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
 
+    def __post_init__(self) -> None:
+        self.launcher = Launcher(self.state_dir, self.env)
+        self.processes = self.launcher.processes
+
     def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        path = self.state_dir / f"{name}.log"
-        offset = log_size(path)
-        with path.open("ab") as log:
-            process = subprocess.Popen(
-                argv,
-                env=self.env,
-                cwd=REPO,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        # Where this run of the process starts writing: ``wait_for_log`` reads from here.
-        process.log_offset = offset  # type: ignore[attr-defined]
-        self.processes[name] = process
-        return process
+        return self.launcher.start(name, argv)
 
     def start_api(self) -> None:
         port = free_port()
@@ -84,16 +67,13 @@ class Stack:
         return process
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 20) -> None:
-        process = self.processes.pop(name)
-        stop_group(process, sig, timeout)
+        self.launcher.stop(name, sig, timeout)
 
     def stop_all(self) -> None:
-        for name in list(self.processes):
-            self.stop(name)
+        self.launcher.stop_all()
 
     def log(self, name: str) -> str:
-        path = self.state_dir / f"{name}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+        return self.launcher.log(name)
 
 
 TOOL_QUEUES = "tools.low,tools.medium,tools.high"
@@ -120,18 +100,8 @@ def spawn_worker(
     name: str, env: dict[str, str], log: Path, *, queues: str = "tools.low", concurrency: int = 1
 ) -> subprocess.Popen[bytes]:
     """A worker of a test's own, in its own process group, logging to ``log``."""
-    offset = log_size(log)
-    with log.open("ab") as handle:
-        process = subprocess.Popen(
-            worker_argv(name, queues, concurrency=concurrency),
-            env=env,
-            cwd=REPO,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    process.log_offset = offset  # type: ignore[attr-defined]
-    return process
+    launcher = Launcher(log.parent, env)
+    return launcher.start(log.stem, worker_argv(name, queues, concurrency=concurrency))
 
 
 def worker_argv(name: str, queues: str, *, concurrency: int) -> list[str]:
@@ -151,64 +121,6 @@ def worker_argv(name: str, queues: str, *, concurrency: int) -> list[str]:
         "--without-mingle",
         "--without-gossip",
     )
-
-
-def stop_group(
-    process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 20
-) -> None:
-    try:
-        os.killpg(process.pid, sig)
-        process.wait(timeout=timeout)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
-
-
-def wait_for_http(
-    url: str, process: subprocess.Popen[bytes], log: str, timeout: float = 60
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"process exited before {url} answered:\n{log}")
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer within {timeout} s")
-
-
-def log_size(path: Path) -> int:
-    return path.stat().st_size if path.exists() else 0
-
-
-def wait_for_log(
-    path: Path,
-    needle: str,
-    process: subprocess.Popen[bytes],
-    timeout: float = 60,
-    *,
-    after: int | None = None,
-) -> None:
-    """Wait until ``needle`` is logged by ``process``: after byte ``after`` of the file
-    (default: where the process started writing), so a line an earlier run of the same
-    process left in the log does not count."""
-    start = getattr(process, "log_offset", 0) if after is None else after
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = path.read_bytes()[start:].decode(errors="replace") if path.exists() else ""
-        if needle in text:
-            return
-        if process.poll() is not None:
-            raise RuntimeError(f"process exited before logging {needle!r}:\n{text}")
-        time.sleep(0.1)
-    raise RuntimeError(f"{needle!r} not logged within {timeout} s in {path}")
 
 
 def stack_env(

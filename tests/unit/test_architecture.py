@@ -8,7 +8,7 @@ from pathlib import Path
 
 import router
 
-from ..support.stack import REPO
+from ..support.launcher import REPO
 
 
 def imported_modules(path: Path) -> set[str]:

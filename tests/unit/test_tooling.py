@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ..support.stack import REPO
+from ..support.launcher import REPO
 
 CHECKS = {
     "ruff-lint": [
