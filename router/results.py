@@ -45,6 +45,8 @@ class CallResult:
     request_id: str | None = None
     # Set when a fallback answered instead of the tool called.
     answered_by: str | None = None
+    # For an unknown tool: registered names close to the one asked for.
+    did_you_mean: tuple[str, ...] = ()
     http_status: int = 200
 
     @property
@@ -83,6 +85,7 @@ class CallResult:
             error=body.get("error"),
             error_type=body.get("error_type"),
             request_id=body.get("request_id"),
+            did_you_mean=tuple(body.get("did_you_mean") or ()),
             http_status=http_status,
         )
 
@@ -104,6 +107,8 @@ class CallResult:
             body["error"] = self.error
         if self.error_type is not None:
             body["error_type"] = self.error_type
+        if self.did_you_mean:
+            body["did_you_mean"] = list(self.did_you_mean)
         flag = _FLAGS.get(self.status)
         if flag:
             # Only the approval outcomes name their request (SPEC §4 shapes).
@@ -120,8 +125,8 @@ _FLAGS: dict[str, str] = {
 }
 
 
-def rejected(tool: str | None, error: str) -> CallResult:
-    return CallResult(status=REJECTED, tool=tool, error=error)
+def rejected(tool: str | None, error: str, *, did_you_mean: tuple[str, ...] = ()) -> CallResult:
+    return CallResult(status=REJECTED, tool=tool, error=error, did_you_mean=did_you_mean)
 
 
 def unavailable(message: str, *, tool: str | None = None) -> CallResult:

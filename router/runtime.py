@@ -38,7 +38,7 @@ from .settings import Settings
 from .tools.config import PYTHON_CALLS_PER_MESSAGE, ToolConfig, load_config
 from .tools.mcp_client import McpConnections, parse_servers
 from .tools.ranking import Ranker
-from .tools.registry import ToolRegistry
+from .tools.registry import ToolRegistry, import_handlers_from
 from .tools.routing import Rule, parse_rules
 from .trust.keyring import KeyRing, load_keyring
 from .trust.redaction import Redactor, redact_logs
@@ -88,7 +88,9 @@ class Runtime:
 
     @cached_property
     def tool_config(self) -> ToolConfig:
-        config = load_config(self.settings.config)
+        config = load_config(self.settings.config, required=self.settings.config_given)
+        if self.settings.config.is_file():
+            import_handlers_from(self.settings.config.resolve().parent)
         # From here on nothing this process logs carries a ${VAR} secret's value.
         redact_logs(config.redactor)
         return config

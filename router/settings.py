@@ -123,6 +123,11 @@ class Settings(BaseSettings):
     def resolved_secrets_dir(self) -> Path:
         return self.secrets_dir.expanduser().resolve()
 
+    @property
+    def config_given(self) -> bool:
+        """Whether the config file was named (``TOOLROUTER_CONFIG``): then it must exist."""
+        return "config" in self.model_fields_set
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:

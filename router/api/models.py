@@ -102,6 +102,10 @@ class CallResultModel(BaseModel):
     request_id: str | None = Field(
         default=None, description="The approval request, with `pending`, `denied` or `expired`"
     )
+    did_you_mean: list[str] | None = Field(
+        default=None,
+        description="For an unknown tool: registered tool names close to the one asked for",
+    )
 
 
 class ErrorModel(BaseModel):

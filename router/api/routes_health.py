@@ -6,7 +6,7 @@ from typing import Any
 
 import redis
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from sqlalchemy import text
 
 from .deps import in_thread, runtime_of
@@ -27,6 +27,17 @@ async def prometheus_metrics(request: Request) -> Response:
     requests, approval wait time; gathered across the API and every worker."""
     body, content_type = await in_thread(exposition, runtime_of(request))
     return Response(body, media_type=content_type)
+
+
+@router.get("/", include_in_schema=False)
+async def home() -> RedirectResponse:
+    """People who open the API's address land in the approval inbox."""
+    return RedirectResponse("/ui/", status_code=307)
+
+
+@router.get("/favicon.ico", include_in_schema=False)
+async def favicon() -> RedirectResponse:
+    return RedirectResponse("/ui/static/favicon.svg", status_code=301)
 
 
 @router.get("/healthz")

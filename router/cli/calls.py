@@ -38,4 +38,7 @@ def call(
         "POST", "/v1/calls", key=key, role="agent", json_body=body, timeout=wait_s + 30
     )
     click.echo(json.dumps(result, indent=2))
+    suggestions = result.get("did_you_mean")
+    if isinstance(suggestions, list) and suggestions:
+        click.echo(f"did you mean: {', '.join(map(str, suggestions))}?", err=True)
     sys.exit(0 if result.get("ok") else 1)

@@ -61,17 +61,17 @@ def worker(risk: str, concurrency: int | None) -> None:
     processes.exec_argv(processes.worker_argv(settings, risk, concurrency))
 
 
-@main.group(invoke_without_command=True)
-@click.pass_context
-def approvals(ctx: click.Context) -> None:
-    """Without a subcommand: run the approval worker (queues approvals and maintenance).
+@main.command("approval-worker")
+def approval_worker() -> None:
+    """Run the approval worker (queues approvals and maintenance)."""
+    settings = get_settings()
+    runtime()
+    processes.exec_argv(processes.approvals_argv(settings))
 
-    With one: list, approve or deny requests as an approver (through the HTTP API).
-    """
-    if ctx.invoked_subcommand is None:
-        settings = get_settings()
-        runtime()
-        processes.exec_argv(processes.approvals_argv(settings))
+
+@main.group()
+def approvals() -> None:
+    """List, approve or deny requests as an approver (through the HTTP API)."""
 
 
 approvals_cli.register(approvals)

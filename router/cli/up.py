@@ -21,13 +21,15 @@ import httpx
 
 from ..constants import RISK_LEVELS
 from ..errors import ConfigError, SchemaOutdated, Unavailable
-from ..files import private_dir, private_file
+from ..files import private_file
 from ..messaging.celery_app import LOCAL_REDIS_URL, private_redis_url_file
 from ..metrics import metrics_dir
 from ..runtime import Runtime
 from ..settings import Settings
+from ..tools.config import config_in_use
 from . import processes
-from .demo import ensure_demo_keys
+from .demo import demo_keys_file, ensure_demo_keys
+from .preflight import UpRefused, check_ports, hold_state_dir
 from .privredis import redis_answers, start_private_redis
 
 STOP_GRACE_S = 10.0
@@ -73,7 +75,31 @@ def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
 
 
 def run_up(settings: Settings) -> int:
-    private_dir(settings.state_dir)
+    # The config first: a mistake in it stops `up` before anything is started or touched.
+    checking = Runtime(settings)
+    try:
+        _ = checking.registry
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        checking.close()
+    try:
+        lock = hold_state_dir(settings)
+    except UpRefused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        check_ports(settings)
+        return _run(settings)
+    except UpRefused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        lock.release()
+
+
+def _run(settings: Settings) -> int:
     state_dir = settings.state_dir.resolve()
     children: list[Child] = []
     private_redis = None
@@ -102,9 +128,10 @@ def run_up(settings: Settings) -> int:
             "TOOLROUTER_REDIS_URL": redis_url,
             "TOOLROUTER_DATABASE_URL": settings.resolved_database_url,
             "TOOLROUTER_STATE_DIR": str(state_dir),
-            "TOOLROUTER_CONFIG": str(settings.config.resolve()),
             "PYTHONUNBUFFERED": "1",
         }
+        if settings.config_given or settings.config.is_file():
+            env["TOOLROUTER_CONFIG"] = str(settings.config.resolve())
         runtime = Runtime(settings)
         try:
             runtime.prepare()
@@ -186,12 +213,15 @@ def _banner(settings: Settings, api_url: str, tokens: dict[str, str] | None, pas
         f"  API      {api_url}   (OpenAPI: {api_url}/docs)",
         f"  Flower   http://127.0.0.1:{settings.flower_port}   "
         f"(user {settings.flower_user}, password {password})",
+        f"  inbox    {api_url}/ui/",
         f"  state    {Path(settings.state_dir).resolve()}",
+        f"  config   {config_in_use(settings.config, required=settings.config_given)}",
     ]
     if tokens:
         lines += [
             f"  demo agent key     {tokens.get('agent')}",
             f"  demo approver key  {tokens.get('approver')}",
+            f"  (demo keys kept in {demo_keys_file(settings)})",
         ]
     lines += ["  Ctrl-C stops everything.", ""]
     print("\n".join(lines), flush=True)

@@ -6,7 +6,7 @@ Shared by single and bulk submission, so both refuse exactly the same calls.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..audit import entries
 from ..audit.log import AuditEntry
@@ -57,7 +57,11 @@ class Checks:
         tool = self.registry.get(name)
         if tool is None:
             label = echo_name(name)
-            return rejection(requested_by, label, AuditEvent.UNKNOWN, f"unknown tool: {label}")
+            refused = rejection(requested_by, label, AuditEvent.UNKNOWN, f"unknown tool: {label}")
+            if not isinstance(name, str):
+                return refused
+            hint = tuple(self.registry.similar_names(name))
+            return Refused(replace(refused.result, did_you_mean=hint), refused.audit)
         problem, canonical = self._check_arguments(tool, args)
         if problem is not None and problem.startswith(TOO_LARGE):
             return Refused(bad_request(problem, tool=tool.name, http_status=413))

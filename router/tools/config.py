@@ -329,9 +329,32 @@ def _parse(text: str, *, file: str, env: Mapping[str, str], used: dict[str, str]
     return ToolConfig(tools=tuple(tools), mcp_servers=servers, routing=routing, secrets=used)
 
 
-def load_config(path: Path, env: Mapping[str, str] | None = None) -> ToolConfig:
-    """Load ``path``; when it does not exist, the built-in example config."""
-    if path.exists():
-        return parse_config(path.read_text(encoding="utf-8"), file=str(path), env=env)
-    text = resources.files("router").joinpath(EXAMPLE_CONFIG).read_text(encoding="utf-8")
-    return parse_config(text, file=f"<built-in {EXAMPLE_CONFIG}>", env=env)
+def load_config(
+    path: Path, env: Mapping[str, str] | None = None, *, required: bool = False
+) -> ToolConfig:
+    """Load ``path``. When it does not exist: an error if the file was named (``required``),
+    else the built-in example config."""
+    if path.is_file():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read it: {exc}", file=str(path)) from None
+        return parse_config(text, file=str(path), env=env)
+    if required or path.exists():
+        what = "is not a file" if path.exists() else "does not exist"
+        raise ConfigError(f"TOOLROUTER_CONFIG names {str(path)!r}, which {what}")
+    return parse_config(builtin_config_text(), file=BUILTIN_CONFIG_LABEL, env=env)
+
+
+BUILTIN_CONFIG_LABEL = f"<built-in {EXAMPLE_CONFIG}>"
+
+
+def builtin_config_text() -> str:
+    return resources.files("router").joinpath(EXAMPLE_CONFIG).read_text(encoding="utf-8")
+
+
+def config_in_use(path: Path, *, required: bool) -> str:
+    """What a banner names as the config: the file's absolute path, or the built-in one."""
+    if path.is_file() or required:
+        return str(path.resolve())
+    return f"{BUILTIN_CONFIG_LABEL} (no {path} here)"

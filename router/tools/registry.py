@@ -6,10 +6,13 @@ Names are looked up in a ``dict`` and nothing else: never through attributes, so
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jsonschema import exceptions as schema_errors
@@ -81,6 +84,14 @@ class Tool:
             "handler_kind": spec.handler.kind,
             "version": spec.version,
         }
+
+
+def import_handlers_from(folder: Path) -> None:
+    """Let handler modules resolve relative to ``folder`` (the config file's), before the
+    working directory, so every command loads the same tools wherever it is started."""
+    entry = str(folder)
+    if entry not in sys.path:
+        sys.path.insert(0, entry)
 
 
 def resolve_callable(path: str) -> Handler:
@@ -161,6 +172,10 @@ class ToolRegistry:
 
     def __contains__(self, name: object) -> bool:
         return self.get(name) is not None
+
+    def similar_names(self, name: str) -> list[str]:
+        """Registered names close to ``name``, best first: a typo's likely meaning."""
+        return difflib.get_close_matches(name, list(self._tools), n=3, cutoff=0.6)
 
     def __iter__(self) -> Iterator[Tool]:
         return iter(sorted(self._tools.values(), key=lambda tool: tool.name))

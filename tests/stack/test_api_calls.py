@@ -253,7 +253,17 @@ def test_unknown_tool_is_rejected_without_a_call_id(stack: Stack) -> None:
         "status": "rejected",
         "tool": "search",
         "error": "unknown tool: search",
+        # The message stays exact; the registered names close to it come beside it.
+        "did_you_mean": ["search_backup", "search_primary", "echo"],
     }
+
+
+def test_a_typo_in_a_tool_name_gets_suggestions_and_nonsense_gets_none(stack: Stack) -> None:
+    with stack.client() as http:
+        typo = submit(http, "ehco", {})
+        nonsense = submit(http, "zzzzqqqq", {})
+    assert (typo["error"], typo["did_you_mean"][0]) == ("unknown tool: ehco", "echo")
+    assert "did_you_mean" not in nonsense
 
 
 def test_invalid_arguments_are_rejected_without_a_call_id(stack: Stack) -> None:
@@ -653,6 +663,17 @@ def test_health_endpoints_answer_without_a_key(stack: Stack, path: str) -> None:
         response = http.get(path)
     assert response.status_code == 200
     assert response.json() == {"ok": True}
+
+
+def test_the_api_address_leads_people_to_the_inbox_which_has_an_icon(stack: Stack) -> None:
+    with stack.client("") as http:
+        home = http.get("/", follow_redirects=True)
+        icon = http.get("/favicon.ico", follow_redirects=True)
+    assert home.status_code == 200
+    assert str(home.url).endswith("/ui/")
+    assert 'rel="icon"' in home.text
+    assert icon.status_code == 200
+    assert icon.headers["content-type"].startswith("image/svg+xml")
 
 
 def test_openapi_document_answers_without_a_key(stack: Stack) -> None:

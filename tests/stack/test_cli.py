@@ -56,7 +56,7 @@ class Home:
 
     def __init__(self, tmp: Path, **extra: str) -> None:
         self.cwd, self.state_dir = tmp / "cwd", tmp / "state"
-        self.cwd.mkdir()
+        self.cwd.mkdir(parents=True)
         self.env = clean_env(TOOLROUTER_STATE_DIR=str(self.state_dir), **extra)
 
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -258,6 +258,35 @@ def test_tools_reports_a_broken_config_by_file_and_tool(home: Home) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_handlers_resolve_beside_the_config_file_from_any_directory(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "shop_handlers.py").write_text(
+        "def refund(args, ctx):\n    return args\n", encoding="utf-8"
+    )
+    config = project / "toolrouter.yaml"
+    config.write_text(
+        'tools:\n  - {name: refund, handler: "shop_handlers:refund", risk: high}\n',
+        encoding="utf-8",
+    )
+    # As Claude Desktop starts `toolrouter mcp`: from some other directory.
+    elsewhere = Home(tmp_path / "elsewhere-home", TOOLROUTER_CONFIG=str(config))
+    out = ok(elsewhere.run("tools"))
+    assert [line.split("\t")[:3] for line in out.splitlines()] == [["refund", "high", "gated"]]
+
+
+def test_a_named_config_that_does_not_exist_is_an_error_not_the_example_tools(
+    tmp_path: Path,
+) -> None:
+    named = tmp_path / "typo.yaml"
+    home = Home(tmp_path / "home", TOOLROUTER_CONFIG=str(named))
+    result = home.run("tools")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"error: config error: TOOLROUTER_CONFIG names {str(named)!r}, which does not exist"
+    )
+
+
 def test_audit_verify_is_ok_on_a_fresh_state_dir(home: Home) -> None:
     out = ok(home.run("audit", "verify"))
     assert "ok" in out
@@ -314,3 +343,13 @@ def test_call_that_does_not_succeed_exits_non_zero(stack: Stack, tmp_path: Path)
     assert refused.returncode != 0
     assert json.loads(refused.stdout)["ok"] is False
     assert "Traceback" not in unknown.stderr + refused.stderr
+    typo = toolrouter("call", "ehco", "--key", stack.keys["agent"], env=env, cwd=tmp_path)
+    assert typo.returncode == 1
+    assert typo.stderr.strip().startswith("did you mean: echo"), typo.stderr
+
+
+def test_approvals_without_a_subcommand_shows_help_and_starts_nothing(home: Home) -> None:
+    shown = home.run("approvals", timeout=60)
+    assert "list" in shown.stdout + shown.stderr and "approve" in shown.stdout + shown.stderr
+    assert "Usage" in shown.stdout + shown.stderr
+    assert not home.state_dir.exists()

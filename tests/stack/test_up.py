@@ -248,6 +248,8 @@ def test_up_runs_every_process_serves_a_call_and_stops_cleanly_on_ctrl_c(
         assert password and password in output
         assert_flower_answers(flower_url, password)
 
+        assert_a_second_copy_is_refused(env, cwd, tmp_path, api_url, api_port)
+
         started = psutil.Process(up.process.pid).children(recursive=True)
         assert len(started) >= len(names)
         up.process.send_signal(signal.SIGINT)
@@ -274,6 +276,63 @@ def test_up_runs_every_process_serves_a_call_and_stops_cleanly_on_ctrl_c(
         assert keys.authenticate(approver_key).roles == {"approver"}
     finally:
         runtime.close()
+
+
+def run_up_once(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`toolrouter up` expected to refuse: it must exit by itself, quickly or not."""
+    return subprocess.run(
+        [sys.executable, "-m", "router.cli.main", "up"],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def assert_a_second_copy_is_refused(
+    env: dict[str, str], cwd: Path, tmp_path: Path, api_url: str, api_port: int
+) -> None:
+    """A second `up` on the running copy's state directory, or on its ports, says so in one
+    line, starts nothing, and leaves the running copy's files alone: its /metrics, whose
+    folder a second copy used to delete, still answers."""
+    same_state = run_up_once(env, cwd)
+    assert same_state.returncode == 2, same_state.stdout + same_state.stderr
+    assert "already running on" in same_state.stderr, same_state.stderr
+    assert len(same_state.stderr.strip().splitlines()) == 1, same_state.stderr
+    assert "toolrouter is up" not in same_state.stdout
+
+    other_state = tmp_path / "other-state"
+    same_ports = run_up_once({**env, "TOOLROUTER_STATE_DIR": str(other_state)}, cwd)
+    assert same_ports.returncode == 2, same_ports.stdout + same_ports.stderr
+    assert f"port {api_port} on 127.0.0.1 (the API) is in use" in same_ports.stderr
+    assert "TOOLROUTER_API_PORT" in same_ports.stderr
+    assert not (other_state / "toolrouter.db").exists()
+
+    with httpx.Client(timeout=30) as http:
+        metrics = http.get(f"{api_url}/metrics")
+    assert metrics.status_code == 200, metrics.text[:2000]
+    assert "toolrouter_calls_total" in metrics.text
+
+
+@pytest.mark.parametrize("named", ["missing.yaml", ""], ids=["missing-file", "empty"])
+def test_up_refuses_a_config_setting_that_names_no_file_before_touching_anything(
+    tmp_path: Path, named: str
+) -> None:
+    cwd, state_dir = tmp_path / "cwd", tmp_path / "state"
+    cwd.mkdir()
+    env = clean_env(
+        TOOLROUTER_STATE_DIR=str(state_dir),
+        TOOLROUTER_CONFIG=named,
+        TOOLROUTER_API_PORT=str(free_port()),
+        TOOLROUTER_FLOWER_PORT=str(free_port()),
+    )
+    refused = run_up_once(env, cwd)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stderr.startswith("error: config error: TOOLROUTER_CONFIG names"), refused.stderr
+    assert "Traceback" not in refused.stdout + refused.stderr
+    assert not state_dir.exists()
 
 
 def assert_flower_answers(url: str, password: str) -> None:

@@ -141,7 +141,7 @@ BUILDERS: dict[str, tuple[Callable[..., list[str]], Builder]] = {
         processes.worker_argv,
         lambda s, p: processes.worker_argv(s, p["risk"], p["concurrency"]),
     ),
-    "approvals": (processes.approvals_argv, lambda s, p: processes.approvals_argv(s)),
+    "approval-worker": (processes.approvals_argv, lambda s, p: processes.approvals_argv(s)),
     "beat": (processes.beat_argv, lambda s, p: processes.beat_argv(s)),
     "flower": (processes.flower_argv, lambda s, p: processes.flower_argv(s)),
 }

@@ -1,0 +1,82 @@
+"""What `toolrouter up` checks before it starts or touches anything: the config, that no
+other copy runs on the same state directory, and that its ports are free."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+from dataclasses import dataclass
+from typing import IO
+
+from ..files import private_dir
+from ..settings import Settings
+
+LOCK_FILE = "up.lock"
+
+
+class UpRefused(Exception):
+    """`up` cannot start; the message is the one line to show."""
+
+
+@dataclass
+class StateLock:
+    """Held while `up` runs: the OS drops it when the process ends, however it ends."""
+
+    handle: IO[str]
+
+    def release(self) -> None:
+        self.handle.close()
+
+
+def hold_state_dir(settings: Settings) -> StateLock:
+    """Take the state directory for this `up`, or say which copy already has it."""
+    state_dir = settings.state_dir.resolve()
+    private_dir(state_dir)
+    path = state_dir / LOCK_FILE
+    handle = path.open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise UpRefused(
+            f"toolrouter is already running on {state_dir} (pid {holder}); stop it first, "
+            "or give this copy another TOOLROUTER_STATE_DIR"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return StateLock(handle)
+
+
+def check_ports(settings: Settings) -> None:
+    """Each port `up` serves on must be free now, or nothing starts."""
+    wanted = [
+        ("the API", "TOOLROUTER_API_PORT", settings.api_host, settings.api_port),
+        ("Flower", "TOOLROUTER_FLOWER_PORT", settings.flower_host, settings.flower_port),
+    ]
+    for what, setting, host, port in wanted:
+        if not port_is_free(host, port):
+            raise UpRefused(
+                f"port {port} on {host} ({what}) is in use, by another toolrouter or another "
+                f"program; free it or set {setting}"
+            )
+
+
+def port_is_free(host: str, port: int) -> bool:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return True  # the server itself will report a name it cannot bind
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        # As the servers bind: a port left in TIME_WAIT by a stopped copy counts as free.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError:
+            return False
+    return True
