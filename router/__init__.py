@@ -1,26 +1,70 @@
 """toolrouter's core: tools, the dispatcher, the store, the audit log, the HTTP API.
 
 The core imports neither ``workers`` nor ``approvals``; it reaches them by Celery task name.
+Its public names load on first use, so the command line starts without the client's or
+the registry's dependencies.
 """
 
-from .client import AsyncClient, Client
-from .clock import FakeClock, wall_clock_ms
-from .context import CallContext
-from .errors import (
-    BadRequest,
-    ConfigError,
-    Conflict,
-    Forbidden,
-    NotAuthenticated,
-    NotFound,
-    RetryableError,
-    ToolrouterError,
-    Unavailable,
-)
-from .results import CallResult
-from .settings import Settings, get_settings
-from .status import AuditEvent, CallStatus, Role
-from .tools.registry import Tool, ToolRegistry
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .client import AsyncClient, Client
+    from .clock import FakeClock, wall_clock_ms
+    from .context import CallContext
+    from .errors import (
+        BadRequest,
+        ConfigError,
+        Conflict,
+        Forbidden,
+        NotAuthenticated,
+        NotFound,
+        RetryableError,
+        ToolrouterError,
+        Unavailable,
+    )
+    from .results import CallResult
+    from .settings import Settings, get_settings
+    from .status import AuditEvent, CallStatus, Role
+    from .tools.registry import Tool, ToolRegistry
+
+# Where each public name lives.
+_HOMES = {
+    "AsyncClient": ".client",
+    "Client": ".client",
+    "FakeClock": ".clock",
+    "wall_clock_ms": ".clock",
+    "CallContext": ".context",
+    "BadRequest": ".errors",
+    "ConfigError": ".errors",
+    "Conflict": ".errors",
+    "Forbidden": ".errors",
+    "NotAuthenticated": ".errors",
+    "NotFound": ".errors",
+    "RetryableError": ".errors",
+    "ToolrouterError": ".errors",
+    "Unavailable": ".errors",
+    "CallResult": ".results",
+    "Settings": ".settings",
+    "get_settings": ".settings",
+    "AuditEvent": ".status",
+    "CallStatus": ".status",
+    "Role": ".status",
+    "Tool": ".tools.registry",
+    "ToolRegistry": ".tools.registry",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'router' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     # agents and approvers

@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     # Flower's basic-auth password; empty: one is generated on first use and kept in the
     # state directory (`toolrouter up` prints it).
     flower_password: str = ""
+    # On Ctrl-C, how long `toolrouter up` lets running handlers finish before it kills
+    # them (a second Ctrl-C kills at once); calls still queued stay queued either way.
+    stop_grace_s: float = Field(default=30.0, ge=0)
 
     # Scopes every queue, channel and Redis key of this deployment; empty: derived from
     # the database's address, so two deployments on one Redis never mix.

@@ -24,14 +24,18 @@ def _print(body: dict[str, object]) -> None:
 
 @click.command("list")
 @click.option("--status", default="pending")
+@click.option("--json", "as_json", is_flag=True, help="The requests as one JSON array")
 @KEY_OPTION
-def list_requests(status: str, key: str | None) -> None:
+def list_requests(status: str, as_json: bool, key: str | None) -> None:
     """Requests this key may decide."""
     body = api_request("GET", f"/v1/approvals?status={status}", key=key, role="approver")
     if not body.get("ok"):
         _print(body)
     requests = body.get("requests") or []
     assert isinstance(requests, list)
+    if as_json:
+        click.echo(json.dumps(requests, indent=2, sort_keys=True))
+        return
     if not requests:
         click.echo(f"no {status} requests for this key")
     for item in requests:

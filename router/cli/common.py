@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from ..errors import ConfigError, SchemaOutdated, Unavailable
-from ..runtime import Runtime
 from ..settings import get_settings
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
 
 
 def runtime(prepare: bool = True, *, tools: bool = True) -> Runtime:
     """A runtime on the shared settings; schema checked (or upgraded, on SQLite) first, and
     the tool config loaded unless the command has no use for it (keys, audit, db)."""
+    # Imported here: commands that talk to the API start without the runtime's weight.
+    from ..runtime import Runtime
+
     rt = Runtime(get_settings())
     if prepare:
         try:

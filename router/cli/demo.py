@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..auth.keys import KeyStore
 from ..files import private_dir
 from ..messaging.namespace import Namespace
 from ..settings import Settings
+
+if TYPE_CHECKING:
+    from ..auth.keys import KeyStore
 
 DEMO_KEYS = {"agent": ("demo-agent", ["agent"]), "approver": ("demo-approver", ["approver"])}
 

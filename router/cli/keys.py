@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
 from ..errors import ToolrouterError
@@ -47,8 +49,13 @@ def keys_revoke(name: str) -> None:
 
 
 @keys.command("list")
-def keys_list() -> None:
+@click.option("--json", "as_json", is_flag=True, help="As one JSON array")
+def keys_list(as_json: bool) -> None:
     """List keys (never their tokens)."""
-    for key in runtime(tools=False).keys.list():
+    found = runtime(tools=False).keys.list()
+    if as_json:
+        click.echo(json.dumps(found, indent=2, sort_keys=True, default=str))
+        return
+    for key in found:
         state = "revoked" if key["revoked"] else "active"
         click.echo(f"{key['name']}\t{','.join(key['roles'])}\t{state}")  # type: ignore[arg-type]

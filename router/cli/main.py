@@ -15,8 +15,11 @@ from . import audit as audit_cli
 from . import batch as batch_cli
 from . import calls as calls_cli
 from . import db as db_cli
+from . import init as init_cli
 from . import keys as keys_cli
+from . import logs as logs_cli
 from . import processes
+from . import status as status_cli
 from . import tools as tools_cli
 from .common import fail, runtime
 
@@ -34,11 +37,12 @@ def main() -> None:
 
 
 @main.command()
-def up() -> None:
+@click.option("--verbose", is_flag=True, help="Also stream every process's log here")
+def up(verbose: bool) -> None:
     """Run everything on this machine (api, workers, approval worker, beat, Flower)."""
     from .up import run_up
 
-    sys.exit(run_up(get_settings()))
+    sys.exit(run_up(get_settings(), verbose=verbose))
 
 
 @main.command()
@@ -128,6 +132,9 @@ def mcp(key: str | None) -> None:
 
 
 main.add_command(db_cli.db)
+main.add_command(init_cli.init)
+main.add_command(logs_cli.logs)
+main.add_command(status_cli.status)
 main.add_command(keys_cli.keys)
 main.add_command(tools_cli.tools)
 main.add_command(tools_cli.stats)

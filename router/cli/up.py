@@ -1,7 +1,7 @@
 """`toolrouter up`: every process on one machine, stopped together on Ctrl-C.
 
-Each child runs in its own session (process group), so stopping it also stops the
-pool processes it forked; nothing is left behind.
+Quiet by default: the terminal gets one banner and a line per notable event; each
+process's own output goes to ``<state_dir>/logs/<process>.log`` (``toolrouter logs``).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 import httpx
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from ..constants import RISK_LEVELS
 from ..errors import ConfigError, SchemaOutdated, Unavailable
@@ -28,53 +28,17 @@ from ..runtime import Runtime
 from ..settings import Settings
 from ..tools.config import config_in_use
 from . import processes
+from .children import Child, open_logs, record_running, running_file, stop_all
 from .demo import demo_keys_file, ensure_demo_keys
 from .preflight import UpRefused, check_ports, hold_state_dir
 from .privredis import redis_answers, start_private_redis
 
-STOP_GRACE_S = 10.0
+# How long the processes get to answer (the API) and consume (the workers) at start.
+READY_TIMEOUT_S = 120.0
+PRIVATE_REDIS_GRACE_S = 10.0
 
 
-@dataclass
-class Child:
-    name: str
-    argv: list[str]
-    process: subprocess.Popen[bytes] | None = None
-    pumps: list[threading.Thread] = field(default_factory=list)
-
-
-def _pump(name: str, stream: IO[bytes], width: int) -> None:
-    for line in iter(stream.readline, b""):
-        sys.stdout.write(f"{name:<{width}} | {line.decode('utf-8', 'replace')}")
-        sys.stdout.flush()
-
-
-def _stop(children: list[Child], grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM every process group, then SIGKILL whatever is still there after the grace."""
-    for child in children:
-        if child.process and child.process.poll() is None:
-            _signal_group(child.process, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for child in children:
-        if child.process is None:
-            continue
-        try:
-            child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        # The leader may be gone while its pool children linger: always sweep the group.
-        _signal_group(child.process, signal.SIGKILL)
-        child.process.wait()
-
-
-def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
-    try:
-        os.killpg(process.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def run_up(settings: Settings) -> int:
+def run_up(settings: Settings, *, verbose: bool = False) -> int:
     # The config first: a mistake in it stops `up` before anything is started or touched.
     checking = Runtime(settings)
     try:
@@ -91,7 +55,7 @@ def run_up(settings: Settings) -> int:
         return 2
     try:
         check_ports(settings)
-        return _run(settings)
+        return _run(settings, verbose)
     except UpRefused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -99,7 +63,19 @@ def run_up(settings: Settings) -> int:
         lock.release()
 
 
-def _run(settings: Settings) -> int:
+class Signals:
+    """The first Ctrl-C (or SIGTERM) stops warm; a second one stops at once."""
+
+    def __init__(self) -> None:
+        self.stopping, self.stop_now = threading.Event(), threading.Event()
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+
+    def _on_signal(self, _signum: int, _frame: object) -> None:
+        (self.stop_now if self.stopping.is_set() else self.stopping).set()
+
+
+def _run(settings: Settings, verbose: bool) -> int:
     state_dir = settings.state_dir.resolve()
     children: list[Child] = []
     private_redis = None
@@ -107,13 +83,7 @@ def _run(settings: Settings) -> int:
     marker.unlink(missing_ok=True)
     # Metric samples of an earlier run would be summed into this one's.
     shutil.rmtree(metrics_dir(settings), ignore_errors=True)
-    stopping = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    signals = Signals()
     try:
         if settings.redis_url:
             redis_url = settings.redis_url
@@ -142,71 +112,95 @@ def _run(settings: Settings) -> int:
         finally:
             runtime.close()
         password = processes.flower_password(settings)
-        specs = [("api", processes.api_argv(settings))]
-        specs += [(f"worker-{risk}", processes.worker_argv(settings, risk)) for risk in RISK_LEVELS]
-        specs += [
-            ("approvals", processes.approvals_argv(settings)),
-            ("beat", processes.beat_argv(settings)),
-            ("flower", processes.flower_argv(settings)),
-        ]
-        width = max(len(name) for name, _ in specs)
-        for name, argv in specs:
-            child = Child(name, argv)
-            child.process = subprocess.Popen(
-                argv,
-                env={**env, **processes.flower_env(settings)} if name == "flower" else env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            assert child.process.stdout is not None
-            pump = threading.Thread(
-                target=_pump, args=(name, child.process.stdout, width), daemon=True
-            )
-            pump.start()
-            child.pumps.append(pump)
-            children.append(child)
+        children = _children(settings)
+        width = max(len(child.name) for child in children)
+        for child in children:
+            child_env = {**env, **processes.flower_env(settings)} if child.name == "flower" else env
+            child.start(child_env, width if verbose else None)
+        record_running(settings, children)
+        print(f"started {', '.join(c.name for c in children)}; logs in {state_dir / 'logs'}")
         api_url = f"http://{settings.api_host}:{settings.api_port}"
-        if _wait_healthy(api_url, children, stopping):
-            _banner(settings, api_url, tokens, password)
-        while not stopping.is_set():
-            dead = [c for c in children if c.process and c.process.poll() is not None]
+        if _wait_ready(api_url, children, signals.stopping):
+            _banner(settings, api_url, tokens, password, redis_url)
+        elif not signals.stopping.is_set() and not _dead(children):
+            print(
+                f"not every process was ready within {READY_TIMEOUT_S:g} s; still waiting "
+                "(`toolrouter logs` shows why)",
+                file=sys.stderr,
+            )
+        while not signals.stopping.is_set():
+            dead = _dead(children)
             if dead:
                 print(
-                    f"{dead[0].name} exited with {dead[0].process.returncode}; stopping",  # type: ignore[union-attr]
+                    f"{dead.name} exited with {dead.exit_code}; stopping everything "
+                    f"(its log: {dead.log_path})",
                     file=sys.stderr,
                 )
                 return 1
-            stopping.wait(0.5)
+            signals.stopping.wait(0.5)
         return 0
     finally:
-        print("stopping all processes…", flush=True)
-        _stop(children)
+        if children:
+            print(
+                f"stopping: running calls get up to {settings.stop_grace_s:g} s to finish, "
+                "queued calls stay queued (Ctrl-C again to stop at once)",
+                flush=True,
+            )
+        stop_all(children, settings.stop_grace_s, signals.stop_now)
+        running_file(settings).unlink(missing_ok=True)
         if private_redis is not None:
             private_redis.terminate()
             try:
-                private_redis.wait(timeout=STOP_GRACE_S)
+                private_redis.wait(timeout=PRIVATE_REDIS_GRACE_S)
             except subprocess.TimeoutExpired:
                 private_redis.kill()
             marker.unlink(missing_ok=True)
         print("stopped", flush=True)
 
 
-def _wait_healthy(api_url: str, children: list[Child], stopping: threading.Event) -> bool:
-    deadline = time.monotonic() + 60
+def _children(settings: Settings) -> list[Child]:
+    logs = open_logs(settings)
+    specs = [("api", processes.api_argv(settings), False)]
+    specs += [
+        (f"worker-{risk}", processes.worker_argv(settings, risk), True) for risk in RISK_LEVELS
+    ]
+    specs += [
+        ("approvals", processes.approvals_argv(settings), True),
+        ("beat", processes.beat_argv(settings), False),
+        ("flower", processes.flower_argv(settings), False),
+    ]
+    return [Child(name, argv, logs / f"{name}.log", ready) for name, argv, ready in specs]
+
+
+def _dead(children: list[Child]) -> Child | None:
+    return next((c for c in children if c.exit_code is not None), None)
+
+
+def _wait_ready(api_url: str, children: list[Child], stopping: threading.Event) -> bool:
+    """The API answers and every Celery worker consumes: then a call can run."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    answering = False
     while time.monotonic() < deadline and not stopping.is_set():
-        if any(c.process and c.process.poll() is not None for c in children):
+        if _dead(children):
             return False
-        try:
-            if httpx.get(f"{api_url}/healthz", timeout=1).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass
+        if not answering:
+            try:
+                answering = httpx.get(f"{api_url}/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                pass
+        if answering and all(c.ready.is_set() for c in children if c.waits_for_ready):
+            return True
         time.sleep(0.2)
     return False
 
 
-def _banner(settings: Settings, api_url: str, tokens: dict[str, str] | None, password: str) -> None:
+def _banner(
+    settings: Settings,
+    api_url: str,
+    tokens: dict[str, str] | None,
+    password: str,
+    redis_url: str,
+) -> None:
     lines = [
         "",
         "toolrouter is up",
@@ -216,6 +210,8 @@ def _banner(settings: Settings, api_url: str, tokens: dict[str, str] | None, pas
         f"  inbox    {api_url}/ui/",
         f"  state    {Path(settings.state_dir).resolve()}",
         f"  config   {config_in_use(settings.config, required=settings.config_given)}",
+        f"  database {safe_url(settings.resolved_database_url)}",
+        f"  Redis    {safe_url(redis_url)}",
     ]
     if tokens:
         lines += [
@@ -225,3 +221,11 @@ def _banner(settings: Settings, api_url: str, tokens: dict[str, str] | None, pas
         ]
     lines += ["  Ctrl-C stops everything.", ""]
     print("\n".join(lines), flush=True)
+
+
+def safe_url(url: str) -> str:
+    """``url`` without its password, for a terminal others may see."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url.rsplit("@", 1)[-1]

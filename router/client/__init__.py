@@ -6,9 +6,34 @@ from a service that cannot be reached (``status="unavailable"``); the caller's o
 mistakes raise errors from ``router.errors``.
 """
 
-from .answers import BatchReceipt, BatchStatus, Decided
-from .async_client import AsyncClient
-from .sync_client import Client
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .answers import BatchReceipt, BatchStatus, Decided
+    from .async_client import AsyncClient
+    from .sync_client import Client
+
+# Each client loads its HTTP library only when it is asked for.
+_HOMES = {
+    "AsyncClient": ".async_client",
+    "Client": ".sync_client",
+    "BatchReceipt": ".answers",
+    "BatchStatus": ".answers",
+    "Decided": ".answers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'router.client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     # the clients

@@ -12,9 +12,6 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
-
-from ..db.engine import normalize_url
 from ..settings import Settings
 
 
@@ -22,12 +19,22 @@ def derive_namespace(settings: Settings) -> str:
     """``settings.namespace``, else ``tr-`` and a digest of the database's address."""
     if settings.namespace:
         return settings.namespace
+    return "tr-" + hashlib.sha256(_database_address(settings).encode("utf-8")).hexdigest()[:10]
+
+
+def _database_address(settings: Settings) -> str:
+    if not settings.database_url:
+        # The default SQLite file, named without parsing a URL: the command line's
+        # commands that only talk to the API then start without SQLAlchemy.
+        return "sqlite:" + str((settings.state_dir / "toolrouter.db").resolve())
+    from sqlalchemy.engine import make_url
+
+    from ..db.engine import normalize_url
+
     url = make_url(normalize_url(settings.resolved_database_url))
     if url.get_backend_name() == "sqlite":
-        where = "sqlite:" + str(Path(url.database or "").resolve())
-    else:
-        where = f"{url.get_backend_name()}://{url.host or ''}:{url.port or ''}/{url.database}"
-    return "tr-" + hashlib.sha256(where.encode("utf-8")).hexdigest()[:10]
+        return "sqlite:" + str(Path(url.database or "").resolve())
+    return f"{url.get_backend_name()}://{url.host or ''}:{url.port or ''}/{url.database}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from router.settings import Settings
 
 from ..support import services
 from ..support.launcher import free_port
+from ..support.waiting import wait_for
 from ..unit.test_process_definitions import procfile_commands
 
 # Redis db of these tests (the README reserves 10-15 for the test-suite).
@@ -212,13 +213,14 @@ def test_up_runs_every_process_serves_a_call_and_stops_cleanly_on_ctrl_c(
         assert "None" not in (agent_key, approver_key)
         assert str(state_dir.resolve()) in output
 
-        # Every Procfile process runs under `up`, and every Celery worker is consuming.
-        up.wait_for(
-            "output from every process and 'ready.' from every worker",
-            lambda lines: names <= prefixed_names(lines) and workers <= ready_workers(lines),
-            START_TIMEOUT_S,
-        )
-        assert prefixed_names(up.output.splitlines()) == names
+        # `up` prints the banner only once every Celery worker consumes; each process's
+        # output is in its own log file, not on the terminal.
+        logs = state_dir / "logs"
+        assert {path.stem for path in logs.glob("*.log")} == names
+        for worker in workers:
+            assert "ready." in (logs / f"{worker}.log").read_text(encoding="utf-8"), worker
+        assert_quiet(up.output)
+        assert str(cwd / "toolrouter.yaml") not in output and "<built-in" in output
 
         with httpx.Client(
             base_url=api_url, headers={"Authorization": f"Bearer {agent_key}"}, timeout=60
@@ -249,6 +251,19 @@ def test_up_runs_every_process_serves_a_call_and_stops_cleanly_on_ctrl_c(
         assert_flower_answers(flower_url, password)
 
         assert_a_second_copy_is_refused(env, cwd, tmp_path, api_url, api_port)
+        assert_status_and_logs_read_the_running_copy(env, cwd, names)
+
+        # Ctrl-C lets a running handler finish: the call succeeds rather than being cut off.
+        with httpx.Client(
+            base_url=api_url, headers={"Authorization": f"Bearer {agent_key}"}, timeout=60
+        ) as http:
+            running = http.post("/v1/calls", json={"tool": "sleep", "args": {"seconds": 3}})
+            running_id = running.json()["call_id"]
+            wait_for(
+                lambda: http.get(f"/v1/calls/{running_id}").json()["status"] == "running",
+                60,
+                "the sleep call to start",
+            )
 
         started = psutil.Process(up.process.pid).children(recursive=True)
         assert len(started) >= len(names)
@@ -260,6 +275,7 @@ def test_up_runs_every_process_serves_a_call_and_stops_cleanly_on_ctrl_c(
         up.close()
         assert code == 0, up.output[-6000:]
         assert "stopped" in up.lines
+        assert_no_tracebacks(logs)
         left = wait_until_gone(started, 10)
         assert not left, [(p.pid, p.cmdline()) for p in left]
         assert not processes_of(state_dir)
@@ -274,8 +290,59 @@ def test_up_runs_every_process_serves_a_call_and_stops_cleanly_on_ctrl_c(
         keys = KeyStore(runtime.store)
         assert keys.authenticate(agent_key).roles == {"agent"}
         assert keys.authenticate(approver_key).roles == {"approver"}
+        with runtime.store.reading() as conn:
+            finished = runtime.store.get(conn, running_id)
+        assert finished is not None and finished.status == "succeeded", finished
     finally:
         runtime.close()
+
+
+def assert_quiet(output: str) -> None:
+    """The terminal holds `up`'s own lines, not its processes' output."""
+    assert not prefixed_names(output.splitlines()), output[-4000:]
+    for noise in ("Warning", "celery@", "-------------- ", "Traceback"):
+        assert noise not in output, f"{noise!r} on the terminal:\n{output[-4000:]}"
+    assert len(output.splitlines()) < 30, output
+
+
+def assert_no_tracebacks(logs: Path) -> None:
+    """A warm stop leaves no traceback in any process's log (no WorkerLostError)."""
+    for path in logs.glob("*.log"):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        assert "Traceback" not in text and "WorkerLostError" not in text, (path, text[-4000:])
+
+
+def assert_status_and_logs_read_the_running_copy(
+    env: dict[str, str], cwd: Path, names: set[str]
+) -> None:
+    status = toolrouter_cli(env, cwd, "status", "--json")
+    assert status.returncode == 0, status.stdout + status.stderr
+    report = json.loads(status.stdout)
+    assert report["healthy"] is True, report
+    assert set(report["up"]) == names and all(p["running"] for p in report["up"].values())
+    assert all(report["workers"]["by_queue"][queue] for queue in report["workers"]["by_queue"])
+    assert report["redis"]["queue_depths"].keys() == report["workers"]["by_queue"].keys()
+    assert report["database"]["pending_approvals"] == 0
+    readable = toolrouter_cli(env, cwd, "status")
+    assert readable.returncode == 0 and "approvals pending: 0" in readable.stdout, readable
+    api_log = toolrouter_cli(env, cwd, "logs", "api", "-n", "5")
+    assert api_log.returncode == 0 and 0 < len(api_log.stdout.splitlines()) <= 5, api_log
+    every = toolrouter_cli(env, cwd, "logs", "-n", "1")
+    assert prefixed_names(every.stdout.splitlines()) == names, every.stdout
+    missing = toolrouter_cli(env, cwd, "logs", "nope")
+    assert missing.returncode == 2 and "no log for 'nope'" in missing.stderr
+
+
+def toolrouter_cli(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "router.cli.main", *args],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def run_up_once(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -417,4 +484,51 @@ def test_up_with_a_bad_config_exits_non_zero_naming_file_and_tool(tmp_path: Path
         assert not left, [(p.pid, p.cmdline()) for p in left]
     finally:
         up.close()
+        kill_all(processes_of(state_dir))
+
+
+@pytest.mark.timeout(300)
+def test_a_second_ctrl_c_stops_at_once_without_waiting_for_running_handlers(
+    tmp_path: Path, up_redis_url: str
+) -> None:
+    cwd, state_dir = tmp_path / "cwd", tmp_path / "state"
+    cwd.mkdir()
+    env = clean_env(
+        TOOLROUTER_STATE_DIR=str(state_dir),
+        TOOLROUTER_REDIS_URL=up_redis_url,
+        TOOLROUTER_API_PORT=str(free_port()),
+        TOOLROUTER_FLOWER_PORT=str(free_port()),
+        # Longer than the test's bound below: only the second Ctrl-C can end it in time.
+        TOOLROUTER_STOP_GRACE_S="600",
+    )
+    up = Up(env, cwd)
+    started: list[psutil.Process] = []
+    try:
+        up.wait_for("'toolrouter is up'", lambda lines: "toolrouter is up" in lines, 90)
+        api_url = banner_value(up.output, "API")
+        agent_key = banner_value(up.output, "demo agent key")
+        with httpx.Client(
+            base_url=api_url, headers={"Authorization": f"Bearer {agent_key}"}, timeout=60
+        ) as http:
+            call_id = http.post(
+                "/v1/calls", json={"tool": "sleep", "args": {"seconds": 60}}
+            ).json()["call_id"]
+            wait_for(
+                lambda: http.get(f"/v1/calls/{call_id}").json()["status"] == "running",
+                60,
+                "the sleep call to start",
+            )
+        started = psutil.Process(up.process.pid).children(recursive=True)
+        up.process.send_signal(signal.SIGINT)
+        up.wait_for("the warm stop", lambda lines: any("Ctrl-C again" in x for x in lines), 30)
+        up.process.send_signal(signal.SIGINT)
+        try:
+            code = up.process.wait(timeout=50)
+        except subprocess.TimeoutExpired:
+            pytest.fail("a second Ctrl-C did not stop `up` before the handler's 60 s ended")
+        assert code == 0, up.output[-4000:]
+        assert not wait_until_gone(started, 10)
+    finally:
+        up.close()
+        kill_all(started)
         kill_all(processes_of(state_dir))

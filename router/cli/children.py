@@ -1,0 +1,118 @@
+"""The processes `toolrouter up` runs: each in its own session, its output kept in a log
+file under the state directory (and echoed with ``--verbose``), stopped warm."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from ..files import private_dir, private_file
+from ..settings import Settings
+
+# What a Celery worker logs once it consumes: "celery@host ready."
+READY_MARK = b"ready."
+
+
+def logs_dir(settings: Settings) -> Path:
+    return settings.state_dir.resolve() / "logs"
+
+
+def running_file(settings: Settings) -> Path:
+    """Where a running `up` lists its processes (for `toolrouter status`)."""
+    return settings.state_dir.resolve() / "up.json"
+
+
+def record_running(settings: Settings, children: list[Child]) -> None:
+    processes = {c.name: c.process.pid for c in children if c.process is not None}
+    text = json.dumps({"pid": os.getpid(), "processes": processes}, sort_keys=True)
+    private_file(running_file(settings)).write_text(text, encoding="utf-8")
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    log_path: Path
+    # Whether `up` waits for the line that says the process consumes (Celery workers).
+    waits_for_ready: bool = False
+    process: subprocess.Popen[bytes] | None = None
+    ready: threading.Event = field(default_factory=threading.Event)
+    pump: threading.Thread | None = None
+
+    def start(self, env: dict[str, str], echo_width: int | None) -> None:
+        self.process = subprocess.Popen(
+            self.argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        assert self.process.stdout is not None
+        self.pump = threading.Thread(
+            target=self._pump, args=(self.process.stdout, echo_width), daemon=True
+        )
+        self.pump.start()
+
+    def _pump(self, stream: IO[bytes], echo_width: int | None) -> None:
+        """Every line to the log file; with ``echo_width``, to the terminal too."""
+        with private_file(self.log_path).open("ab") as log:
+            for line in iter(stream.readline, b""):
+                log.write(line)
+                log.flush()
+                if self.waits_for_ready and line.rstrip().endswith(READY_MARK):
+                    self.ready.set()
+                if echo_width is not None:
+                    text = line.decode("utf-8", "replace")
+                    sys.stdout.write(f"{self.name:<{echo_width}} | {text}")
+                    sys.stdout.flush()
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+
+def open_logs(settings: Settings) -> Path:
+    """The folder of the processes' logs; `up` appends to them and never deletes them."""
+    return private_dir(logs_dir(settings))
+
+
+def stop_all(children: list[Child], grace_s: float, stop_now: threading.Event) -> None:
+    """SIGTERM to each process (never to its pool children, which the process stops itself
+    once their work is done); after ``grace_s``, or at once when ``stop_now`` is set,
+    SIGKILL to each whole process group."""
+    running = [c for c in children if c.process is not None and c.exit_code is None]
+    for child in running:
+        assert child.process is not None
+        _signal(child.process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(c.exit_code is None for c in running) and not stop_now.is_set():
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    for child in children:
+        if child.process is None:
+            continue
+        # The leader may be gone while its pool children linger: always sweep the group.
+        try:
+            os.killpg(child.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        child.process.wait()
+        if child.pump is not None:
+            child.pump.join(timeout=5)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

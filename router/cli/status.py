@@ -1,0 +1,173 @@
+"""``toolrouter status``: a deployment at a glance, for people and for scripts."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import click
+
+from ..settings import Settings, get_settings
+from .children import running_file
+
+# How long workers get to answer "which queues do you consume?".
+INSPECT_TIMEOUT_S = 1.5
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="The report as one JSON object")
+def status(as_json: bool) -> None:
+    """Processes and their health, workers per queue, queue depths, pending approvals, the
+    database, Redis and the config in use; exits 1 when something is down."""
+    report = gather(get_settings())
+    if as_json:
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        click.echo(render(report))
+    sys.exit(0 if report["healthy"] else 1)
+
+
+def gather(settings: Settings) -> dict[str, Any]:
+    from ..runtime import Runtime
+    from ..tools.config import config_in_use
+    from .up import safe_url
+
+    runtime = Runtime(settings)
+    try:
+        report: dict[str, Any] = {
+            "config": config_in_use(settings.config, required=settings.config_given),
+            "state_dir": str(settings.state_dir.resolve()),
+            "namespace": runtime.namespace.name,
+            "up": processes_of_up(settings),
+            "api": api_health(settings),
+            "database": _check(lambda: _database(runtime)),
+            "redis": _check(lambda: _redis(runtime)),
+        }
+        report["database"]["url"] = safe_url(settings.resolved_database_url)
+        report["redis"]["url"] = safe_url(runtime.redis_url)
+        report["workers"] = _check(lambda: {"by_queue": _workers(runtime)})
+        workers = report["workers"].get("by_queue", {})
+        report["healthy"] = all(
+            part["ok"] for part in (report["api"], report["database"], report["redis"])
+        ) and all(workers.get(queue) for queue in _queues())
+    finally:
+        runtime.close()
+    return report
+
+
+def _check(probe: Any) -> dict[str, Any]:
+    try:
+        return {"ok": True, **probe()}
+    except Exception as exc:  # a status report names what is down rather than failing
+        return {"ok": False, "error": str(exc) or type(exc).__name__}
+
+
+def _queues() -> list[str]:
+    from ..constants import ALL_QUEUES
+
+    return list(ALL_QUEUES)
+
+
+def _database(runtime: Any) -> dict[str, Any]:
+    from ..approval import requests as pending
+
+    with runtime.store.reading() as conn:
+        return {"pending_approvals": pending.count_pending(conn)}
+
+
+def _redis(runtime: Any) -> dict[str, Any]:
+    import redis
+
+    client = redis.Redis.from_url(runtime.redis_url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        prefix = runtime.namespace.prefix  # kombu's global_keyprefix
+        return {"queue_depths": {queue: client.llen(prefix + queue) for queue in _queues()}}
+    finally:
+        client.close()
+
+
+def _workers(runtime: Any) -> dict[str, list[str]]:
+    """Worker names per queue, as the workers themselves answer."""
+    answers = runtime.celery.control.inspect(timeout=INSPECT_TIMEOUT_S).active_queues() or {}
+    by_queue: dict[str, list[str]] = {queue: [] for queue in _queues()}
+    for worker, queues in sorted(answers.items()):
+        for queue in queues:
+            name = str(queue.get("name", "")).removeprefix(runtime.namespace.prefix)
+            by_queue.setdefault(name, []).append(worker)
+    return by_queue
+
+
+def api_health(settings: Settings) -> dict[str, Any]:
+    import httpx
+
+    url = f"http://{settings.api_host}:{settings.api_port}"
+    try:
+        response = httpx.get(f"{url}/readyz", timeout=3)
+    except httpx.HTTPError as exc:
+        return {"ok": False, "url": url, "error": f"not answering: {exc}"}
+    body = response.json() if response.headers.get("content-type", "").startswith("app") else {}
+    ready = response.status_code == 200
+    return {"ok": ready, "url": url, **({} if ready else {"error": body.get("error", "")})}
+
+
+def processes_of_up(settings: Settings) -> dict[str, Any] | None:
+    """The processes a running `toolrouter up` started, and whether each is alive; None
+    when no `up` runs on this state directory."""
+    path = running_file(settings)
+    try:
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not _alive(int(recorded.get("pid", 0))):
+        return None
+    return {
+        name: {"pid": pid, "running": _alive(pid)}
+        for name, pid in sorted(recorded.get("processes", {}).items())
+    }
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def render(report: dict[str, Any]) -> str:
+    def mark(ok: bool) -> str:
+        return "ok  " if ok else "DOWN"
+
+    lines = [f"config     {report['config']}", f"state      {report['state_dir']}"]
+    api = report["api"]
+    lines.append(f"{mark(api['ok'])} API       {api['url']}  {api.get('error', '')}".rstrip())
+    for part in ("database", "redis"):
+        found = report[part]
+        detail = found.get("error", "")
+        lines.append(f"{mark(found['ok'])} {part:<9} {found['url']}  {detail}".rstrip())
+    up = report["up"]
+    if up is None:
+        lines.append("     up        not running on this state directory")
+    else:
+        for name, proc in up.items():
+            lines.append(f"{mark(proc['running'])} {name:<9} pid {proc['pid']}")
+    workers = report["workers"]
+    depths = report["redis"].get("queue_depths", {})
+    if not workers["ok"]:
+        lines.append(f"DOWN workers   {workers['error']}")
+    for queue in _queues():
+        consumers = workers.get("by_queue", {}).get(queue, [])
+        state = mark(bool(consumers)) if workers["ok"] else "    "
+        lines.append(
+            f"{state} {queue:<13} {depths.get(queue, '?')} waiting, "
+            f"{len(consumers)} worker(s) {', '.join(consumers)}".rstrip()
+        )
+    if "pending_approvals" in report["database"]:
+        lines.append(f"     approvals pending: {report['database']['pending_approvals']}")
+    return "\n".join(lines)
