@@ -17,6 +17,8 @@ class Params:
     batch_runs: int = 3
     latency_samples: int = 500
     approval_samples: int = 200
+    # Starts of each timed CLI command.
+    cli_runs: int = 10
     audit_rows: int = 1_000_000
     warmup: int = 100
     # Worker pool processes, the same for Celery and toolrouter.
@@ -36,6 +38,7 @@ SMOKE = Params(
     batch_calls=500,
     latency_samples=20,
     approval_samples=5,
+    cli_runs=2,
     audit_rows=20_000,
     warmup=10,
 )

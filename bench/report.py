@@ -66,6 +66,14 @@ def judge(report: dict[str, Any]) -> list[dict[str, Any]]:
             ("approval to start p99 <= 250 ms", f["approval_p99"], "<=", 250),
             ("full audit table within 20 %", f["audit"] / f["e2e"], ">=", 0.8),
         ]
+        cli = tr.get("cli_start")
+        if cli:
+            checks.append(
+                ("toolrouter --help median <= 500 ms", cli["help"]["median_ms"], "<=", 500)
+            )
+            checks.append(
+                ("approvals list median <= 500 ms", cli["approvals_list"]["median_ms"], "<=", 500)
+            )
         for name, value, op, target in checks:
             met = value >= target if op == ">=" else value <= target
             verdicts.append(
@@ -128,6 +136,15 @@ def table(report: dict[str, Any]) -> str:
             "latency: each toolrouter call alternated with a raw Celery delay().get(), both"
             " up (the raw Celery latency beside each backend is from those pairs)"
         )
+    for backend in backends:
+        cli = report["toolrouter"][backend].get("cli_start")
+        if cli:
+            out.append(
+                f"CLI start ({backend}), median / worst wall time: toolrouter --help "
+                f"{cli['help']['median_ms']:.0f} / {cli['help']['max_ms']:.0f} ms, "
+                f"approvals list {cli['approvals_list']['median_ms']:.0f} / "
+                f"{cli['approvals_list']['max_ms']:.0f} ms"
+            )
     load = report.get("load", {})
     start, end = load.get("start", {}).get("steal_s"), load.get("end", {}).get("steal_s")
     if start is not None and end is not None:

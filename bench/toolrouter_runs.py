@@ -17,6 +17,7 @@ from tests.support.launcher import REPO, Launcher, free_port
 
 from . import audit_fill
 from .celery_runs import PAIRED_CELERY_LATENCY, celery_round_trip, celery_worker
+from .cli_start import cli_start_ms
 from .params import Params
 from .stats import cpu_ms_per_call, cpu_seconds, latency_ms, median_rate, rate
 
@@ -182,6 +183,14 @@ def run_toolrouter(
                 _ok(done, "an approved call")
                 release.append(done.value["started"] - approved_at)
             figures["approval_to_start"] = latency_ms(release)
+            figures["cli_start"] = cli_start_ms(
+                {
+                    **stack.procs.env,
+                    "TOOLROUTER_KEY": stack.keys["approver"],
+                    "TOOLROUTER_API_PORT": str(stack.port),
+                },
+                params.cli_runs,
+            )
 
             submit_runs, drain_runs = [], []
             for _ in range(params.batch_runs):

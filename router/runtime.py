@@ -103,7 +103,8 @@ class Runtime:
     def mcp(self) -> McpConnections:
         """Sessions to the configured MCP servers, opened on first use and kept."""
         return McpConnections(
-            parse_servers(self.tool_config.mcp_servers, file=str(self.settings.config))
+            parse_servers(self.tool_config.mcp_servers, file=str(self.settings.config)),
+            log_dir=self.settings.logs_dir,
         )
 
     @cached_property

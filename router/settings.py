@@ -127,6 +127,11 @@ class Settings(BaseSettings):
         return self.secrets_dir.expanduser().resolve()
 
     @property
+    def logs_dir(self) -> Path:
+        """Where `toolrouter up`'s processes and imported MCP servers write their output."""
+        return self.state_dir.resolve() / "logs"
+
+    @property
     def config_given(self) -> bool:
         """Whether the config file was named (``TOOLROUTER_CONFIG``): then it must exist."""
         return "config" in self.model_fields_set

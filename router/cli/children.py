@@ -22,7 +22,7 @@ READY_MARK = b"ready."
 
 
 def logs_dir(settings: Settings) -> Path:
-    return settings.state_dir.resolve() / "logs"
+    return settings.logs_dir
 
 
 def running_file(settings: Settings) -> Path:

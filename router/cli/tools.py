@@ -44,6 +44,8 @@ def stats(as_json: bool) -> None:
     from rich.table import Table
 
     table = Table("tool", "calls", "success", "p50 s", "p95 s", "cost", "errors")
+    # A long name wraps rather than being cut, so two tools never read the same.
+    table.columns[0].overflow = "fold"
     for row in rows:
         rate = row["success_rate"]
         table.add_row(

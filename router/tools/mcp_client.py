@@ -16,11 +16,13 @@ import sys
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, TextIO, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import ConfigError
+from ..files import private_dir, private_file
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -78,6 +80,8 @@ class McpConnections:
     """The sessions of one process, keyed by server name."""
 
     servers: dict[str, ServerSpec]
+    # Where each stdio server's stderr goes (``mcp-<name>.log``), never into command output.
+    log_dir: Path | None = None
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _sessions: dict[str, _Session] = field(default_factory=dict)
@@ -138,19 +142,19 @@ class McpConnections:
 
         spec = self.servers[name]
         try:
-            if isinstance(spec, StdioServer):
-                params = StdioServerParameters(
-                    command=spec.command, args=list(spec.args), env=spec.env, cwd=spec.cwd
-                )
-                # The server's stderr goes to this process's real stderr: under Celery,
-                # sys.stderr is a logging proxy without a file descriptor.
-                target: Any = stdio_client(params, errlog=sys.__stderr__ or sys.stderr)
-            else:
-                target = _http_transport(spec)
-            async with Client(target) as client:
-                if not ready.done():
-                    ready.set_result(client)
-                await session.stop.wait()
+            with contextlib.ExitStack() as files:
+                if isinstance(spec, StdioServer):
+                    params = StdioServerParameters(
+                        command=spec.command, args=list(spec.args), env=spec.env, cwd=spec.cwd
+                    )
+                    errlog = files.enter_context(self._errlog(name))
+                    target: Any = stdio_client(params, errlog=errlog)
+                else:
+                    target = _http_transport(spec)
+                async with Client(target) as client:
+                    if not ready.done():
+                        ready.set_result(client)
+                    await session.stop.wait()
         except BaseException as exc:
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
@@ -158,6 +162,14 @@ class McpConnections:
                 log.warning("MCP server %s: session ended: %s", name, exc)
         finally:
             session.done.set()
+
+    def _errlog(self, name: str) -> contextlib.AbstractContextManager[TextIO]:
+        """A file for the server's stderr. Without a log folder, this process's real stderr
+        (under Celery, ``sys.stderr`` is a logging proxy without a file descriptor)."""
+        if self.log_dir is None:
+            return contextlib.nullcontext(sys.__stderr__ or sys.stderr)
+        path = private_file(private_dir(self.log_dir) / f"mcp-{name}.log")
+        return path.open("a", encoding="utf-8")
 
     def _drop(self, name: str) -> None:
         session = self._sessions.pop(name, None)

@@ -116,6 +116,8 @@ def test_bench_smoke_measures_celery_and_toolrouter_and_writes_json(
             assert figures[key]["samples"] > 0
             assert 0 < figures[key]["p50_ms"] <= figures[key]["p99_ms"]
         assert figures["audit_fill"]["rows_total"] == report["params"]["audit_rows"]
-    # Six SPEC §15 targets judged per backend, each with its measured value.
-    assert len(report["targets"]) == 6 * len(backends)
+        for command in ("help", "approvals_list"):
+            assert 0 < figures["cli_start"][command]["median_ms"]
+    # Six SPEC §15 targets and two for the command line's start, judged per backend.
+    assert len(report["targets"]) == 8 * len(backends)
     assert all(math.isfinite(t["value"]) for t in report["targets"])

@@ -4,7 +4,10 @@ run through the real API, worker and approval worker."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -272,6 +275,40 @@ def test_a_claude_desktop_json_file_is_a_config(tmp_path: Path) -> None:
         assert runtime.registry.get("everything.get-sum") is not None
     finally:
         runtime.close()
+
+
+def test_an_imported_servers_stderr_goes_to_its_log_not_into_command_output(
+    tmp_path: Path,
+) -> None:
+    need_mcp_servers()
+    config = tmp_path / "toolrouter.yaml"
+    config.write_text(
+        "mcp_servers:\n"
+        f"  everything: {{command: {MCP_BIN / 'mcp-server-everything'}, args: [stdio]}}\n"
+        "tools: []\n",
+        encoding="utf-8",
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TOOLROUTER_")}
+    env.update(
+        TOOLROUTER_CONFIG=str(config),
+        TOOLROUTER_STATE_DIR=str(tmp_path / "state"),
+        TOOLROUTER_SECRETS_DIR=os.environ["TOOLROUTER_SECRETS_DIR"],
+    )
+    listed = subprocess.run(
+        [sys.executable, "-m", "router.cli.main", "tools"],
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "everything.echo" in listed.stdout
+    assert listed.stderr == ""
+    assert all(line.startswith("everything.") for line in listed.stdout.splitlines())
+    # What the server wrote to its stderr is kept, beside the processes' logs.
+    assert (tmp_path / "state" / "logs" / "mcp-everything.log").exists()
 
 
 def test_a_dropped_mcp_session_is_opened_again(mcp_stack: tuple[Stack, Path]) -> None:
