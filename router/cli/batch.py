@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..client import BatchStatus, Client
 from ..errors import RequestError, Unavailable
 from ..settings import get_settings
+from .common import local_url
 from .demo import demo_key
 
 # Lines per request: each request is stored in one go, so this is the progress step and
@@ -78,7 +79,7 @@ def _client(key: str | None) -> Client:
     token = key or demo_key(settings, "agent")
     if not token:
         raise click.UsageError("no key: pass --key or set TOOLROUTER_KEY")
-    return Client(f"http://{settings.api_host}:{settings.api_port}", token)
+    return Client(local_url(settings.api_host, settings.api_port), token)
 
 
 def _fail(message: str) -> None:

@@ -21,10 +21,6 @@ from ..settings import Settings
 READY_MARK = b"ready."
 
 
-def logs_dir(settings: Settings) -> Path:
-    return settings.logs_dir
-
-
 def running_file(settings: Settings) -> Path:
     """Where a running `up` lists its processes (for `toolrouter status`)."""
     return settings.state_dir.resolve() / "up.json"
@@ -82,7 +78,7 @@ class Child:
 
 def open_logs(settings: Settings) -> Path:
     """The folder of the processes' logs; `up` appends to them and never deletes them."""
-    return private_dir(logs_dir(settings))
+    return private_dir(settings.logs_dir)
 
 
 def stop_all(children: list[Child], grace_s: float, stop_now: threading.Event) -> None:

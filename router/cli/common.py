@@ -32,3 +32,13 @@ def runtime(prepare: bool = True, *, tools: bool = True) -> Runtime:
 def fail(message: str) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(2)
+
+
+def local_url(host: str, port: int) -> str:
+    """``http://host:port`` for reaching a server bound to ``host`` from this machine: a
+    wildcard address is reached on loopback, and an IPv6 address goes in brackets."""
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

@@ -9,6 +9,7 @@ import click
 import httpx
 
 from ..settings import get_settings
+from .common import local_url
 from .demo import demo_key
 
 
@@ -26,7 +27,7 @@ def api_request(
     token = key or demo_key(settings, role)
     if not token:
         raise click.UsageError("no key: pass --key or set TOOLROUTER_KEY")
-    url = f"http://{settings.api_host}:{settings.api_port}{path}"
+    url = local_url(settings.api_host, settings.api_port) + path
     try:
         response = httpx.request(
             method,

@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from ..settings import get_settings
-from .children import logs_dir
 from .common import fail
 
 FOLLOW_POLL_S = 0.2
@@ -18,10 +17,12 @@ FOLLOW_POLL_S = 0.2
 @click.command()
 @click.argument("process", required=False)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing lines as they are written")
-@click.option("-n", "--lines", "count", type=int, default=40, help="Lines of each log to show")
+@click.option(
+    "-n", "--lines", "count", type=click.IntRange(min=0), default=40, help="Lines of each log"
+)
 def logs(process: str | None, follow: bool, count: int) -> None:
     """Show the logs of the processes `toolrouter up` runs: all of them, or PROCESS's."""
-    folder = logs_dir(get_settings())
+    folder = get_settings().logs_dir
     found = sorted(folder.glob("*.log")) if folder.is_dir() else []
     if not found:
         fail(f"no logs in {folder}: `toolrouter up` writes them there")

@@ -3,13 +3,14 @@ other copy runs on the same state directory, and that its ports are free."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import socket
 from dataclasses import dataclass
 from typing import IO
 
-from ..files import private_dir
+from ..files import private_dir, private_file
 from ..settings import Settings
 
 LOCK_FILE = "up.lock"
@@ -33,8 +34,8 @@ def hold_state_dir(settings: Settings) -> StateLock:
     """Take the state directory for this `up`, or say which copy already has it."""
     state_dir = settings.state_dir.resolve()
     private_dir(state_dir)
-    path = state_dir / LOCK_FILE
-    handle = path.open("a+", encoding="utf-8")
+    path = private_file(state_dir / LOCK_FILE)
+    handle = path.open("r+", encoding="utf-8")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -50,6 +51,23 @@ def hold_state_dir(settings: Settings) -> StateLock:
     handle.write(f"{os.getpid()}\n")
     handle.flush()
     return StateLock(handle)
+
+
+def up_holds_state_dir(settings: Settings) -> bool:
+    """Whether a running `up` holds the state directory (its lock, not a pid that may have
+    been reused)."""
+    path = settings.state_dir.resolve() / LOCK_FILE
+    try:
+        handle = path.open("r", encoding="utf-8")
+    except OSError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
 
 
 def check_ports(settings: Settings) -> None:
@@ -71,12 +89,14 @@ def port_is_free(host: str, port: int) -> bool:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror:
         return True  # the server itself will report a name it cannot bind
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
-        # As the servers bind: a port left in TIME_WAIT by a stopped copy counts as free.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError:
-            return False
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            # As the servers bind: a port left in TIME_WAIT by a stopped copy counts as free.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                # Only a taken port counts: an address family this host lacks does not.
+                if exc.errno == errno.EADDRINUSE:
+                    return False
     return True

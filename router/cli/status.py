@@ -11,6 +11,8 @@ import click
 
 from ..settings import Settings, get_settings
 from .children import running_file
+from .common import local_url
+from .preflight import up_holds_state_dir
 
 # How long workers get to answer "which queues do you consume?".
 INSPECT_TIMEOUT_S = 1.5
@@ -47,7 +49,12 @@ def gather(settings: Settings) -> dict[str, Any]:
         }
         report["database"]["url"] = safe_url(settings.resolved_database_url)
         report["redis"]["url"] = safe_url(runtime.redis_url)
-        report["workers"] = _check(lambda: {"by_queue": _workers(runtime)})
+        # Celery's inspect retries a Redis that does not answer without end: ask only one that does.
+        report["workers"] = (
+            _check(lambda: {"by_queue": _workers(runtime)})
+            if report["redis"]["ok"]
+            else {"ok": False, "error": "Redis does not answer"}
+        )
         workers = report["workers"].get("by_queue", {})
         report["healthy"] = all(
             part["ok"] for part in (report["api"], report["database"], report["redis"])
@@ -102,7 +109,7 @@ def _workers(runtime: Any) -> dict[str, list[str]]:
 def api_health(settings: Settings) -> dict[str, Any]:
     import httpx
 
-    url = f"http://{settings.api_host}:{settings.api_port}"
+    url = local_url(settings.api_host, settings.api_port)
     try:
         response = httpx.get(f"{url}/readyz", timeout=3)
     except httpx.HTTPError as exc:
@@ -115,12 +122,11 @@ def api_health(settings: Settings) -> dict[str, Any]:
 def processes_of_up(settings: Settings) -> dict[str, Any] | None:
     """The processes a running `toolrouter up` started, and whether each is alive; None
     when no `up` runs on this state directory."""
-    path = running_file(settings)
-    try:
-        recorded = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    if not up_holds_state_dir(settings):
         return None
-    if not _alive(int(recorded.get("pid", 0))):
+    try:
+        recorded = json.loads(running_file(settings).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return None
     return {
         name: {"pid": pid, "running": _alive(pid)}

@@ -29,6 +29,7 @@ from ..settings import Settings
 from ..tools.config import config_in_use
 from . import processes
 from .children import Child, open_logs, record_running, running_file, stop_all
+from .common import local_url
 from .demo import demo_keys_file, ensure_demo_keys
 from .preflight import UpRefused, check_ports, hold_state_dir
 from .privredis import redis_answers, start_private_redis
@@ -64,15 +65,22 @@ def run_up(settings: Settings, *, verbose: bool = False) -> int:
 
 
 class Signals:
-    """The first Ctrl-C (or SIGTERM) stops warm; a second one stops at once."""
+    """The first Ctrl-C (SIGTERM, or the terminal closing) stops warm; a second one stops
+    at once, and during start-up, before any process runs, a second one aborts it."""
 
     def __init__(self) -> None:
         self.stopping, self.stop_now = threading.Event(), threading.Event()
-        signal.signal(signal.SIGINT, self._on_signal)
-        signal.signal(signal.SIGTERM, self._on_signal)
+        self.children_started = False
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
 
     def _on_signal(self, _signum: int, _frame: object) -> None:
-        (self.stop_now if self.stopping.is_set() else self.stopping).set()
+        if not self.stopping.is_set():
+            self.stopping.set()
+            return
+        self.stop_now.set()
+        if not self.children_started:
+            raise KeyboardInterrupt
 
 
 def _run(settings: Settings, verbose: bool) -> int:
@@ -112,6 +120,9 @@ def _run(settings: Settings, verbose: bool) -> int:
         finally:
             runtime.close()
         password = processes.flower_password(settings)
+        if signals.stopping.is_set():
+            return 0  # stopped during start-up: nothing to start
+        signals.children_started = True
         children = _children(settings)
         width = max(len(child.name) for child in children)
         for child in children:
@@ -119,8 +130,9 @@ def _run(settings: Settings, verbose: bool) -> int:
             child.start(child_env, width if verbose else None)
         record_running(settings, children)
         print(f"started {', '.join(c.name for c in children)}; logs in {state_dir / 'logs'}")
-        api_url = f"http://{settings.api_host}:{settings.api_port}"
-        if _wait_ready(api_url, children, signals.stopping):
+        api_url = local_url(settings.api_host, settings.api_port)
+        shown = _wait_ready(api_url, children, signals.stopping)
+        if shown:
             _banner(settings, api_url, tokens, password, redis_url)
         elif not signals.stopping.is_set() and not _dead(children):
             print(
@@ -137,9 +149,17 @@ def _run(settings: Settings, verbose: bool) -> int:
                     file=sys.stderr,
                 )
                 return 1
+            if not shown and _ready(api_url, children):
+                shown = True
+                _banner(settings, api_url, tokens, password, redis_url)
             signals.stopping.wait(0.5)
         return 0
+    except KeyboardInterrupt:
+        return 130
     finally:
+        # From here a Ctrl-C means "at once", whatever ended the run, and never an exception.
+        signals.stopping.set()
+        signals.children_started = True
         if children:
             print(
                 f"stopping: running calls get up to {settings.stop_grace_s:g} s to finish, "
@@ -177,21 +197,24 @@ def _dead(children: list[Child]) -> Child | None:
 
 
 def _wait_ready(api_url: str, children: list[Child], stopping: threading.Event) -> bool:
-    """The API answers and every Celery worker consumes: then a call can run."""
+    """Until the API answers and every Celery worker consumes: then a call can run."""
     deadline = time.monotonic() + READY_TIMEOUT_S
-    answering = False
     while time.monotonic() < deadline and not stopping.is_set():
         if _dead(children):
             return False
-        if not answering:
-            try:
-                answering = httpx.get(f"{api_url}/healthz", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                pass
-        if answering and all(c.ready.is_set() for c in children if c.waits_for_ready):
+        if _ready(api_url, children):
             return True
         time.sleep(0.2)
     return False
+
+
+def _ready(api_url: str, children: list[Child]) -> bool:
+    if not all(c.ready.is_set() for c in children if c.waits_for_ready):
+        return False
+    try:
+        return httpx.get(f"{api_url}/healthz", timeout=1).status_code == 200
+    except (httpx.HTTPError, httpx.InvalidURL):
+        return False
 
 
 def _banner(
@@ -205,7 +228,7 @@ def _banner(
         "",
         "toolrouter is up",
         f"  API      {api_url}   (OpenAPI: {api_url}/docs)",
-        f"  Flower   http://127.0.0.1:{settings.flower_port}   "
+        f"  Flower   {local_url(settings.flower_host, settings.flower_port)}   "
         f"(user {settings.flower_user}, password {password})",
         f"  inbox    {api_url}/ui/",
         f"  state    {Path(settings.state_dir).resolve()}",

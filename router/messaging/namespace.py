@@ -23,10 +23,11 @@ def derive_namespace(settings: Settings) -> str:
 
 
 def _database_address(settings: Settings) -> str:
-    if not settings.database_url:
-        # The default SQLite file, named without parsing a URL: the command line's
-        # commands that only talk to the API then start without SQLAlchemy.
-        return "sqlite:" + str((settings.state_dir / "toolrouter.db").resolve())
+    default_file = str((settings.state_dir / "toolrouter.db").resolve())
+    if not settings.database_url and not set(default_file) & {"%", "?"}:
+        # The default SQLite file, named without parsing a URL (which would decode "%"
+        # and cut at "?"): commands that only talk to the API start without SQLAlchemy.
+        return "sqlite:" + default_file
     from sqlalchemy.engine import make_url
 
     from ..db.engine import normalize_url

@@ -340,9 +340,11 @@ def load_config(
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read it: {exc}", file=str(path)) from None
         return parse_config(text, file=str(path), env=env)
-    if required or path.exists():
+    if required:
         what = "is not a file" if path.exists() else "does not exist"
         raise ConfigError(f"TOOLROUTER_CONFIG names {str(path)!r}, which {what}")
+    if path.exists():
+        raise ConfigError(f"{str(path)!r} is not a file")
     return parse_config(builtin_config_text(), file=BUILTIN_CONFIG_LABEL, env=env)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import sys
 import threading
 from collections.abc import Coroutine
@@ -168,7 +169,9 @@ class McpConnections:
         (under Celery, ``sys.stderr`` is a logging proxy without a file descriptor)."""
         if self.log_dir is None:
             return contextlib.nullcontext(sys.__stderr__ or sys.stderr)
-        path = private_file(private_dir(self.log_dir) / f"mcp-{name}.log")
+        # A server's name is the config's: only safe characters reach the file name.
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "server"
+        path = private_file(private_dir(self.log_dir) / f"mcp-{safe}.log")
         return path.open("a", encoding="utf-8")
 
     def _drop(self, name: str) -> None:

@@ -308,7 +308,8 @@ def test_an_imported_servers_stderr_goes_to_its_log_not_into_command_output(
     assert listed.stderr == ""
     assert all(line.startswith("everything.") for line in listed.stdout.splitlines())
     # What the server wrote to its stderr is kept, beside the processes' logs.
-    assert (tmp_path / "state" / "logs" / "mcp-everything.log").exists()
+    kept = (tmp_path / "state" / "logs" / "mcp-everything.log").read_text(encoding="utf-8")
+    assert kept.strip(), "the server's stderr went nowhere"
 
 
 def test_a_dropped_mcp_session_is_opened_again(mcp_stack: tuple[Stack, Path]) -> None:
