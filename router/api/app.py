@@ -29,6 +29,7 @@ from . import (
     routes_tools,
 )
 from .body_limit import BodyLimit
+from .direct_routes import DirectRoutes
 from .responses import AsciiJSONResponse
 
 log = logging.getLogger(__name__)
@@ -97,8 +98,10 @@ def body_limits(settings: Settings) -> Callable[[str], int]:
     return limit_for
 
 
-def create_app(runtime: Runtime) -> FastAPI:
-    """The API around ``runtime``; the config, the schema and the key are checked first."""
+def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
+    """The API around ``runtime``; the config, the schema and the key are checked first.
+    ``direct_routes=False`` serves the hot endpoints through FastAPI's routing too
+    (``router.api.direct_routes``; the tests compare the two)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -151,7 +154,9 @@ def create_app(runtime: Runtime) -> FastAPI:
         "/ui", lambda: RedirectResponse("/ui/", status_code=307), include_in_schema=False
     )
     app.add_middleware(InboxHeaders)
-    # Outermost: no body over its limit reaches any route.
+    if direct_routes:
+        app.add_middleware(DirectRoutes)
+    # Outermost: no body over its limit reaches any route, direct or not.
     app.add_middleware(BodyLimit, limit_for=body_limits(runtime.settings))
     return app
 

@@ -16,9 +16,13 @@ from typing import IO
 
 from ..files import private_dir, private_file
 from ..settings import Settings
+from ..tools.unreachable import MARK as UNREACHABLE_MARK
 
 # What a Celery worker logs once it consumes: "celery@host ready."
 READY_MARK = b"ready."
+# Log lines worth a line on the terminal even when quiet, each at most once a minute.
+NOTABLE = (UNREACHABLE_MARK.encode(),)
+NOTABLE_EVERY_S = 60.0
 
 
 def running_file(settings: Settings) -> Path:
@@ -42,6 +46,7 @@ class Child:
     process: subprocess.Popen[bytes] | None = None
     ready: threading.Event = field(default_factory=threading.Event)
     pump: threading.Thread | None = None
+    _shown: dict[bytes, float] = field(default_factory=dict)
 
     def start(self, env: dict[str, str], echo_width: int | None) -> None:
         self.process = subprocess.Popen(
@@ -70,6 +75,23 @@ class Child:
                     text = line.decode("utf-8", "replace")
                     sys.stdout.write(f"{self.name:<{echo_width}} | {text}")
                     sys.stdout.flush()
+                elif (event := self._notable(line)) is not None:
+                    print(f"{self.name}: {event}", flush=True)
+
+    def _notable(self, line: bytes) -> str | None:
+        """The notable part of ``line``, unless the same was shown in the last minute (per
+        server: the words after the mark, up to the reason in brackets)."""
+        for mark in NOTABLE:
+            at = line.find(mark)
+            if at < 0:
+                continue
+            what = line[at:].split(b"(", 1)[0]
+            now = time.monotonic()
+            if now - self._shown.get(what, -NOTABLE_EVERY_S) < NOTABLE_EVERY_S:
+                return None
+            self._shown[what] = now
+            return line[at:].decode("utf-8", "replace").strip()
+        return None
 
     @property
     def exit_code(self) -> int | None:

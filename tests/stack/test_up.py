@@ -29,7 +29,7 @@ from router.runtime import Runtime
 from router.settings import Settings
 
 from ..support import services
-from ..support.launcher import free_port
+from ..support.launcher import REPO, free_port
 from ..support.waiting import wait_for
 from ..unit.test_process_definitions import procfile_commands
 
@@ -490,11 +490,19 @@ def test_up_with_a_bad_config_exits_non_zero_naming_file_and_tool(tmp_path: Path
 
 
 @pytest.mark.timeout(300)
-def test_a_second_ctrl_c_stops_at_once_without_waiting_for_running_handlers(
+def test_an_unreachable_tool_server_gets_a_line_and_a_second_ctrl_c_stops_at_once(
     tmp_path: Path, up_redis_url: str
 ) -> None:
     cwd, state_dir = tmp_path / "cwd", tmp_path / "state"
     cwd.mkdir()
+    dead_port = free_port()  # nothing listens there
+    example = (REPO / "router" / "example_tools.yaml").read_text(encoding="utf-8")
+    (cwd / "toolrouter.yaml").write_text(
+        example
+        + "  - name: http_down\n"
+        + f"    handler: {{http: {{url: 'http://127.0.0.1:{dead_port}/nothing'}}}}\n",
+        encoding="utf-8",
+    )
     env = clean_env(
         TOOLROUTER_STATE_DIR=str(state_dir),
         TOOLROUTER_REDIS_URL=up_redis_url,
@@ -514,6 +522,16 @@ def test_a_second_ctrl_c_stops_at_once_without_waiting_for_running_handlers(
         with httpx.Client(
             base_url=api_url, headers={"Authorization": f"Bearer {agent_key}"}, timeout=60
         ) as http:
+            down = http.post("/v1/calls", json={"tool": "http_down", "wait_s": 30}).json()
+            assert down["status"] == "failed", down
+            up.wait_for(
+                "a line naming the unreachable server",
+                lambda lines: (
+                    f"worker-low: tool server unreachable: http_down at 127.0.0.1:"
+                    f"{dead_port}" in "\n".join(lines)
+                ),
+                60,
+            )
             call_id = http.post(
                 "/v1/calls", json={"tool": "sleep", "args": {"seconds": 60}}
             ).json()["call_id"]

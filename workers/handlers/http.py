@@ -14,6 +14,7 @@ import httpx
 from celery.exceptions import SoftTimeLimitExceeded
 
 from router.context import CallContext
+from router.tools import unreachable
 from router.tools.registry import Tool
 
 from .outcome import Outcome
@@ -56,6 +57,9 @@ def run_http(tool: Tool, args: dict[str, Any], ctx: CallContext, *, max_nesting:
         )
     except httpx.HTTPError as exc:
         # Connection refused, reset, DNS: the service may be back in a moment.
+        if isinstance(exc, httpx.TransportError):
+            where = httpx.URL(spec.url)
+            unreachable.report(f"{tool.name} at {where.host}:{where.port or ''}", str(exc))
         return Outcome(
             ok=False,
             error=str(exc) or type(exc).__name__,

@@ -12,6 +12,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from router.context import CallContext
 from router.results import error_message
+from router.tools import unreachable
 from router.tools.mcp_client import McpConnections
 from router.tools.registry import Tool
 
@@ -40,6 +41,7 @@ def run_mcp(
             retryable=True,
         )
     except ConnectionError as exc:
+        unreachable.report(f"MCP server {target.server}", error_message(exc))
         return Outcome(
             ok=False, error=error_message(exc), error_type="ConnectionError", retryable=True
         )
