@@ -31,8 +31,10 @@ def enable(settings: Settings) -> None:
     path = metrics_dir(settings)
     private_dir(path.parent)
     private_dir(path)
-    # prometheus-client reads this variable to choose its multiprocess value class.
-    os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(path))
+    # prometheus-client reads this variable to choose its multiprocess value class. Set, not
+    # defaulted: a value inherited from the caller's environment would send this process's
+    # samples where this deployment's /metrics never reads.
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(path)
     # It chooses once, when first imported, and Celery's command line imports it before
     # our code runs: choose again now, before any metric of ours exists.
     import sys
