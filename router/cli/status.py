@@ -162,7 +162,7 @@ def render(report: dict[str, Any]) -> str:
         lines.append("     up        not running on this state directory")
     else:
         for name, proc in up.items():
-            lines.append(f"{mark(proc['running'])} {name:<9} pid {proc['pid']}")
+            lines.append(f"{mark(proc['running'])} {name:<13} pid {proc['pid']}")
     workers = report["workers"]
     depths = report["redis"].get("queue_depths", {})
     if not workers["ok"]:

@@ -76,6 +76,22 @@ class _Session:
     task: asyncio.Task[None] | None = None
 
 
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, FileNotFoundError) and exc.filename:
+        return f"command not found: {exc.filename}"
+    if type(exc).__name__ in {"ClosedResourceError", "EndOfStream", "BrokenResourceError"} or (
+        "Connection closed" in str(exc)
+    ):
+        return "the server exited or closed its connection before answering"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 @dataclass
 class McpConnections:
     """The sessions of one process, keyed by server name."""
@@ -86,6 +102,8 @@ class McpConnections:
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _sessions: dict[str, _Session] = field(default_factory=dict)
+    # Per server: its stderr log and where the latest start of it began writing.
+    _stderr_from: dict[str, tuple[Path, int]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- the loop -------------------------------------------------------------------------
@@ -172,7 +190,30 @@ class McpConnections:
         # A server's name is the config's: only safe characters reach the file name.
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "server"
         path = private_file(private_dir(self.log_dir) / f"mcp-{safe}.log")
+        self._stderr_from[name] = (path, path.stat().st_size)
         return path.open("a", encoding="utf-8")
+
+    def why_unreachable(self, name: str, exc: BaseException) -> str:
+        """The cause of a failed start, in words: the errors inside task groups rather than
+        the groups, and the tail of what the server wrote to its stderr this time."""
+        causes = list(dict.fromkeys(_describe(leaf) for leaf in _leaves(exc)))
+        reason = "; ".join(causes) or _describe(exc)
+        tail = self._stderr_tail(name)
+        return f"{reason}; its stderr ended: {tail}" if tail else reason
+
+    def _stderr_tail(self, name: str, lines: int = 5, chars: int = 600) -> str:
+        found = self._stderr_from.get(name)
+        if found is None:
+            return ""
+        path, start = found
+        try:
+            with path.open("rb") as handle:
+                handle.seek(start)
+                written = handle.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        kept = [line.strip() for line in written.splitlines() if line.strip()][-lines:]
+        return " | ".join(kept)[-chars:]
 
     def _drop(self, name: str) -> None:
         session = self._sessions.pop(name, None)

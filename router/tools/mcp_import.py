@@ -56,8 +56,9 @@ def import_mcp_tools(mcp: McpConnections, *, file: str) -> dict[str, ToolSpec]:
         try:
             tools = mcp.list_tools(server)
         except Exception as exc:
+            why = mcp.why_unreachable(server, exc)
             raise ConfigError(
-                f"mcp server {server!r} cannot be reached: {type(exc).__name__}: {exc}", file=file
+                f"mcp server {server!r} cannot be reached: {why}", file=file
             ) from None
         for tool in tools:
             spec = spec_of(server, tool)

@@ -504,3 +504,42 @@ def test_toolrouter_mcp_refuses_a_bad_key_before_serving(stack: Stack) -> None:
     assert done.returncode == 2
     assert done.stderr.strip() == "error: invalid key"
     assert done.stdout == ""
+
+
+def test_toolrouter_mcp_answers_every_request_piped_in_before_it_exits(stack: Stack) -> None:
+    """A client that writes its requests and closes stdin at once (a pipe, a script) gets
+    an answer to each, the slowest included, before the server exits."""
+    lines = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "pipe", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"seconds": 1}},
+        },
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "router.cli.main", "mcp", "--key", stack.keys["agent"]],
+        env=stack.env,
+        cwd=REPO,
+        input="".join(json.dumps(line) + "\n" for line in lines),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    answers = {answer["id"]: answer for answer in map(json.loads, done.stdout.splitlines())}
+    assert set(answers) == {1, 2, 3}, done.stdout
+    assert all("result" in answer for answer in answers.values()), answers
+    assert answers[3]["result"]["isError"] is False, answers[3]

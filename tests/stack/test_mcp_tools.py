@@ -243,15 +243,33 @@ def test_http_failures_carry_the_remote_message(
         assert result["error"] == error
 
 
-def test_an_mcp_server_that_cannot_start_is_a_config_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("server", "cause"),
+    [
+        ("{command: /nonexistent/mcp-server}", "command not found: /nonexistent/mcp-server"),
+        (
+            """{command: sh, args: ["-c", "echo 'npm error 404 Not Found' >&2; exit 3"]}""",
+            "the server exited or closed its connection before answering; "
+            "its stderr ended: npm error 404 Not Found",
+        ),
+    ],
+    ids=["command-not-found", "exits-at-once"],
+)
+def test_an_mcp_server_that_cannot_start_is_a_config_error_naming_the_cause(
+    tmp_path: Path, server: str, cause: str
+) -> None:
     config = tmp_path / "tools.yaml"
-    config.write_text("mcp_servers:\n  ghost: {command: /nonexistent/mcp-server}\n")
+    config.write_text(f"mcp_servers:\n  ghost: {server}\n")
     runtime = Runtime(Settings(state_dir=tmp_path, config=config))
     try:
-        with pytest.raises(ConfigError, match="mcp server 'ghost' cannot be reached"):
+        with pytest.raises(ConfigError) as refused:
             runtime.prepare()
     finally:
         runtime.close()
+    assert str(refused.value) == (
+        f"config error (file {config}): mcp server 'ghost' cannot be reached: {cause}"
+    )
+    assert "ExceptionGroup" not in str(refused.value)
 
 
 def test_a_claude_desktop_json_file_is_a_config(tmp_path: Path) -> None:
