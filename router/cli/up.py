@@ -41,26 +41,23 @@ PRIVATE_REDIS_GRACE_S = 10.0
 
 def run_up(settings: Settings, *, verbose: bool = False) -> int:
     # The config first: a mistake in it stops `up` before anything is started or touched.
-    checking = Runtime(settings)
+    # The tools built here (MCP servers connected) serve the start-up below too.
+    runtime = Runtime(settings)
     try:
-        _ = checking.registry
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        checking.close()
-    try:
+        _ = runtime.registry
         lock = hold_state_dir(settings)
-    except UpRefused as exc:
+    except (ConfigError, UpRefused) as exc:
+        runtime.close()
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
         check_ports(settings)
-        return _run(settings, verbose)
+        return _run(settings, runtime, verbose)
     except UpRefused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
+        runtime.close()
         lock.release()
 
 
@@ -83,7 +80,7 @@ class Signals:
             raise KeyboardInterrupt
 
 
-def _run(settings: Settings, verbose: bool) -> int:
+def _run(settings: Settings, runtime: Runtime, verbose: bool) -> int:
     state_dir = settings.state_dir.resolve()
     children: list[Child] = []
     private_redis = None
@@ -110,7 +107,6 @@ def _run(settings: Settings, verbose: bool) -> int:
         }
         if settings.config_given or settings.config.is_file():
             env["TOOLROUTER_CONFIG"] = str(settings.config.resolve())
-        runtime = Runtime(settings)
         try:
             runtime.prepare()
             tokens = ensure_demo_keys(settings, runtime.keys)
@@ -118,6 +114,7 @@ def _run(settings: Settings, verbose: bool) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         finally:
+            # Its connections are not needed while the processes run.
             runtime.close()
         password = processes.flower_password(settings)
         if signals.stopping.is_set():

@@ -30,6 +30,7 @@ from ..support.scripted_http import (
     answer,
     echo_after,
     echo_result,
+    echo_together,
     tls_files,
 )
 from ..support.stack import Stack
@@ -223,11 +224,14 @@ def test_requests_carry_the_key_and_reuse_one_kept_alive_connection(flavour: str
 
 
 def test_calls_in_flight_at_once_share_connections_the_next_calls_reuse(flavour: str) -> None:
-    with ScriptedServer(echo_after(0.05)) as server, Driven(flavour, server.url) as agent:
+    # The server answers only once 4 requests are in: calls kept on one connection would
+    # each wait out its patience.
+    with ScriptedServer(echo_together(4)) as server, Driven(flavour, server.url) as agent:
         calls = [("echo", {"i": i}) for i in range(16)]
         assert [r.value for r in agent.at_once("call", calls)] == [{"i": i} for i in range(16)]
         opened = server.connections
-        assert 1 <= opened <= 16
+        assert server.most_open >= 4, "the calls in flight did not run side by side"
+        assert opened <= 16, "more connections than calls"
         for i in range(5):
             assert agent.call("echo", {"one": i}).value == {"one": i}
         assert server.connections == opened

@@ -7,6 +7,7 @@ event loop in a thread, so blocking and asyncio clients alike talk to it; and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import ipaddress
 import json
@@ -68,6 +69,25 @@ def echo_after(seconds: float) -> Script:
         return await echo(seen, writer)
 
     return late_echo
+
+
+def echo_together(count: int, patience_s: float = 10.0) -> Script:
+    """``echo``, every answer held until ``count`` requests have come in (or ``patience_s``
+    has passed): only a client with that many requests in flight at once is answered at
+    once."""
+    arrived = 0
+    gathered = asyncio.Event()
+
+    async def together(seen: Seen, writer: asyncio.StreamWriter) -> bool:
+        nonlocal arrived
+        arrived += 1
+        if arrived >= count:
+            gathered.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(gathered.wait(), patience_s)
+        return await echo(seen, writer)
+
+    return together
 
 
 class ScriptedServer:

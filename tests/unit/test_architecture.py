@@ -50,6 +50,7 @@ CORE = {
     "names",
     "metrics",
     "guards",
+    "lazy",
 }
 
 
