@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import re
+import shutil
 import sys
 import threading
 from collections.abc import Coroutine
@@ -28,6 +31,11 @@ from ..files import private_dir, private_file
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 30.0
+# A server whose stderr goes to its log runs under ``sh``, which reports a non-zero exit
+# status there (the SDK gives no access to it); sh and server share one process group, so
+# stopping the server stops both.
+EXIT_MARK = "toolrouter: the server exited with code "
+_REPORT_EXIT = f'"$0" "$@"; code=$?; [ "$code" -eq 0 ] || echo "{EXIT_MARK}$code" >&2; exit $code'
 
 
 class StdioServer(BaseModel):
@@ -163,8 +171,11 @@ class McpConnections:
         try:
             with contextlib.ExitStack() as files:
                 if isinstance(spec, StdioServer):
+                    command, args = spec.command, list(spec.args)
+                    if self.log_dir is not None and os.name == "posix":
+                        command, args = "/bin/sh", ["-c", _REPORT_EXIT, _found(spec), *args]
                     params = StdioServerParameters(
-                        command=spec.command, args=list(spec.args), env=spec.env, cwd=spec.cwd
+                        command=command, args=args, env=spec.env, cwd=spec.cwd
                     )
                     errlog = files.enter_context(self._errlog(name))
                     target: Any = stdio_client(params, errlog=errlog)
@@ -198,22 +209,28 @@ class McpConnections:
         the groups, and the tail of what the server wrote to its stderr this time."""
         causes = list(dict.fromkeys(_describe(leaf) for leaf in _leaves(exc)))
         reason = "; ".join(causes) or _describe(exc)
-        tail = self._stderr_tail(name)
+        written = [line.strip() for line in self._stderr_since_start(name) if line.strip()]
+        codes = [line.removeprefix(EXIT_MARK) for line in written if line.startswith(EXIT_MARK)]
+        if codes:
+            reason = reason.replace(
+                "the server exited or closed its connection",
+                f"the server exited with code {codes[-1]}",
+            )
+        kept = [line for line in written if not line.startswith(EXIT_MARK)][-5:]
+        tail = " | ".join(kept)[-600:]
         return f"{reason}; its stderr ended: {tail}" if tail else reason
 
-    def _stderr_tail(self, name: str, lines: int = 5, chars: int = 600) -> str:
+    def _stderr_since_start(self, name: str) -> list[str]:
         found = self._stderr_from.get(name)
         if found is None:
-            return ""
+            return []
         path, start = found
         try:
             with path.open("rb") as handle:
                 handle.seek(start)
-                written = handle.read().decode("utf-8", "replace")
+                return handle.read().decode("utf-8", "replace").splitlines()
         except OSError:
-            return ""
-        kept = [line.strip() for line in written.splitlines() if line.strip()][-lines:]
-        return " | ".join(kept)[-chars:]
+            return []
 
     def _drop(self, name: str) -> None:
         session = self._sessions.pop(name, None)
@@ -268,6 +285,17 @@ class McpConnections:
             "BrokenResourceError",
             "EndOfStream",
         } or "Connection closed" in str(exc)
+
+
+def _found(spec: StdioServer) -> str:
+    """The command, checked the way the SDK would find it (so that a missing one is named
+    as such rather than as sh's exit code)."""
+    if "/" in spec.command and not os.path.isabs(spec.command):
+        return spec.command  # relative to the server's cwd: sh reports it if missing
+    # The server's own PATH if its env sets one, else this process's (which() reads it).
+    if shutil.which(spec.command, path=(spec.env or {}).get("PATH")) is None:
+        raise FileNotFoundError(errno.ENOENT, "command not found", spec.command)
+    return spec.command
 
 
 def _http_transport(spec: HttpServer) -> Any:

@@ -249,7 +249,7 @@ def test_http_failures_carry_the_remote_message(
         ("{command: /nonexistent/mcp-server}", "command not found: /nonexistent/mcp-server"),
         (
             """{command: sh, args: ["-c", "echo 'npm error 404 Not Found' >&2; exit 3"]}""",
-            "the server exited or closed its connection before answering; "
+            "the server exited with code 3 before answering; "
             "its stderr ended: npm error 404 Not Found",
         ),
     ],
