@@ -40,6 +40,9 @@ class CallResult:
     tool: str | None
     call_id: str | None = None
     value: Any = None
+    # MCP content blocks in their wire form, when an imported MCP tool gave more than plain
+    # text: ``value`` alone would lose them.
+    content: list[dict[str, Any]] | None = None
     error: str | None = None
     error_type: str | None = None
     request_id: str | None = None
@@ -82,6 +85,7 @@ class CallResult:
             tool=body.get("tool"),
             call_id=body.get("call_id"),
             value=body.get("value"),
+            content=content_blocks(body.get("content")),
             error=body.get("error"),
             error_type=body.get("error_type"),
             request_id=body.get("request_id"),
@@ -102,6 +106,8 @@ class CallResult:
             body["answered_by"] = self.answered_by
         if self.ok:
             body["value"] = self.value
+            if self.content is not None:
+                body["content"] = self.content
             return body
         if self.error is not None:
             body["error"] = self.error
@@ -123,6 +129,13 @@ _FLAGS: dict[str, str] = {
     CallStatus.DENIED: "denied",
     CallStatus.EXPIRED: "expired",
 }
+
+
+def content_blocks(raw: Any) -> list[dict[str, Any]] | None:
+    """``raw`` if it is a list of objects (content blocks as stored or sent), else None."""
+    if isinstance(raw, list) and all(isinstance(block, dict) for block in raw):
+        return raw
+    return None
 
 
 def rejected(tool: str | None, error: str, *, did_you_mean: tuple[str, ...] = ()) -> CallResult:

@@ -65,6 +65,11 @@ class Settings(BaseSettings):
     mcp_allowed_hosts: str = ""
     # How long an MCP tools/call waits for an ungated call before answering with its call id.
     mcp_call_wait_s: float = Field(default=30.0, ge=0, le=300)
+    # How long an MCP task (a task-augmented tools/call) can be read after it was created;
+    # a client asking for a shorter TTL gets its own.
+    mcp_task_ttl_s: float = Field(default=7 * 24 * 3600.0, gt=0, le=365 * 24 * 3600)
+    # The interval MCP clients are told to poll tasks/get at.
+    mcp_task_poll_ms: int = Field(default=1000, ge=50, le=600_000)
 
     # Pool processes per worker. The API also spreads calls published together over at least
     # this many messages: with several workers on one queue, set it to their processes in all.

@@ -112,3 +112,12 @@ def deep(args: dict[str, Any], ctx: CallContext) -> Any:
     for _ in range(int(args["depth"])):
         value = [value]
     return value
+
+
+def hold(args: dict[str, Any], ctx: CallContext) -> Any:
+    """Runs until the file ``args["until"]`` exists: the test decides when it finishes."""
+    release = Path(args["until"])
+    deadline = time.monotonic() + float(args.get("at_most_s", 120))
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return {"released": release.exists()}

@@ -90,6 +90,14 @@ class CallResultModel(BaseModel):
         default=None, description="The fallback that answered, when it is not `tool`"
     )
     value: Any = Field(default=None, description="The tool's result, when `ok`")
+    content: list[dict[str, Any]] | None = Field(
+        default=None,
+        description=(
+            "With `value`, for a tool imported from an MCP server whose answer is more than "
+            "plain text: every content block it gave (text, image, audio, resource, "
+            "resource_link), in order, as MCP sends them"
+        ),
+    )
     error: str | None = Field(default=None, description="Why the call did not succeed")
     error_type: str | None = Field(
         default=None, description="The class of the failure, such as `TimeoutError`"

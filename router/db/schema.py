@@ -56,6 +56,9 @@ calls = Table(
     Column("answered_by", String(64), nullable=True),
     # JSON list of tools to fall back along, for calls by capability (migration 0004).
     Column("chain", Text, nullable=True),
+    # JSON list of an MCP tool's content blocks, when ``value`` cannot carry them all
+    # (migration 0008).
+    Column("content", Text, nullable=True),
     UniqueConstraint("requested_by", "idempotency_key", name="uq_calls_requested_by_idem"),
     Index("ix_calls_status_lease", "status", "lease_until"),
     Index("ix_calls_batch_id_index", "batch_id", "batch_index"),
@@ -181,4 +184,17 @@ batches = Table(
     Column("submitted", BigInteger, nullable=False, default=0),
     Column("rejected", BigInteger, nullable=False, default=0),
     UniqueConstraint("requested_by", "idempotency_key", name="uq_batches_requested_by_idem"),
+)
+
+# MCP tasks (migration 0009): a call made as a task-augmented ``tools/call``; the task's id
+# is the call's id. Only listing needs the table; the call holds the state.
+mcp_tasks = Table(
+    "mcp_tasks",
+    metadata,
+    Column("task_id", String(40), primary_key=True),
+    Column("owner", String(128), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    # How long after creation the task may be read (the TTL the client was granted).
+    Column("ttl_ms", BigInteger, nullable=False),
+    Index("ix_mcp_tasks_owner_created", "owner", "created_at"),
 )

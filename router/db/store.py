@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Engine, and_, bindparam, select, update
 from sqlalchemy.engine import Connection
 
-from ..results import CallResult
+from ..results import CallResult, content_blocks
 from ..status import CallStatus
 from .engine import execute_direct, insert_rows, translate_errors
 from .schema import calls
@@ -50,6 +50,7 @@ _FINISH = (
     .values(
         status=bindparam("status"),
         value=bindparam("value"),
+        content=bindparam("content"),
         error=bindparam("error"),
         error_type=bindparam("error_type"),
         answered_by=bindparam("answered_by"),
@@ -87,6 +88,7 @@ class CallRow:
     batch_index: int | None
     answered_by: str | None = None
     chain: str | None = None
+    content: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> CallRow:
@@ -103,11 +105,13 @@ class CallRow:
     def result(self) -> CallResult:
         """The call's answer as the API gives it (SPEC §4)."""
         value = json.loads(self.value) if self.value is not None else None
+        content = json.loads(self.content) if self.content is not None else None
         return CallResult(
             status=self.status,
             tool=self.tool,
             call_id=self.id,
             value=value,
+            content=content_blocks(content),
             error=self.error,
             error_type=self.error_type,
             request_id=self.request_id,
@@ -225,8 +229,10 @@ class Store:
         error: str | None = None,
         error_type: str | None = None,
         answered_by: str | None = None,
+        content: str | None = None,
     ) -> bool:
-        """Record the outcome of attempt ``attempt``; False if that attempt no longer owns it."""
+        """Record the outcome of attempt ``attempt``; False if that attempt no longer owns it.
+        The value and its content blocks land in one statement: both or neither."""
         result = execute_direct(
             conn,
             _FINISH,
@@ -235,6 +241,7 @@ class Store:
                 "fence": attempt,
                 "status": status,
                 "value": value,
+                "content": content,
                 "error": error,
                 "error_type": error_type,
                 "answered_by": answered_by,

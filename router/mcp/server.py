@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import anyio
 from mcp import types
 from mcp.server import Server, ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
 
 from ..auth.principal import Principal
@@ -25,8 +27,12 @@ from ..messaging.waiting import wait_for_call
 from ..names import echo_name
 from ..results import CallResult
 from ..runtime import Runtime
-from ..status import CallStatus, Role
+from ..status import TERMINAL_STATES, CallStatus, Role
 from ..threads import in_thread
+from .call_reports import CallReports, LogLevels
+from .calls_in_flight import CallsInFlight, idempotency_key_of
+from .task_ledger import TaskLedger
+from .tasks import TaskService, task_capability
 from .tools import STATUS_TOOL, error_result, mcp_tool, render, status_tool
 
 log = logging.getLogger(__name__)
@@ -39,6 +45,14 @@ Identify = Callable[[Context], Awaitable[Principal]]
 NOT_AN_AGENT = "agent role required to submit calls"
 
 
+class _Server(Server[Any]):
+    """The SDK's server, advertising the tasks it serves through toolrouter's handlers."""
+
+    def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
+        capabilities = super().get_capabilities(*args, **kwargs)
+        return capabilities.model_copy(update={"tasks": task_capability()})
+
+
 class ToolrouterMcp:
     """Serves the registered tools to MCP clients; ``server`` is the SDK's low-level server."""
 
@@ -47,32 +61,60 @@ class ToolrouterMcp:
         settings = runtime.settings
         self.call_wait_s = settings.mcp_call_wait_s
         self.max_wait_s = settings.max_wait_s
-        self.server: Server[Any] = Server(
+        self.poll_s = settings.mcp_task_poll_ms / 1000
+        self.in_flight = CallsInFlight()
+        self.log_levels = LogLevels()
+        self.tasks = TaskService(runtime, TaskLedger(runtime.store, runtime.clock), self.wait)
+        self.server: Server[Any] = _Server(
             "toolrouter",
             version="1",
             instructions=(
                 "Tools served by toolrouter. Calls to tools that need a human approval answer "
-                f"with a pending request; {STATUS_TOOL} gives their outcome later."
+                f"with a pending request; {STATUS_TOOL} gives their outcome later, or call "
+                "them as tasks."
             ),
             get_tool_input_schema=self._input_schema,
             on_list_tools=self.list_tools,
             on_call_tool=self.call_tool,
         )
+        # Outermost of toolrouter's own: a tools/call with a task is answered here, since
+        # the SDK checks tools/call answers against CallToolResult.
+        self.server.middleware.append(self._tasks_middleware)
+        add = self.server.add_request_handler
+        add("tasks/get", types.GetTaskRequestParams, self._tasks_get)
+        add("tasks/result", types.GetTaskPayloadRequestParams, self._tasks_result)
+        add("tasks/cancel", types.CancelTaskRequestParams, self._tasks_cancel)
+        add("tasks/list", types.PaginatedRequestParams, self._tasks_list)
+        add("logging/setLevel", types.SetLevelRequestParams, self._set_level)
+        self.server.add_notification_handler(
+            "notifications/cancelled", types.CancelledNotificationParams, self._cancelled
+        )
+
+    async def _who(self, ctx: Context) -> Principal:
+        """The caller, or the JSON-RPC error that says why there is none."""
+        try:
+            return await self.identify(ctx)
+        except RequestError as exc:
+            raise MCPError(code=types.INVALID_REQUEST, message=str(exc)) from None
+        except Unavailable as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from None
 
     async def list_tools(
         self, ctx: Context, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         """The tools this key may call: all of them for agents, none for other keys."""
-        try:
-            who = await self.identify(ctx)
-        except RequestError as exc:
-            raise MCPError(code=types.INVALID_REQUEST, message=str(exc)) from None
-        except Unavailable as exc:
-            raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from None
+        who = await self._who(ctx)
         if not who.has(Role.AGENT):
             return types.ListToolsResult(tools=[])
-        tools = [mcp_tool(tool) for tool in self.runtime.registry]
-        return types.ListToolsResult(tools=[status_tool(self.max_wait_s), *tools])
+        as_task = types.ToolExecution(task_support="optional")
+        tools = [
+            mcp_tool(tool).model_copy(update={"execution": as_task})
+            for tool in self.runtime.registry
+        ]
+        status = status_tool(self.max_wait_s).model_copy(
+            update={"execution": types.ToolExecution(task_support="forbidden")}
+        )
+        return types.ListToolsResult(tools=[status, *tools])
 
     async def call_tool(
         self, ctx: Context, params: types.CallToolRequestParams
@@ -95,12 +137,42 @@ class ToolrouterMcp:
         args: Any = params.arguments if params.arguments is not None else {}
         if params.name == STATUS_TOOL:
             return await self._status(who, args)
+        key = idempotency_key_of(ctx.params)
         # Shared with the HTTP API's submissions of this process (router.dispatch.group_commit).
-        result = await self.runtime.group_commit.submit(Submission(who.name, params.name, args))
+        result = await self.runtime.group_commit.submit(
+            Submission(who.name, params.name, args, key)
+        )
+        reports = CallReports(ctx, who.name, self.log_levels)
+        if result.call_id is not None:
+            await reports.saw(result)
         running = result.status in (CallStatus.QUEUED, CallStatus.RUNNING)
         if running and result.call_id is not None and self.call_wait_s > 0:
-            result = await self.wait(who, result.call_id, self.call_wait_s, known_unfinished=True)
+            result = await self._wait_reporting(ctx, who, result.call_id, reports)
+            await reports.saw(result)
         return render(result)
+
+    async def _wait_reporting(
+        self, ctx: Context, who: Principal, call_id: str, reports: CallReports
+    ) -> CallResult:
+        """Wait the bounded time for the call; with a progress token, look at it every poll
+        interval so that ``running`` is reported too."""
+        self.in_flight.add(who.name, ctx.request_id, call_id)
+        deadline = anyio.current_time() + self.call_wait_s
+        slice_s = self.poll_s if reports.wants_progress else self.call_wait_s
+        result: CallResult | None = None
+        first = True
+        while True:
+            remaining = deadline - anyio.current_time()
+            if result is not None and (remaining <= 0 or result.status in TERMINAL_STATES):
+                break
+            result = await self.wait(
+                who, call_id, max(0.0, min(slice_s, remaining)), known_unfinished=first
+            )
+            first = False
+            await reports.saw(result)
+        # Not on cancellation: a notifications/cancelled that follows must find the call.
+        self.in_flight.done(who.name, ctx.request_id, call_id)
+        return result
 
     async def _status(self, who: Principal, args: Any) -> types.CallToolResult:
         call_id = args.get("call_id") if isinstance(args, dict) else None
@@ -134,6 +206,63 @@ class ToolrouterMcp:
             wait_s,
             known_unfinished=known_unfinished,
         )
+
+    # -- tasks, logging, cancellation ---------------------------------------------------
+
+    async def _tasks_middleware(self, ctx: Context, call_next: CallNext) -> HandlerResult:
+        params = ctx.params
+        if (
+            ctx.method == "tools/call"
+            and isinstance(params, Mapping)
+            and params.get("task") is not None
+        ):
+            who = await self._who(ctx)
+            try:
+                return await self.tasks.create(who, params)
+            except RequestError as exc:
+                raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        return await call_next(ctx)
+
+    async def _tasks_get(self, ctx: Context, params: types.GetTaskRequestParams) -> HandlerResult:
+        return await self.tasks.get(await self._who(ctx), params.task_id)
+
+    async def _tasks_result(
+        self, ctx: Context, params: types.GetTaskPayloadRequestParams
+    ) -> HandlerResult:
+        return await self.tasks.result(await self._who(ctx), params.task_id)
+
+    async def _tasks_cancel(
+        self, ctx: Context, params: types.CancelTaskRequestParams
+    ) -> HandlerResult:
+        return await self.tasks.cancel(await self._who(ctx), params.task_id)
+
+    async def _tasks_list(
+        self, ctx: Context, params: types.PaginatedRequestParams
+    ) -> HandlerResult:
+        return await self.tasks.list(await self._who(ctx), params.cursor)
+
+    async def _set_level(self, ctx: Context, params: types.SetLevelRequestParams) -> HandlerResult:
+        who = await self._who(ctx)
+        self.log_levels.set(who.name, params.level)
+        return types.EmptyResult()
+
+    async def _cancelled(self, ctx: Context, params: types.CancelledNotificationParams) -> None:
+        """Cancel the call a cancelled ``tools/call`` made, as ``DELETE /v1/calls/{id}``
+        would: a queued or pending call of the key's own; anything else is left alone."""
+        if params.request_id is None:
+            return
+        try:
+            who = await self.identify(ctx)
+        except (RequestError, Unavailable):
+            return
+        call_id = self.in_flight.take(who.name, params.request_id)
+        if call_id is None:
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await in_thread(self.runtime.calls.cancel, who, call_id)
+            except (RequestError, Unavailable) as exc:
+                log.info("MCP cancel of call %s not applied: %s", call_id, exc)
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         # Lets the SDK check Mcp-Param headers without running tools/list for every call.

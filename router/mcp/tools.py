@@ -3,8 +3,11 @@
 A tool's risk becomes its annotations (low: read-only; high: destructive). A call result
 (SPEC §4) becomes a ``CallToolResult``: its structured content is the call result itself,
 its text is the value as JSON (or the error), and ``isError`` is set exactly when the call
-ended without a value. A call that is still waiting (for approval, or for a worker) is not
-an error: the answer names the call and how to fetch its outcome with ``STATUS_TOOL``.
+ended without a value. A result with ``content`` (an imported MCP tool's blocks: images,
+audio, resources) answers with those blocks as they came instead of the text, and the
+call result without them as structured content. A call that is still waiting (for
+approval, or for a worker) is not an error: the answer names the call and how to fetch
+its outcome with ``STATUS_TOOL``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 from typing import Any
 
 from mcp import types
+from pydantic import TypeAdapter, ValidationError
 
 from ..results import CallResult
 from ..status import CallStatus
@@ -23,6 +27,8 @@ STATUS_TOOL = "toolrouter.call_status"
 # Extra facts about a tool, under the ``_meta`` of its definition (MCP reserves unprefixed keys).
 META_RISK = "toolrouter/risk"
 META_GATED = "toolrouter/requires_approval"
+
+_BLOCKS: TypeAdapter[list[types.ContentBlock]] = TypeAdapter(list[types.ContentBlock])
 
 
 def status_tool(max_wait_s: float) -> types.Tool:
@@ -74,10 +80,27 @@ def render(result: CallResult) -> types.CallToolResult:
     """One call result as the answer to ``tools/call`` (and to ``STATUS_TOOL``)."""
     body = wire_safe(result.to_dict())
     if result.ok:
+        blocks = mcp_blocks(body.get("content"))
+        if blocks:
+            # The blocks go as they came; the structured content need not carry them twice.
+            del body["content"]
+            return types.CallToolResult(content=blocks, structured_content=body, is_error=False)
         return _answer(_json_text(body["value"]), body, error=False)
     if result.status in (CallStatus.PENDING, CallStatus.QUEUED, CallStatus.RUNNING):
         return _answer(_waiting_text(result), body, error=False)
     return _answer(failure_text(result), body, error=True)
+
+
+def mcp_blocks(raw: Any) -> list[types.ContentBlock] | None:
+    """Stored blocks (MCP's wire form) as the SDK's content types; None when there are
+    none, or when they are not blocks any MCP client would take (then the call result,
+    blocks included, is the structured content and nothing is lost)."""
+    if not isinstance(raw, list):
+        return None
+    try:
+        return _BLOCKS.validate_python(raw)
+    except ValidationError:
+        return None
 
 
 def error_result(message: str) -> types.CallToolResult:

@@ -25,7 +25,7 @@ import redis.asyncio as aioredis
 
 from .. import metrics
 from ..constants import CALL_DONE_CHANNEL, KEYS_CHANGED_CHANNEL
-from ..results import CallResult
+from ..results import CallResult, content_blocks
 from ..trust.keyring import KeyRing, Purpose
 from . import revocations
 from .namespace import Namespace
@@ -53,6 +53,8 @@ def completion_message(call_id: str, result: CallResult | None, keyring: KeyRing
     if result is None:
         return call_id
     fields = {name: getattr(result, name) for name in _RESULT_FIELDS}
+    if result.content is not None:
+        fields["content"] = result.content
     text = json.dumps({"call_id": call_id, "result": fields}, separators=(",", ":"))
     if len(text) > MAX_RESULT_BYTES:
         return call_id
@@ -84,7 +86,11 @@ def parse_completion(data: bytes, keyring: KeyRing) -> tuple[str, CallResult | N
     try:
         body = json.loads(body_bytes if separator else data)
         call_id, fields = body["call_id"], body["result"]
-        result = CallResult(call_id=call_id, **{name: fields[name] for name in _RESULT_FIELDS})
+        result = CallResult(
+            call_id=call_id,
+            content=content_blocks(fields.get("content")),
+            **{name: fields[name] for name in _RESULT_FIELDS},
+        )
     except (ValueError, KeyError, TypeError, RecursionError):
         log.warning("ignoring a malformed completion message")
         return None

@@ -48,6 +48,7 @@ def test_rows_and_counts_are_those_conn_execute_gives(runtime: Runtime) -> None:
         outcome = {
             "status": CallStatus.SUCCEEDED,
             "value": "1",
+            "content": None,
             "error": None,
             "error_type": None,
             "answered_by": None,

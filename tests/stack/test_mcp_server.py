@@ -539,7 +539,12 @@ def test_toolrouter_mcp_answers_every_request_piped_in_before_it_exits(stack: St
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    answers = {answer["id"]: answer for answer in map(json.loads, done.stdout.splitlines())}
+    messages = [json.loads(line) for line in done.stdout.splitlines()]
+    # Between the answers: the calls' log notifications (no id).
+    answers = {message["id"]: message for message in messages if "id" in message}
+    assert {message["method"] for message in messages if "id" not in message} <= {
+        "notifications/message"
+    }
     assert set(answers) == {1, 2, 3}, done.stdout
     assert all("result" in answer for answer in answers.values()), answers
     assert answers[3]["result"]["isError"] is False, answers[3]

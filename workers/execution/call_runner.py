@@ -90,7 +90,9 @@ class CallRunner:
             with limits.handler():
                 outcome = self._invoke(tool, row.arguments, ctx)
             if outcome.ok and outcome.value_json is not None:
-                self.cache.put(tool, row.args_sha256, outcome.value_json)
+                # The cache holds values only: content blocks would come back without them.
+                if outcome.content_json is None:
+                    self.cache.put(tool, row.args_sha256, outcome.value_json)
             elif should_retry(tool, row.attempt, outcome):
                 return self._retry_later(tool, row, outcome)
             elif row.chain or tool.spec.fallbacks:

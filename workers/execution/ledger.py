@@ -76,14 +76,15 @@ class Finished:
     def result(self) -> CallResult | None:
         """The answer for the call's completion notice; None for a value too large to ride
         (then it is not decoded only to be dropped)."""
-        value_json = self.outcome.value_json
-        if value_json is not None and len(value_json) > MAX_RESULT_BYTES:
+        value_json, content_json = self.outcome.value_json, self.outcome.content_json
+        if len(value_json or "") + len(content_json or "") > MAX_RESULT_BYTES:
             return None
         return CallResult(
             status=self.status,
             tool=self.row.tool,
             call_id=self.row.id,
             value=None if value_json is None else json.loads(value_json),
+            content=None if content_json is None else json.loads(content_json),
             error=self.outcome.error,
             error_type=self.outcome.error_type,
             request_id=self.row.request_id,
@@ -197,6 +198,7 @@ class Ledger:
             status=done.status,
             now=done.at,
             value=outcome.value_json,
+            content=outcome.content_json,
             error=outcome.error,
             error_type=outcome.error_type,
             answered_by=done.answered_by,

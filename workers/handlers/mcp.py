@@ -1,14 +1,18 @@
 """MCP tool handlers: ``tools/call`` on the server's session in this worker process.
 
-Structured content when the tool gives it, else its text; ``isError`` becomes an error
-value with the tool's own text.
+The value is the structured content when the tool gives it, else its text; ``isError``
+becomes an error value with the tool's own text. When the content is more than plain text
+(an image, audio, a resource or link, annotations), every block also goes along as
+``content``, in MCP's wire form, so nothing the tool answered is lost.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
+from pydantic import BaseModel
 
 from router.context import CallContext
 from router.results import error_message
@@ -52,6 +56,24 @@ def run_mcp(
         return Outcome(
             ok=False, error=text or "MCP tool reported an error", error_type="McpToolError"
         )
-    if result.structured_content is not None:
-        return Outcome.of_value(result.structured_content, max_nesting=max_nesting)
-    return Outcome.of_value(text, max_nesting=max_nesting)
+    value = text if result.structured_content is None else result.structured_content
+    return Outcome.of_value(value, max_nesting=max_nesting, content=kept_content(result.content))
+
+
+def wire_blocks(content: Sequence[Any]) -> list[dict[str, Any]]:
+    """Content blocks as MCP sends them: camelCase, fields the server left out left out."""
+    blocks: list[dict[str, Any]] = []
+    for block in content:
+        if isinstance(block, BaseModel):
+            blocks.append(block.model_dump(mode="json", by_alias=True, exclude_none=True))
+        elif isinstance(block, dict):
+            blocks.append(block)
+    return blocks
+
+
+def kept_content(content: Sequence[Any]) -> list[dict[str, Any]] | None:
+    """Every block, when any is more than plain text; None when the value says it all."""
+    blocks = wire_blocks(content)
+    if all(block.keys() == {"type", "text"} and block["type"] == "text" for block in blocks):
+        return None
+    return blocks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from router.canonical import canonical_json, nested_deeper_than, too_deep_message
 from router.results import error_message
@@ -10,10 +11,12 @@ from router.results import error_message
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """``value_json`` when the handler returned; ``error`` and ``error_type`` when it failed."""
+    """``value_json`` when the handler returned; ``error`` and ``error_type`` when it failed.
+    ``content_json``: an MCP tool's content blocks, when ``value`` cannot carry them all."""
 
     ok: bool
     value_json: str | None = None
+    content_json: str | None = None
     error: str | None = None
     error_type: str | None = None
     retryable: bool = False
@@ -21,13 +24,19 @@ class Outcome:
     retry_after_s: float | None = None
 
     @classmethod
-    def of_value(cls, value: object, *, max_nesting: int) -> Outcome:
+    def of_value(
+        cls, value: object, *, max_nesting: int, content: list[dict[str, Any]] | None = None
+    ) -> Outcome:
         # Whatever the handler returned (0, None, "" included) is a success, if it is JSON
-        # and no deeper than every reader of the stored result can go.
-        if nested_deeper_than(value, max_nesting):
+        # and no deeper than every reader of the stored result can go; content blocks too.
+        if nested_deeper_than(value, max_nesting) or nested_deeper_than(content, max_nesting):
             return cls.too_deep(max_nesting)
         try:
-            return cls(ok=True, value_json=canonical_json(value))
+            return cls(
+                ok=True,
+                value_json=canonical_json(value),
+                content_json=None if content is None else canonical_json(content),
+            )
         except (TypeError, ValueError) as exc:
             return cls(
                 ok=False,

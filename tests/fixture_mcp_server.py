@@ -1,0 +1,79 @@
+"""A real MCP server (the official SDK, over stdio) for what the reference servers lack:
+audio, an answer larger than a completion message, content nested past the limit, an
+error that comes with an image, and an image tool the tests' config caches.
+
+Run as ``python -m tests.fixture_mcp_server`` from the repository root.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import wave
+
+from mcp import types
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("media")
+READ_ONLY = types.ToolAnnotations(read_only_hint=True)
+# The PNG signature: a block that is an image in name only is enough for these tests.
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode("ascii")
+
+
+def wav(frames: int) -> str:
+    """``frames`` frames of 8 kHz mono 8-bit silence, as base64 WAV."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(1)
+        out.setframerate(8000)
+        out.writeframes(b"\x80" * frames)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+@server.tool(annotations=READ_ONLY)
+def beep(frames: int = 80) -> types.CallToolResult:
+    """A beep: a caption, the audio, and its facts as structured content."""
+    return types.CallToolResult(
+        content=[
+            types.TextContent(text="a short beep"),
+            types.AudioContent(data=wav(frames), mime_type="audio/wav"),
+        ],
+        structured_content={"frames": frames, "rate": 8000},
+    )
+
+
+@server.tool(annotations=READ_ONLY)
+def chart() -> types.CallToolResult:
+    """A caption and an image (the config caches this one)."""
+    return types.CallToolResult(
+        content=[
+            types.TextContent(text="the chart"),
+            types.ImageContent(data=PNG, mime_type="image/png"),
+        ]
+    )
+
+
+@server.tool(annotations=READ_ONLY)
+def nested_meta(depth: int) -> types.CallToolResult:
+    """A text block whose ``_meta`` nests ``depth`` levels deep."""
+    meta: object = "bottom"
+    for _ in range(depth):
+        meta = [meta]
+    return types.CallToolResult(content=[types.TextContent(text="deep", _meta={"nest": meta})])
+
+
+@server.tool(annotations=READ_ONLY)
+def broken_chart() -> types.CallToolResult:
+    """An error, with an image beside its text."""
+    return types.CallToolResult(
+        content=[
+            types.TextContent(text="the chart could not be drawn"),
+            types.ImageContent(data=PNG, mime_type="image/png"),
+        ],
+        is_error=True,
+    )
+
+
+if __name__ == "__main__":
+    server.run("stdio")
