@@ -138,6 +138,9 @@ def _answer(text: str, body: dict[str, Any], *, error: bool) -> types.CallToolRe
 
 
 def _json_text(value: Any) -> str:
+    # A string is its own text: a client shows it to the model without JSON's quotes.
+    if isinstance(value, str):
+        return value
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 

@@ -165,3 +165,17 @@ def test_a_lone_surrogate_in_a_block_cannot_break_the_answer() -> None:
     assert isinstance(block, types.TextContent)
     block.text.encode("utf-8")
     assert block.text == "bad ? text"
+
+
+def test_a_string_value_is_its_own_text_and_anything_else_is_json() -> None:
+    def text(value: Any) -> str:
+        answer = render(CallResult(status="succeeded", tool="t", call_id="call_1", value=value))
+        (block,) = answer.content
+        assert isinstance(block, types.TextContent)
+        return block.text
+
+    assert text('say "hi"') == 'say "hi"'
+    assert text("") == ""
+    assert text({"a": "é"}) == '{"a": "é"}'
+    assert text(["x"]) == '["x"]'
+    assert text(None) == "null"
