@@ -33,7 +33,6 @@ LEVELS: tuple[types.LoggingLevel, ...] = (
     "alert",
     "emergency",
 )
-DEFAULT_LEVEL: types.LoggingLevel = "info"
 # Outcomes only a handler run gives.
 RAN = frozenset({CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.INTERRUPTED})
 
@@ -49,7 +48,9 @@ _LEVEL_OF: dict[str, types.LoggingLevel] = {
 
 class LogLevels:
     """The level each key asked for, in this process (stdio serves one key; over stateless
-    HTTP a key's level holds for the API process that took its ``logging/setLevel``)."""
+    HTTP a key's level holds for the API process that took its ``logging/setLevel``).
+    A key that never asked gets no log messages: they cost a write each and most clients
+    do not show them."""
 
     def __init__(self) -> None:
         self._levels: dict[str, types.LoggingLevel] = {}
@@ -58,8 +59,8 @@ class LogLevels:
         self._levels[owner] = level
 
     def allows(self, owner: str, level: types.LoggingLevel) -> bool:
-        wanted = self._levels.get(owner, DEFAULT_LEVEL)
-        return LEVELS.index(level) >= LEVELS.index(wanted)
+        wanted = self._levels.get(owner)
+        return wanted is not None and LEVELS.index(level) >= LEVELS.index(wanted)
 
 
 class CallReports:
@@ -77,7 +78,7 @@ class CallReports:
     async def saw(self, result: CallResult) -> None:
         """Report ``result`` if its status is new. A call that ran is reported running
         before its outcome even when it ran between two looks at it."""
-        if result.status in RAN and self.last not in (None, CallStatus.RUNNING):
+        if result.status in RAN and self.last in (CallStatus.QUEUED, CallStatus.PENDING):
             await self._report(replace(result, status=CallStatus.RUNNING, value=None, error=None))
         await self._report(result)
 

@@ -43,27 +43,27 @@ class CallsInFlight:
     """``(key, request id) -> call id`` for the requests this process took."""
 
     def __init__(self) -> None:
-        self._calls: dict[tuple[str, str], list[_Entry]] = {}
+        self._calls: dict[tuple[str, str, str], list[_Entry]] = {}
         self._swept = time.monotonic()
 
     def add(self, owner: str, request_id: object, call_id: str) -> None:
         self._forget_old()
-        self._calls.setdefault((owner, str(request_id)), []).append(_Entry(call_id))
+        self._calls.setdefault(_key(owner, request_id), []).append(_Entry(call_id))
 
     def done(self, owner: str, request_id: object, call_id: str) -> None:
         """The request was answered: its id no longer names this call."""
-        entries = self._calls.get((owner, str(request_id)), [])
+        entries = self._calls.get(_key(owner, request_id), [])
         entries[:] = [entry for entry in entries if entry.call_id != call_id]
         if not entries:
-            self._calls.pop((owner, str(request_id)), None)
+            self._calls.pop(_key(owner, request_id), None)
 
     def take(self, owner: str, request_id: object) -> str | None:
         """The call a cancelled request made, if exactly one unanswered request of the key
         had that id (stateless clients may reuse ids: an ambiguous cancel is ignored)."""
-        entries = self._calls.get((owner, str(request_id)), [])
+        entries = self._calls.get(_key(owner, request_id), [])
         if len(entries) != 1:
             return None
-        self._calls.pop((owner, str(request_id)), None)
+        self._calls.pop(_key(owner, request_id), None)
         return entries[0].call_id
 
     def _forget_old(self) -> None:
@@ -75,3 +75,8 @@ class CallsInFlight:
             entries[:] = [entry for entry in entries if entry.since > cutoff]
             if not entries:
                 del self._calls[name]
+
+
+def _key(owner: str, request_id: object) -> tuple[str, str, str]:
+    # 7 and "7" are different JSON-RPC ids.
+    return owner, type(request_id).__name__, str(request_id)

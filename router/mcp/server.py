@@ -18,6 +18,7 @@ from mcp import types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..auth.principal import Principal
 from ..dispatch.dispatcher import Submission
@@ -46,11 +47,34 @@ NOT_AN_AGENT = "agent role required to submit calls"
 
 
 class _Server(Server[Any]):
-    """The SDK's server, advertising the tasks it serves through toolrouter's handlers."""
+    """The SDK's server, advertising the tasks it serves through toolrouter's handlers on
+    the handshake versions (2026-07-28 has neither these tasks nor logging)."""
 
     def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
         capabilities = super().get_capabilities(*args, **kwargs)
+        if kwargs.get("protocol_version") in MODERN_PROTOCOL_VERSIONS:
+            return capabilities.model_copy(update={"logging": None})
         return capabilities.model_copy(update={"tasks": task_capability()})
+
+
+def guarded(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """A tasks/* or logging handler whose every failure is a JSON-RPC error with a clear
+    message (the SDK would send an unexpected exception's own text)."""
+
+    async def run(ctx: Context, params: Any) -> Any:
+        try:
+            return await handler(ctx, params)
+        except MCPError:
+            raise
+        except RequestError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        except Unavailable as exc:
+            raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from None
+        except Exception:
+            log.exception("MCP %s failed unexpectedly", ctx.method)
+            raise MCPError(code=types.INTERNAL_ERROR, message="internal error") from None
+
+    return run
 
 
 class ToolrouterMcp:
@@ -64,7 +88,11 @@ class ToolrouterMcp:
         self.poll_s = settings.mcp_task_poll_ms / 1000
         self.in_flight = CallsInFlight()
         self.log_levels = LogLevels()
-        self.tasks = TaskService(runtime, TaskLedger(runtime.store, runtime.clock), self.wait)
+        # Wakes whoever waits for a call this server cancelled, as DELETE /v1/calls does.
+        self.notifier = runtime.notifier()
+        self.tasks = TaskService(
+            runtime, TaskLedger(runtime.store, runtime.clock), self.wait, self.notifier
+        )
         self.server: Server[Any] = _Server(
             "toolrouter",
             version="1",
@@ -81,11 +109,11 @@ class ToolrouterMcp:
         # the SDK checks tools/call answers against CallToolResult.
         self.server.middleware.append(self._tasks_middleware)
         add = self.server.add_request_handler
-        add("tasks/get", types.GetTaskRequestParams, self._tasks_get)
-        add("tasks/result", types.GetTaskPayloadRequestParams, self._tasks_result)
-        add("tasks/cancel", types.CancelTaskRequestParams, self._tasks_cancel)
-        add("tasks/list", types.PaginatedRequestParams, self._tasks_list)
-        add("logging/setLevel", types.SetLevelRequestParams, self._set_level)
+        add("tasks/get", types.GetTaskRequestParams, guarded(self._tasks_get))
+        add("tasks/result", types.GetTaskPayloadRequestParams, guarded(self._tasks_result))
+        add("tasks/cancel", types.CancelTaskRequestParams, guarded(self._tasks_cancel))
+        add("tasks/list", types.PaginatedRequestParams, guarded(self._tasks_list))
+        add("logging/setLevel", types.SetLevelRequestParams, guarded(self._set_level))
         self.server.add_notification_handler(
             "notifications/cancelled", types.CancelledNotificationParams, self._cancelled
         )
@@ -148,7 +176,6 @@ class ToolrouterMcp:
         running = result.status in (CallStatus.QUEUED, CallStatus.RUNNING)
         if running and result.call_id is not None and self.call_wait_s > 0:
             result = await self._wait_reporting(ctx, who, result.call_id, reports)
-            await reports.saw(result)
         return render(result)
 
     async def _wait_reporting(
@@ -215,13 +242,13 @@ class ToolrouterMcp:
             ctx.method == "tools/call"
             and isinstance(params, Mapping)
             and params.get("task") is not None
+            and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS
         ):
-            who = await self._who(ctx)
-            try:
-                return await self.tasks.create(who, params)
-            except RequestError as exc:
-                raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+            return await guarded(self._create_task)(ctx, params)
         return await call_next(ctx)
+
+    async def _create_task(self, ctx: Context, params: Any) -> HandlerResult:
+        return await self.tasks.create(await self._who(ctx), params)
 
     async def _tasks_get(self, ctx: Context, params: types.GetTaskRequestParams) -> HandlerResult:
         return await self.tasks.get(await self._who(ctx), params.task_id)
@@ -229,7 +256,12 @@ class ToolrouterMcp:
     async def _tasks_result(
         self, ctx: Context, params: types.GetTaskPayloadRequestParams
     ) -> HandlerResult:
-        return await self.tasks.result(await self._who(ctx), params.task_id)
+        """Blocks until the task is finished, checking the key again between waits: a key
+        revoked meanwhile gets an error, not the outcome."""
+        while True:
+            answer = await self.tasks.result(await self._who(ctx), params.task_id)
+            if answer is not None:
+                return answer
 
     async def _tasks_cancel(
         self, ctx: Context, params: types.CancelTaskRequestParams
@@ -261,6 +293,7 @@ class ToolrouterMcp:
         with anyio.CancelScope(shield=True):
             try:
                 await in_thread(self.runtime.calls.cancel, who, call_id)
+                await in_thread(self.notifier.call_done, call_id)
             except (RequestError, Unavailable) as exc:
                 log.info("MCP cancel of call %s not applied: %s", call_id, exc)
 

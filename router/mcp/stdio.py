@@ -7,47 +7,66 @@ it was started with is checked again on every request, so revoking it takes effe
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import anyio
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
-from mcp_types import JSONRPCError, JSONRPCRequest, JSONRPCResponse
+from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
 from ..auth.principal import Principal
 from ..runtime import Runtime
 from ..threads import in_thread
 from .server import Context, ToolrouterMcp
 
+CANCELLED = "notifications/cancelled"
+
 
 class AnsweredBeforeEnd:
     """Between the transport and the server: at the end of input, the server's read side
-    closes only once every request read has been answered, so a client that writes its
-    requests and closes stdin still gets every answer."""
+    closes only once every request read has been answered or cancelled, so a client that
+    writes its requests and closes stdin still gets every answer."""
 
     def __init__(self) -> None:
-        self.open_requests: set[Any] = set()
+        # Counted, not a set: a client may reuse an id (each use gets its own answer).
+        self.open_requests: Counter[tuple[str, str]] = Counter()
         self.changed = anyio.Event()
 
     async def forward_requests(self, source: Any, sink: Any) -> None:
         async with sink:
             async for message in source:
-                if isinstance(message, SessionMessage) and isinstance(
-                    message.message, JSONRPCRequest
-                ):
-                    self.open_requests.add(message.message.id)
+                if isinstance(message, SessionMessage):
+                    self._note(message.message)
                 await sink.send(message)
-            while self.open_requests:
+            while +self.open_requests:
                 await self.changed.wait()
                 self.changed = anyio.Event()
+
+    def _note(self, message: Any) -> None:
+        if isinstance(message, JSONRPCRequest):
+            self.open_requests[_id(message.id)] += 1
+        elif isinstance(message, JSONRPCNotification) and message.method == CANCELLED:
+            # A cancelled request is never answered.
+            params = message.params if isinstance(message.params, dict) else {}
+            self._settle(params.get("requestId"))
+
+    def _settle(self, request_id: Any) -> None:
+        key = _id(request_id)
+        if self.open_requests[key] > 0:
+            self.open_requests[key] -= 1
+        self.changed.set()
 
     async def forward_answers(self, source: Any, sink: Any) -> None:
         async with source, sink:
             async for message in source:
                 if isinstance(message.message, JSONRPCResponse | JSONRPCError):
-                    self.open_requests.discard(message.message.id)
-                    self.changed.set()
+                    self._settle(message.message.id)
                 await sink.send(message)
+
+
+def _id(request_id: Any) -> tuple[str, str]:
+    return type(request_id).__name__, str(request_id)
 
 
 async def serve_stdio(runtime: Runtime, token: str) -> None:

@@ -10,13 +10,17 @@ import base64
 import binascii
 from dataclasses import dataclass
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..clock import Clock
-from ..db.schema import mcp_tasks
+from ..db.schema import calls, mcp_tasks
 from ..db.store import Store
 from ..errors import RequestError
+from ..status import ACTIVE_STATES
+
+# Cursors hold a creation time in ms: anything outside this is not one of ours.
+_MAX_MS = 2**62
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,35 +36,42 @@ class BadCursor(RequestError):
 
 
 class TaskLedger:
-    """Rows of ``mcp_tasks``; a task past its TTL reads as absent."""
+    """Rows of ``mcp_tasks``. A task can be read until its TTL has run out and its call
+    has finished, whichever is later: a task waiting for an approval never expires."""
 
     def __init__(self, store: Store, clock: Clock) -> None:
         self.store, self.clock = store, clock
 
     def add(self, owner: str, task_id: str, ttl_ms: int) -> TaskEntry:
-        """Record a task; a replayed call (same idempotency key) keeps its first entry."""
-        entry = TaskEntry(task_id, owner, self.clock(), ttl_ms)
+        """Record a task. A repeat of the call (same idempotency key) is the same task,
+        readable for ``ttl_ms`` from now."""
+        now = self.clock()
+        entry = TaskEntry(task_id, owner, now, ttl_ms)
         try:
             with self.store.transaction() as conn:
                 conn.execute(
                     mcp_tasks.insert(),
-                    [
-                        {
-                            "task_id": task_id,
-                            "owner": owner,
-                            "created_at": entry.created_at,
-                            "ttl_ms": ttl_ms,
-                        }
-                    ],
+                    [{"task_id": task_id, "owner": owner, "created_at": now, "ttl_ms": ttl_ms}],
                 )
+            return entry
         except IntegrityError:
-            existing = self.owned(owner, task_id)
-            if existing is not None:
-                return existing
-        return entry
+            pass
+        with self.store.transaction() as conn:
+            row = conn.execute(
+                select(mcp_tasks).where(
+                    and_(mcp_tasks.c.task_id == task_id, mcp_tasks.c.owner == owner)
+                )
+            ).first()
+            if row is None:
+                raise RequestError(f"task {task_id} belongs to another key")
+            renewed = max(row.ttl_ms, now - row.created_at + ttl_ms)
+            conn.execute(
+                update(mcp_tasks).where(mcp_tasks.c.task_id == task_id).values(ttl_ms=renewed)
+            )
+        return TaskEntry(task_id, owner, row.created_at, renewed)
 
     def owned(self, owner: str, task_id: str) -> TaskEntry | None:
-        """The task, if ``owner`` made it and its TTL has not run out."""
+        """The task, if ``owner`` made it; ``expired`` says whether its TTL has run out."""
         with self.store.reading() as conn:
             row = conn.execute(
                 select(mcp_tasks).where(
@@ -69,14 +80,24 @@ class TaskLedger:
             ).first()
         if row is None:
             return None
-        entry = TaskEntry(row.task_id, row.owner, row.created_at, row.ttl_ms)
-        return entry if self._live(entry) else None
+        return TaskEntry(row.task_id, row.owner, row.created_at, row.ttl_ms)
+
+    def expired(self, entry: TaskEntry) -> bool:
+        return entry.created_at + entry.ttl_ms <= self.clock()
 
     def page(
         self, owner: str, cursor: str | None, limit: int
     ) -> tuple[list[TaskEntry], str | None]:
-        """``owner``'s live tasks, newest first, and the cursor of the next page."""
-        query = select(mcp_tasks).where(mcp_tasks.c.owner == owner)
+        """``owner``'s readable tasks, newest first, and the cursor of the next page."""
+        readable = or_(
+            mcp_tasks.c.created_at + mcp_tasks.c.ttl_ms > self.clock(),
+            calls.c.status.in_([str(status) for status in ACTIVE_STATES]),
+        )
+        query = (
+            select(mcp_tasks)
+            .join(calls, calls.c.id == mcp_tasks.c.task_id)
+            .where(and_(mcp_tasks.c.owner == owner, readable))
+        )
         if cursor is not None:
             created_at, task_id = decode_cursor(cursor)
             query = query.where(
@@ -91,11 +112,7 @@ class TaskLedger:
         entries = [TaskEntry(r.task_id, r.owner, r.created_at, r.ttl_ms) for r in rows]
         more = len(entries) > limit
         entries = entries[:limit]
-        next_cursor = encode_cursor(entries[-1]) if more and entries else None
-        return [entry for entry in entries if self._live(entry)], next_cursor
-
-    def _live(self, entry: TaskEntry) -> bool:
-        return entry.created_at + entry.ttl_ms > self.clock()
+        return entries, (encode_cursor(entries[-1]) if more and entries else None)
 
 
 def encode_cursor(entry: TaskEntry) -> str:
@@ -107,6 +124,9 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor.encode("ascii")).decode()
         created_at, _, task_id = raw.partition(":")
-        return int(created_at), task_id
+        at = int(created_at)
     except (binascii.Error, UnicodeError, ValueError):
         raise BadCursor("invalid cursor") from None
+    if not 0 <= at < _MAX_MS:
+        raise BadCursor("invalid cursor")
+    return at, task_id

@@ -21,7 +21,9 @@ from pydantic import ValidationError
 from ..auth.principal import Principal
 from ..db.store import CallRow
 from ..dispatch.dispatcher import Submission
-from ..errors import NotCancellable, NotFound, RequestError, Unavailable
+from ..errors import NotCancellable, NotFound
+from ..messaging.completions import Notifier
+from ..names import echo_name
 from ..results import CallResult
 from ..runtime import Runtime
 from ..status import TERMINAL_STATES, CallStatus, Role
@@ -32,6 +34,8 @@ from .tools import STATUS_TOOL, render
 
 RELATED_TASK_META = "io.modelcontextprotocol/related-task"
 LIST_PAGE_SIZE = 50
+# A shorter TTL would let a client's task vanish between its own two polls.
+MIN_TTL_MS = 1000
 # tasks/result waits in slices so a task whose wake-up was missed is still read again.
 RESULT_WAIT_SLICE_S = 30.0
 
@@ -70,8 +74,8 @@ def invalid(message: str) -> MCPError:
 class TaskService:
     """The handlers behind tasks; ``wait`` is the MCP server's bounded wait for a call."""
 
-    def __init__(self, runtime: Runtime, ledger: TaskLedger, wait: Any) -> None:
-        self.runtime, self.ledger, self.wait = runtime, ledger, wait
+    def __init__(self, runtime: Runtime, ledger: TaskLedger, wait: Any, notifier: Notifier) -> None:
+        self.runtime, self.ledger, self.wait, self.notifier = runtime, ledger, wait, notifier
         settings = runtime.settings
         self.max_ttl_ms = int(settings.mcp_task_ttl_s * 1000)
         self.poll_ms = settings.mcp_task_poll_ms
@@ -81,6 +85,7 @@ class TaskService:
     async def create(self, who: Principal, raw: Any) -> types.CreateTaskResult:
         """Submit the call and answer with its task; refusals are JSON-RPC errors (no task
         exists for a call that was never taken)."""
+        ttl_ms = self._ttl(raw)
         try:
             params = types.CallToolRequestParams.model_validate(raw, by_name=False)
         except ValidationError:
@@ -99,10 +104,19 @@ class TaskService:
             if result.http_status == 503:
                 raise MCPError(code=types.INTERNAL_ERROR, message=text)
             raise invalid(text)
-        requested = params.task.ttl if params.task is not None else None
-        ttl_ms = self.max_ttl_ms if requested is None else max(1, min(requested, self.max_ttl_ms))
         entry = await in_thread(self.ledger.add, who.name, result.call_id, ttl_ms)
         return types.CreateTaskResult(task=self._from_result(result, entry))
+
+    def _ttl(self, raw: Any) -> int:
+        """The TTL granted: the one asked for (whole ms, at least ``MIN_TTL_MS``), at most
+        the configured one, which is also the TTL of a task that asks for none."""
+        task = raw.get("task") if isinstance(raw, dict) else None
+        requested = task.get("ttl") if isinstance(task, dict) else None
+        if requested is None:
+            return self.max_ttl_ms
+        if isinstance(requested, bool) or not isinstance(requested, int) or requested < 0:
+            raise invalid("task.ttl must be a whole number of milliseconds")
+        return max(MIN_TTL_MS, min(requested, self.max_ttl_ms))
 
     # -- tasks/* ---------------------------------------------------------------------
 
@@ -110,12 +124,15 @@ class TaskService:
         entry, row = await self._task(who, task_id)
         return types.GetTaskResult(**self._task_fields(row, entry))
 
-    async def result(self, who: Principal, task_id: str) -> types.CallToolResult:
-        """The call's outcome as ``tools/call`` would have answered it, once it is terminal."""
+    async def result(self, who: Principal, task_id: str) -> types.CallToolResult | None:
+        """The call's outcome as ``tools/call`` would have answered it, or ``None`` if it
+        did not finish within one wait (the caller checks the key again and repeats)."""
         entry, row = await self._task(who, task_id)
         result = row.result()
-        while result.status not in TERMINAL_STATES:
+        if result.status not in TERMINAL_STATES:
             result = await self.wait(who, task_id, RESULT_WAIT_SLICE_S)
+            if result.status not in TERMINAL_STATES:
+                return None
         answer = render(result)
         meta = dict(answer.meta or {})
         meta[RELATED_TASK_META] = {"taskId": entry.task_id}
@@ -130,18 +147,13 @@ class TaskService:
             await in_thread(self.runtime.calls.cancel, who, task_id)
         except NotCancellable as exc:
             raise invalid(str(exc)) from None
-        except Unavailable as exc:
-            raise MCPError(code=types.INTERNAL_ERROR, message=str(exc)) from None
+        # Wakes whoever waits for the call (tasks/result, wait_s), as DELETE does.
+        await in_thread(self.notifier.call_done, task_id)
         row = await in_thread(self.runtime.calls.get, who, task_id)
         return types.CancelTaskResult(**self._task_fields(row, entry))
 
     async def list(self, who: Principal, cursor: str | None) -> types.ListTasksResult:
-        try:
-            entries, next_cursor = await in_thread(
-                self.ledger.page, who.name, cursor, LIST_PAGE_SIZE
-            )
-        except RequestError as exc:
-            raise invalid(str(exc)) from None
+        entries, next_cursor = await in_thread(self.ledger.page, who.name, cursor, LIST_PAGE_SIZE)
         tasks = []
         for entry in entries:
             try:
@@ -154,13 +166,16 @@ class TaskService:
     # -- shapes ----------------------------------------------------------------------
 
     async def _task(self, who: Principal, task_id: str) -> tuple[TaskEntry, CallRow]:
+        unknown = invalid(f"unknown task: {echo_name(task_id)}")
         entry = await in_thread(self.ledger.owned, who.name, task_id)
         if entry is None:
-            raise invalid(f"unknown task: {task_id[:64]}")
+            raise unknown
         try:
             row = await in_thread(self.runtime.calls.get, who, task_id)
         except NotFound:
-            raise invalid(f"unknown task: {task_id[:64]}") from None
+            raise unknown from None
+        if row.status in TERMINAL_STATES and self.ledger.expired(entry):
+            raise unknown
         return entry, row
 
     def _task_fields(self, row: CallRow, entry: TaskEntry) -> dict[str, Any]:

@@ -289,7 +289,7 @@ def test_the_inspector_calls_a_tool_and_sees_its_value_and_its_error(proxy: KeyP
     text = "This is a simple text response for testing."
     ok = inspected(url, "--method", "tools/call", "--tool-name", "test_simple_text")
     assert ok["isError"] is False
-    assert ok["content"] == [{"type": "text", "text": json.dumps(text)}]
+    assert ok["content"] == [{"type": "text", "text": text}]
     assert ok["structuredContent"]["value"] == text
     assert ok["structuredContent"]["status"] == "succeeded"
     args = ["--tool-name", "json_schema_2020_12_tool", "--tool-arg", "name=Ada"]

@@ -5,6 +5,10 @@ against a real stack; approvals are decided through the HTTP API.
 
 from __future__ import annotations
 
+import base64
+import json
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,6 +25,7 @@ from mcp.shared.exceptions import MCPError
 
 from ..support.calls import result as call_result
 from ..support.calls import submit
+from ..support.launcher import REPO
 from ..support.stack import Stack
 from ..support.waiting import wait_for
 from .test_mcp_server import approve, run, stdio_params
@@ -52,16 +57,16 @@ async def session(
 
 
 async def call_as_task(
-    client: Client, tool: str, args: dict[str, Any], ttl: int | None = None, **meta: Any
+    client: Client, tool: str, args: dict[str, Any], ttl: Any = None, **meta: Any
 ) -> types.Task:
-    params = types.CallToolRequestParams(
-        name=tool, arguments=args, task=types.TaskMetadata(ttl=ttl), _meta=meta or None
-    )
+    params: dict[str, Any] = {"name": tool, "arguments": args, "task": {}}
+    if ttl is not None:
+        params["task"]["ttl"] = ttl
+    if meta:
+        params["_meta"] = meta
     # The SDK's surface check knows tools/call only as answered by a CallToolResult, so
     # this one request goes through its dispatcher as is and the task is checked here.
-    raw = await client.session._dispatcher.send_raw_request(
-        "tools/call", params.model_dump(by_alias=True, mode="json", exclude_none=True), {}
-    )
+    raw = await client.session._dispatcher.send_raw_request("tools/call", params, {})
     return types.CreateTaskResult.model_validate(raw, by_name=False).task
 
 
@@ -361,3 +366,100 @@ def test_cancelling_a_waiting_tools_call_cancels_its_queued_call(
         run(scenario)
     finally:
         release.touch()
+
+
+def test_a_task_asks_for_a_ttl_in_whole_milliseconds(stack: Stack) -> None:
+    async def scenario() -> None:
+        async with session(stack) as client:
+            for ttl in (-1, True, "soon"):
+                with pytest.raises(MCPError, match=r"task\.ttl must be a whole number"):
+                    await call_as_task(client, "echo", {}, ttl=ttl)
+            shortest = await call_as_task(client, "echo", {}, ttl=0)
+        assert shortest.ttl == 1000
+
+    run(scenario)
+
+
+def test_a_task_waiting_for_approval_outlives_its_ttl_and_a_finished_one_does_not(
+    stack: Stack,
+) -> None:
+    async def scenario() -> None:
+        async with session(stack, key="agent2") as client:
+            gated = await call_as_task(client, "high_echo", {"ttl": "short"}, ttl=1000)
+            done = await call_as_task(client, "echo", {"ttl": "short"}, ttl=1000)
+            await task_result(client, done.task_id)
+            await anyio.sleep(1.2)
+            # Past its TTL but still pending: it can be read, listed and cancelled.
+            assert (await get_task(client, gated.task_id)).status == "working"
+            listed = {task.task_id for task in (await list_tasks(client)).tasks}
+            assert gated.task_id in listed and done.task_id not in listed
+            with pytest.raises(MCPError, match="unknown task"):
+                await get_task(client, done.task_id)
+            assert (await cancel_task(client, gated.task_id)).status == "cancelled"
+
+    run(scenario)
+
+
+def test_repeating_a_call_with_its_idempotency_key_renews_its_task(stack: Stack) -> None:
+    key = f"task-{uuid.uuid4().hex}"
+
+    async def scenario() -> None:
+        async with session(stack) as client:
+            first = await call_as_task(client, "echo", {"r": 1}, ttl=1000, **{IDEMPOTENCY: key})
+            await task_result(client, first.task_id)
+            await anyio.sleep(1.2)
+            with pytest.raises(MCPError, match="unknown task"):
+                await get_task(client, first.task_id)
+            again = await call_as_task(client, "echo", {"r": 1}, ttl=60_000, **{IDEMPOTENCY: key})
+            assert again.task_id == first.task_id
+            assert (await get_task(client, again.task_id)).status == "completed"
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("created_at", [2**63, -1])
+def test_a_cursor_out_of_range_is_an_invalid_cursor(stack: Stack, created_at: int) -> None:
+    cursor = base64.urlsafe_b64encode(f"{created_at}:call_x".encode()).decode()
+
+    async def scenario() -> None:
+        async with session(stack) as client:
+            with pytest.raises(MCPError, match=r"^invalid cursor$"):
+                await list_tasks(client, cursor)
+
+    run(scenario)
+
+
+def test_piped_stdio_exits_after_a_cancelled_request(stack: Stack) -> None:
+    """A request the client cancelled is never answered; the server does not wait for it."""
+    lines = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "pipe", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"seconds": 5}},
+        },
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}},
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "router.cli.main", "mcp", "--key", stack.keys["agent"]],
+        env=stack.env,
+        cwd=REPO,
+        input="".join(json.dumps(line) + "\n" for line in lines),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    answered = {json.loads(line).get("id") for line in done.stdout.splitlines()}
+    assert 1 in answered and 2 not in answered, done.stdout
