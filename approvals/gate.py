@@ -28,6 +28,8 @@ from router.auth.keys import principal_named
 from router.canonical import sha256_hex
 from router.messaging.completions import Notifier
 from router.messaging.run_message import message_for
+from router.notify.announce import Announced
+from router.notify.model import NotifyEvent
 from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 from router.trust.keyring import Purpose
@@ -209,6 +211,8 @@ class Gate:
                 )
         if answer.ok and (answer.released or answer.status in ("denied", "cancelled")):
             metrics.decided(request.tool, str(answer.status), (now - request.created_at) / 1000)
+            # Committed: the approvers hear of it now, off this thread.
+            self._announce(NotifyEvent(str(answer.status)), request)
         # Committed: the request is spent. Only now does the call reach its queue.
         if released_tool is not None:
             tool = self.runtime.registry.get(released_tool)
@@ -221,6 +225,11 @@ class Gate:
         elif answer.status in ("denied", "cancelled"):
             self.notifier.call_done(request.call_id)
         return answer
+
+    def _announce(self, event: NotifyEvent, request: pending.ApprovalRequest) -> None:
+        self.runtime.announcer.announce(
+            event, [Announced(request.id, request.tool, request.approvers)]
+        )
 
     def _unbound(self, conn: Any, request: pending.ApprovalRequest) -> str | None:
         """Why no decision may touch this request, if none may: its binding was not sealed
@@ -312,5 +321,6 @@ class Gate:
                 )
             self.notifier.call_done(request.call_id)
             metrics.decided(request.tool, "expired", (now - request.created_at) / 1000)
+            self._announce(NotifyEvent.EXPIRED, request)
             expired += 1
         return expired

@@ -14,8 +14,16 @@ APPROVALS_QUEUE = "approvals"
 # Beat's housekeeping (reaper, reconciler, expiry); served by the approval worker, so a
 # backlog on a tool queue never delays recovery.
 MAINTENANCE_QUEUE = "maintenance"
+# Notifications to approvers (router.notify); served by the approval worker, off every
+# tool queue, so a slow receiver never holds up a call.
+NOTIFICATIONS_QUEUE = "notifications"
 TOOL_QUEUES: tuple[str, ...] = tuple(QUEUE_PREFIX + risk for risk in RISK_LEVELS)
-ALL_QUEUES: tuple[str, ...] = (*TOOL_QUEUES, APPROVALS_QUEUE, MAINTENANCE_QUEUE)
+ALL_QUEUES: tuple[str, ...] = (
+    *TOOL_QUEUES,
+    APPROVALS_QUEUE,
+    MAINTENANCE_QUEUE,
+    NOTIFICATIONS_QUEUE,
+)
 
 # Celery task names: the core publishes by name and never imports a task.
 RUN_CALL_TASK = "toolrouter.run_call"
@@ -24,6 +32,9 @@ REAP_TASK = "toolrouter.reap_lost_runs"
 RECONCILE_TASK = "toolrouter.reconcile_queued"
 EXPIRE_TASK = "toolrouter.expire_requests"
 SIGN_AUDIT_HEAD_TASK = "toolrouter.sign_audit_head"
+# A request's event (pending, decided, expired) fanned out to its channels, one delivery each.
+NOTIFY_TASK = "toolrouter.notify"
+DELIVER_TASK = "toolrouter.deliver_notification"
 
 # Names in Redis, each under the namespace's prefix (``Namespace.key``).
 # The approval worker pushes its answer to a decision onto this list (+ decision id).

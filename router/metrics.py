@@ -72,6 +72,12 @@ def _instruments() -> dict[str, Any]:
             "Database rows whose tag does not verify (changed outside toolrouter); refused",
             ["kind"],
         ),
+        "notifications": Counter(
+            "toolrouter_notifications_total",
+            "Notification attempts to approvers, by channel type and outcome "
+            "(delivered, retried, failed, not_queued)",
+            ["channel_type", "outcome"],
+        ),
         "approval_wait": Histogram(
             "toolrouter_approval_wait_seconds",
             "From a request's issue to its decision",
@@ -112,5 +118,13 @@ def tampered(kind: str) -> None:
 def decided(tool: str, decision: str, waited_s: float) -> None:
     try:
         _instruments()["approval_wait"].labels(tool, decision).observe(max(0.0, waited_s))
+    except Exception:
+        log.debug("metric not recorded", exc_info=True)
+
+
+def notification(channel_type: str, outcome: str) -> None:
+    """One notification attempt ended (or could not be queued): never breaks the caller."""
+    try:
+        _instruments()["notifications"].labels(channel_type, outcome).inc()
     except Exception:
         log.debug("metric not recorded", exc_info=True)

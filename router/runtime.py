@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+import redis
 from celery import Celery
 from sqlalchemy import Engine
 
@@ -28,12 +29,16 @@ from .db.migrate import ensure_schema
 from .db.store import Store
 from .dispatch.calls import CallService
 from .dispatch.dispatcher import Dispatcher
+from .dispatch.explain import Explainer
 from .dispatch.group_commit import GroupCommit
 from .messaging.celery_app import make_celery, resolve_redis_url
 from .messaging.completions import CompletionListener, Notifier
 from .messaging.decisions import DecisionClient
 from .messaging.namespace import Namespace
+from .messaging.policies import Limiter, ResultCache
 from .messaging.publisher import Publisher
+from .notify.announce import Announcer
+from .notify.courier import Courier
 from .settings import Settings
 from .tools.config import PYTHON_CALLS_PER_MESSAGE, ToolConfig, load_config
 from .tools.mcp_client import McpConnections, parse_servers
@@ -144,6 +149,35 @@ class Runtime:
             clock=self.clock,
             max_args_bytes=self.settings.max_args_bytes,
             max_nesting=self.settings.max_nesting,
+            announcer=self.announcer,
+        )
+
+    @cached_property
+    def announcer(self) -> Announcer:
+        """Queues notifications of requests to their approvers, after commit."""
+        return Announcer(self.celery, self.tool_config.notifications, self.registry)
+
+    @cached_property
+    def courier(self) -> Courier:
+        """Plans and attempts those notifications (the approval worker's)."""
+        return Courier(
+            self.store,
+            self.tool_config.notifications,
+            self.registry,
+            self.settings,
+            self.redactor,
+            clock=self.clock,
+        )
+
+    @cached_property
+    def explainer(self) -> Explainer:
+        """Dry runs: the dispatcher's checks, and the rate limits and cache asked read-only."""
+        client = redis.Redis.from_url(self.redis_url, socket_timeout=2, socket_connect_timeout=2)
+        return Explainer(
+            self.dispatcher,
+            Limiter(client, self.namespace),
+            ResultCache(client, self.namespace, self.keyring),
+            self.namespace,
         )
 
     @cached_property

@@ -117,6 +117,24 @@ class Settings(BaseSettings):
     # longer than `TOOLROUTER_REQUEUE_AFTER_S` (their message was lost).
     reconciler_interval_s: float = Field(default=10.0, gt=0)
 
+    # The address approvers reach the API at, for the inbox links in notifications; empty:
+    # the API's own `http://<api_host>:<api_port>`.
+    public_url: str = Field(default="", pattern=r"^(https?://\S+)?$")
+    # Longest one notification attempt may take (connect, send, answer) before it counts
+    # as failed and is retried.
+    notify_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    # Attempts per notification, the first included, before its delivery is marked failed.
+    notify_max_attempts: int = Field(default=5, ge=1, le=20)
+    # Delay before a notification's first retry; it doubles with each retry.
+    notify_backoff_s: float = Field(default=2.0, ge=0)
+    # Largest delay between two attempts of a notification.
+    notify_max_backoff_s: float = Field(default=300.0, ge=0)
+
+    @property
+    def resolved_public_url(self) -> str:
+        """Where the inbox is, as approvers reach it (no trailing slash)."""
+        return (self.public_url or f"http://{self.api_host}:{self.api_port}").rstrip("/")
+
     @property
     def resolved_database_url(self) -> str:
         if self.database_url:

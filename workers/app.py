@@ -12,7 +12,7 @@ from .celeryconfig import worker_settings
 from .flower_guard import make_flower_read_only
 
 settings = get_settings()
-app = Celery("toolrouter", include=["workers.tasks", "approvals.tasks"])
+app = Celery("toolrouter", include=["workers.tasks", "workers.notifications", "approvals.tasks"])
 app.conf.update(worker_settings(settings, resolve_redis_url(settings), Namespace.of(settings)))
 # Under `celery -A workers.app flower`: Flower may watch, never act.
 make_flower_read_only()

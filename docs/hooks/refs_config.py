@@ -15,6 +15,7 @@ from router.errors import ConfigError
 from router.settings import Settings
 from router.tools.config import ToolConfig, ToolSpec, parse_config
 from router.tools.mcp_client import HttpServer, StdioServer
+from router.tools.notify_config import EmailChannel, Notifications, SlackChannel, WebhookChannel
 
 # Top-level keys the loader also takes under another spelling.
 KEY_ALIASES = {"mcp_servers": "mcpServers"}
@@ -64,6 +65,10 @@ def tool_config_sections() -> list[tuple[type[BaseModel], str]]:
     sections += [
         (StdioServer, "An MCP server the router starts: `mcp_servers.<name>`"),
         (HttpServer, "An MCP server over HTTP: `mcp_servers.<name>` with a `url`"),
+        (Notifications, "Notifications: `notifications`"),
+        (WebhookChannel, "A signed webhook: `notifications.channels.<name>`, `type: webhook`"),
+        (SlackChannel, "A Slack webhook: `notifications.channels.<name>`, `type: slack`"),
+        (EmailChannel, "Email over SMTP: `notifications.channels.<name>`, `type: email`"),
     ]
     return sections
 

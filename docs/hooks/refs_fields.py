@@ -17,7 +17,7 @@ import types
 from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types
 import yaml
@@ -118,6 +118,8 @@ def type_name(annotation: Any, link: Callable[[type[BaseModel]], str]) -> str:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return link(annotation)
     origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return type_name(args[0], link)
     if origin is Literal:
         names = [f"`{value}`" for value in args]
         return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]

@@ -42,6 +42,7 @@ WHO = {
     "POST /v1/route": "Keys with the `agent` role.",
     "GET /v1/audit": "Operators and admins.",
     "GET /v1/audit/verify": "Operators and admins.",
+    "GET /v1/notifications": "Operators and admins.",
     "GET /metrics": "Anyone; no key.",
     "GET /healthz": "Anyone; no key.",
     "GET /readyz": "Anyone; no key.",
@@ -163,6 +164,14 @@ def _shape(schema: dict[str, Any], schemas: dict[str, Any], description: str | N
     """An object schema as a table of its fields; anything else in a sentence."""
     name, resolved = _resolve(schema, schemas)
     properties = resolved.get("properties")
+    alternatives = [_component(option) for option in resolved.get("anyOf") or []]
+    if not properties and alternatives and all(alternatives):
+        # One of several models (a call result, or a dry run's answer): each described.
+        parts = ["One of " + " and ".join(f"`{inner}`" for inner in alternatives) + "."]
+        parts += [
+            _shape({"$ref": f"#/components/schemas/{inner}"}, schemas) for inner in alternatives
+        ]
+        return "\n\n".join(parts)
     if not properties:
         if description and description != "Successful Response":
             return f"{description}."
@@ -189,7 +198,11 @@ def _shape(schema: dict[str, Any], schemas: dict[str, Any], description: str | N
         sentences.append("Other fields are refused.")
     text = " ".join(sentences) + "\n\n" + table(("field", "type", "required", "description"), rows)
     # The components its fields name, each described once after it.
-    nested = [_component(spec) for spec in properties.values()]
+    nested = [
+        _component(option)
+        for spec in properties.values()
+        for option in [spec, *(spec.get("anyOf") or [])]
+    ]
     for inner in dict.fromkeys(n for n in nested if n and n != name):
         text += "\n\n" + _shape({"$ref": f"#/components/schemas/{inner}"}, schemas)
     return text

@@ -25,6 +25,7 @@ from . import (
     routes_batches,
     routes_calls,
     routes_health,
+    routes_notifications,
     routes_route,
     routes_tools,
 )
@@ -146,6 +147,7 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
     app.include_router(routes_batches.router)
     app.include_router(routes_tools.router)
     app.include_router(routes_audit.router)
+    app.include_router(routes_notifications.router)
     app.include_router(routes_health.router)
     app.include_router(routes_route.router)
     app.include_router(ui.router)

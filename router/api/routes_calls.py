@@ -13,15 +13,21 @@ from ..dispatch.dispatcher import Submission
 from ..errors import Forbidden
 from ..messaging.waiting import wait_for_call
 from ..results import CallResult, bad_request
+from ..runtime import Runtime
 from ..status import TERMINAL_STATES, Role
 from .bodies import check_call_id, object_body, optional_string, wait_seconds
 from .deps import in_thread, principal, runtime_of
-from .models import CALL_REQUEST_SCHEMA, CALL_RESULT_RESPONSES, IDEMPOTENCY_KEY_HEADER
+from .models import (
+    CALL_REQUEST_SCHEMA,
+    CALL_RESULT_RESPONSES,
+    IDEMPOTENCY_KEY_HEADER,
+    SUBMIT_RESPONSES,
+)
 from .responses import AsciiJSONResponse
 
 router = APIRouter(prefix="/v1/calls", tags=["calls"])
 
-CALL_FIELDS = frozenset({"tool", "capability", "args", "idempotency_key", "wait_s"})
+CALL_FIELDS = frozenset({"tool", "capability", "args", "idempotency_key", "wait_s", "dry_run"})
 
 
 def answer(result: CallResult) -> JSONResponse:
@@ -37,10 +43,15 @@ def answer(result: CallResult) -> JSONResponse:
             "content": {"application/json": {"schema": CALL_REQUEST_SCHEMA}},
         },
     },
-    responses=CALL_RESULT_RESPONSES,
+    responses=SUBMIT_RESPONSES,
 )
 async def submit_call(request: Request, who: Principal = Depends(principal)) -> JSONResponse:
-    """Submit a tool call. Any well-formed request gets 200 and a call result."""
+    """Submit a tool call. Any well-formed request gets 200 and a call result.
+
+    With ``"dry_run": true``, nothing is submitted: the answer is a ``DryRun``, what
+    submitting would do (the tool, its queue, the approval it needs and why, a refusal, a
+    replay, the rate limit, the cache, the fallbacks). Nothing is stored, published,
+    audited or run, and no rate-limit token is taken; ``wait_s`` is ignored."""
     runtime = runtime_of(request)
     settings = runtime.settings
     if not who.has(Role.AGENT):
@@ -64,6 +75,11 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
     if key is None and header_key is not None:
         key = optional_string({"Idempotency-Key": header_key}, "Idempotency-Key", max_len=256)
     args: Any = body.get("args", {})
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        return answer(bad_request("dry_run must be true or false"))
+    if dry_run:
+        return await explain(runtime, who, body, args, key)
     if by_capability:
         capability = body["capability"]
         ranked = await in_thread(
@@ -91,6 +107,27 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
             known_unfinished=True,
         )
     return answer(result)
+
+
+async def explain(
+    runtime: Runtime, who: Principal, body: dict[str, Any], args: Any, key: str | None
+) -> JSONResponse:
+    """A dry run: what submitting would do, with nothing stored, published or run."""
+    explainer = runtime.explainer
+    if "capability" in body:
+        ranked = await in_thread(
+            functools.partial(
+                runtime.ranker.rank, strategy="capability", capability=body["capability"]
+            )
+        )
+        explained = await in_thread(
+            explainer.explain_by_capability, who.name, body["capability"], ranked, args, key
+        )
+    else:
+        explained = await in_thread(explainer.explain, who.name, body["tool"], args, key)
+    if isinstance(explained, CallResult):
+        return answer(explained)
+    return AsciiJSONResponse(explained)
 
 
 @router.get("/{call_id}", responses=CALL_RESULT_RESPONSES)

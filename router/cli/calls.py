@@ -21,10 +21,23 @@ from .http import api_request
     help="Bearer key (default: $TOOLROUTER_KEY, else the demo agent key)",
 )
 @click.option("--idempotency-key", default=None)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Submit nothing: print what submitting would do; exit 0 unless it would be refused",
+)
 def call(
-    tool: str, args_json: str, wait_s: float, key: str | None, idempotency_key: str | None
+    tool: str,
+    args_json: str,
+    wait_s: float,
+    key: str | None,
+    idempotency_key: str | None,
+    dry_run: bool,
 ) -> None:
-    """Submit a call and print its result as JSON; exit 0 only if it succeeded."""
+    """Submit a call and print its result as JSON; exit 0 only if it succeeded.
+
+    With --dry-run, print what submitting it would do instead (its queue, the approval it
+    needs and why, a refusal, the rate limit, the cache), with nothing stored or run."""
     try:
         args = json.loads(args_json)
     except json.JSONDecodeError as exc:
@@ -34,11 +47,18 @@ def call(
         body["wait_s"] = wait_s
     if idempotency_key:
         body["idempotency_key"] = idempotency_key
+    if dry_run:
+        body["dry_run"] = True
     result = api_request(
         "POST", "/v1/calls", key=key, role="agent", json_body=body, timeout=wait_s + 30
     )
     click.echo(json.dumps(result, indent=2))
-    suggestions = result.get("did_you_mean")
+    # A dry run's refusal carries the suggestions the refusal itself would.
+    refused = result.get("refused")
+    refused = refused if isinstance(refused, dict) else {}
+    suggestions = result.get("did_you_mean") or refused.get("did_you_mean")
     if isinstance(suggestions, list) and suggestions:
         click.echo(f"did you mean: {', '.join(map(str, suggestions))}?", err=True)
+    if dry_run:
+        sys.exit(0 if result.get("dry_run") is True and not refused else 1)
     sys.exit(0 if result.get("ok") else 1)

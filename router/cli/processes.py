@@ -11,7 +11,7 @@ import secrets
 import sys
 from typing import NoReturn
 
-from ..constants import APPROVALS_QUEUE, MAINTENANCE_QUEUE, queue_for
+from ..constants import APPROVALS_QUEUE, MAINTENANCE_QUEUE, NOTIFICATIONS_QUEUE, queue_for
 from ..files import private_dir
 from ..settings import Settings
 
@@ -61,13 +61,14 @@ def approvals_argv(settings: Settings) -> list[str]:
     return celery(
         "worker",
         "-Q",
-        f"{APPROVALS_QUEUE},{MAINTENANCE_QUEUE}",
+        f"{APPROVALS_QUEUE},{MAINTENANCE_QUEUE},{NOTIFICATIONS_QUEUE}",
         "-n",
         "approvals@%h",
         "-P",
         "prefork",
+        # Two: a notification waiting on a slow receiver holds one, never every decision.
         "-c",
-        "1",
+        "2",
         "-l",
         "INFO",
         "--without-mingle",

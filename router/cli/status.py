@@ -79,9 +79,14 @@ def _queues() -> list[str]:
 
 def _database(runtime: Any) -> dict[str, Any]:
     from ..approval import requests as pending
+    from ..notify import deliveries
+    from ..notify.model import DeliveryStatus
 
     with runtime.store.reading() as conn:
-        return {"pending_approvals": pending.count_pending(conn)}
+        return {
+            "pending_approvals": pending.count_pending(conn),
+            "failed_notifications": deliveries.count(conn, DeliveryStatus.FAILED),
+        }
 
 
 def _redis(runtime: Any) -> dict[str, Any]:
@@ -176,4 +181,8 @@ def render(report: dict[str, Any]) -> str:
         )
     if "pending_approvals" in report["database"]:
         lines.append(f"     approvals pending: {report['database']['pending_approvals']}")
+    failed = report["database"].get("failed_notifications")
+    if failed:
+        # Not a health failure: calls and approvals go on without them.
+        lines.append(f"     notifications failed: {failed} (GET /v1/notifications?status=failed)")
     return "\n".join(lines)

@@ -71,6 +71,12 @@ class Api:
             body["idempotency_key"] = key
         return Request("POST", self._calls, wait_s + TIMEOUT_MARGIN_S, self.json, encode(body))
 
+    def explain(self, tool: str, args: Mapping[str, Any] | None, key: str | None) -> Request:
+        body: dict[str, Any] = {"tool": tool, "args": dict(args or {}), "dry_run": True}
+        if key is not None:
+            body["idempotency_key"] = key
+        return Request("POST", self._calls, self.timeout, self.json, encode(body))
+
     def result(self, call_id: str, wait_s: float) -> Request:
         params = {"wait_s": str(wait_s)} if wait_s else None
         url = self.url(f"/v1/calls/{segment(call_id)}", params)

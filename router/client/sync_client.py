@@ -107,6 +107,18 @@ class Client:
         """Submit a call without waiting: ``queued``, ``pending`` or ``rejected``."""
         return self.call(tool, args, wait_s=0.0, idempotency_key=idempotency_key)
 
+    def explain(
+        self,
+        tool: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """What submitting this call would do (``"dry_run": true``), with nothing submitted:
+        the explanation as the API answers it (see the HTTP reference, ``DryRun``). A
+        refusal is in its ``refused``; a malformed request raises, as for a batch."""
+        return self._checked(self._api.explain(tool, args, idempotency_key))
+
     def result(self, call_id: str, *, wait_s: float = 0.0) -> CallResult:
         """A call's result; with ``wait_s``, once it finished or when the wait runs out."""
         return self._call(self._api.result(call_id, wait_s))

@@ -198,3 +198,27 @@ mcp_tasks = Table(
     Column("ttl_ms", BigInteger, nullable=False),
     Index("ix_mcp_tasks_owner_created", "owner", "created_at"),
 )
+
+# Notifications to approvers (migration 0010): one row per request, event and channel, so
+# a repeated fan-out delivers nothing twice. No URL, address or secret is stored: the
+# channel's name says where it went.
+notification_deliveries = Table(
+    "notification_deliveries",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("request_id", String(64), nullable=False),
+    Column("call_id", String(40), nullable=False),
+    Column("tool", String(64), nullable=False),
+    Column("event", String(16), nullable=False),
+    Column("channel", String(64), nullable=False),
+    Column("channel_type", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("last_error", Text, nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Column("next_attempt_at", BigInteger, nullable=True),
+    Column("delivered_at", BigInteger, nullable=True),
+    UniqueConstraint("request_id", "event", "channel", name="uq_notification_deliveries_once"),
+    Index("ix_notification_deliveries_status_updated", "status", "updated_at"),
+)

@@ -216,6 +216,7 @@ class BatchService:
         receipt.accepted += len(new)
         receipt.replayed += replayed
         receipt.rejected.extend(sorted(refused + conflicts, key=lambda r: r.index))
+        self.dispatcher.announce_pending(new)
         # Enqueue after commit, all of the chunk's messages through one producer.
         messages = [item.message for item in new if item.message is not None]
         try:

@@ -25,6 +25,8 @@ from ..db.store import Store
 from ..errors import BrokerUnavailable, Unavailable
 from ..messaging.publisher import Publisher
 from ..names import echo_name
+from ..notify.announce import Announced, Announcer
+from ..notify.model import NotifyEvent
 from ..results import CallResult, error_message, unavailable
 from ..status import AuditEvent
 from ..tools.registry import ToolRegistry
@@ -45,6 +47,16 @@ class Submission:
     idempotency_key: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """Where a call by capability goes: the tool, its fallback chain, and every ranked
+    tool that takes the arguments."""
+
+    tool: str
+    chain: list[str]
+    usable: tuple[str, ...]
+
+
 class Dispatcher:
     """Takes calls from agents (HTTP, MCP, the Python client all come through here)."""
 
@@ -59,8 +71,10 @@ class Dispatcher:
         clock: Clock = wall_clock_ms,
         max_args_bytes: int = 256 * 1024,
         max_nesting: int = 64,
+        announcer: Announcer | None = None,
     ) -> None:
         self.store, self.registry, self.publisher = store, registry, publisher
+        self.announcer = announcer
         self.audit, self.keyring = audit, keyring
         self.clock = clock
         self.max_nesting = max_nesting
@@ -100,7 +114,7 @@ class Dispatcher:
                     self.audit.append(conn, [checked.audit], at=self.clock())
             return checked.result
         if idempotency_key is not None:
-            replay = self._replay(requested_by, checked)
+            replay = self.replay(requested_by, checked)
             if replay is not None:
                 return replay
         try:
@@ -109,7 +123,7 @@ class Dispatcher:
             # Two submissions with one idempotency key raced; the other one won.
             if idempotency_key is None:
                 raise
-            replay = self._replay(requested_by, checked)
+            replay = self.replay(requested_by, checked)
             if replay is None:
                 raise
             return replay
@@ -139,7 +153,8 @@ class Dispatcher:
             batch_index=batch_index,
         )
 
-    def _replay(self, requested_by: str, checked: Checked) -> CallResult | None:
+    def replay(self, requested_by: str, checked: Checked) -> CallResult | None:
+        """The answer for a key already used by ``requested_by`` (the call, or a 409)."""
         assert checked.idempotency_key is not None
         with self.store.reading() as conn:
             existing = self.store.find_by_idempotency_key(
@@ -157,6 +172,19 @@ class Dispatcher:
             pending.insert(conn, [item.request for item in new if item.request is not None])
         self.audit.append(conn, list(entries), at=at)
 
+    def announce_pending(self, new: Sequence[NewCall]) -> None:
+        """Notify the approvers of the committed calls' requests (``router.notify``); never
+        raises and never waits."""
+        if self.announcer is None:
+            return
+        requests = [
+            Announced(item.request["id"], item.request["tool"], item.request_approvers)
+            for item in new
+            if item.request is not None
+        ]
+        if requests:
+            self.announcer.announce(NotifyEvent.PENDING, requests)
+
     def _accept(self, requested_by: str, checked: Checked, chain: Sequence[str] = ()) -> CallResult:
         now = self.clock()
         # published_at is set before the publish: if this process dies in between, the
@@ -167,6 +195,7 @@ class Dispatcher:
         with self.store.transaction() as conn:
             self.store_new(conn, [new], [new.audit], at=now)
         if new.message is None:
+            self.announce_pending([new])
             return new.result
         # Enqueue after commit: the row exists before any worker can look for it.
         try:
@@ -226,6 +255,7 @@ class Dispatcher:
         # Committed: from here on every accepted call is answered, never submitted again,
         # and what goes wrong for one call is that call's answer alone.
         unpublished = self._publish_committed(new)
+        self.announce_pending(new)
         for index, slot in together:
             if isinstance(slot, NewCall):
                 results[index] = self._answer_committed(
@@ -282,11 +312,20 @@ class Dispatcher:
     ) -> CallResult:
         """A call by capability: the best-ranked tool that takes these arguments runs it,
         the rest of the ranking (ungated tools only) is its fallback chain. Never raises."""
+        chosen = self.choose_by_capability(requested_by, capability, ranked, args)
+        if isinstance(chosen, Refused):
+            return self._refuse(chosen)
+        return self.submit(requested_by, chosen.tool, args, idempotency_key, chain=chosen.chain)
+
+    def choose_by_capability(
+        self, requested_by: str, capability: str, ranked: Sequence[str], args: object
+    ) -> Choice | Refused:
+        """The tool a call by capability goes to and its fallback chain, or its refusal."""
         label = f"capability:{echo_name(capability)}"
         if isinstance(args, dict) and nested_deeper_than(args, self.max_nesting):
             too_deep = too_deep_message("arguments", self.max_nesting)
-            return self._refuse(
-                rejection(requested_by, label, AuditEvent.INVALID, f"invalid arguments: {too_deep}")
+            return rejection(
+                requested_by, label, AuditEvent.INVALID, f"invalid arguments: {too_deep}"
             )
         usable = [
             name
@@ -296,17 +335,15 @@ class Dispatcher:
             and tool.argument_errors(args) is None
         ]
         if not usable:
-            return self._refuse(
-                rejection(
-                    requested_by,
-                    label,
-                    AuditEvent.UNKNOWN,
-                    f"no tool with capability {echo_name(capability)} takes these arguments",
-                )
+            return rejection(
+                requested_by,
+                label,
+                AuditEvent.UNKNOWN,
+                f"no tool with capability {echo_name(capability)} takes these arguments",
             )
         first, rest = usable[0], usable[1:]
         chain = [name for name in rest if not self.registry.get(name).spec.gated]  # type: ignore[union-attr]
-        return self.submit(requested_by, first, args, idempotency_key, chain=chain)
+        return Choice(first, chain, tuple(usable))
 
     def _refuse(self, refused: Refused) -> CallResult:
         """Audit a refusal on its own and answer it. Never raises."""

@@ -3,6 +3,7 @@ now), its audit entry, and, for an ungated call, the message to publish after co
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from ..results import CallResult
 from ..status import CallStatus
 from ..trust.keyring import KeyRing
 from .checks import Checked
+from .gate import gate_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +27,11 @@ class NewCall:
     request: dict[str, Any] | None
     audit: AuditEntry
     message: RunMessage | None
+
+    @property
+    def request_approvers(self) -> tuple[str, ...]:
+        """The approver roles bound into the request (none for an ungated call)."""
+        return tuple(json.loads(self.request["approvers"])) if self.request else ()
 
     @property
     def result(self) -> CallResult:
@@ -48,7 +55,8 @@ def new_call(
     entry, and (ungated) the message to publish after commit."""
     tool = checked.tool
     call_id = new_call_id()
-    gated = tool.spec.gated
+    gate = gate_of(tool)
+    gated = gate is not None
     status = CallStatus.PENDING if gated else CallStatus.QUEUED
     request_id = new_request_id() if gated else None
     row: dict[str, Any] = {
@@ -75,7 +83,7 @@ def new_call(
         "batch_index": batch_index,
     }
     request = None
-    if request_id is not None:
+    if gate is not None and request_id is not None:
         # The request is bound now, to this call, these arguments, this requester.
         request = pending.issue_row(
             request_id=request_id,
@@ -83,10 +91,10 @@ def new_call(
             tool=tool.name,
             args_sha256=checked.digest,
             requested_by=requested_by,
-            approvers=tool.spec.approvers,
-            approvals_required=tool.spec.approvals_required,
+            approvers=gate.approvers,
+            approvals_required=gate.approvals_required,
             now=now,
-            timeout_ms=int(tool.spec.approval_timeout_s * 1000),
+            timeout_ms=int(gate.timeout_s * 1000),
             keyring=keyring,
         )
     entry = entries.accepted(

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..errors import ConfigError
 from ..trust.redaction import Redactor
+from .notify_config import Notifications, check_tool_channels, parse_notifications
 
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*$")
@@ -115,6 +116,9 @@ class ToolSpec(_Strict):
     approvals_required: int = Field(default=1, ge=1)
     # Seconds a request waits for its decisions before it expires, and its call with it.
     approval_timeout_s: float = Field(default=3600.0, gt=0)
+    # Channels in `notifications.channels` told of this tool's requests, besides those of
+    # its approver roles (`notifications.roles`).
+    notify: tuple[str, ...] = ()
     # Whether a run whose outcome was lost may run again. A lost run of an idempotent tool
     # is queued again; of any other tool, the call ends `interrupted`.
     idempotent: bool = False
@@ -198,6 +202,9 @@ class ToolConfig(_Strict):
     mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # ``{rules: [{pattern, tool, priority, description}]}`` for the ``rules`` strategy.
     routing: dict[str, Any] = Field(default_factory=dict)
+    # Channels that tell approvers of requests pending, decided or expired, and the channels
+    # of each approver role (the `notifications` tables below).
+    notifications: Notifications = Notifications()
     # Every ``${VAR}`` interpolated, with its value: what ``router.trust.redaction`` hides.
     secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
 
@@ -293,7 +300,7 @@ def _parse(text: str, *, file: str, env: Mapping[str, str], used: dict[str, str]
         raise ConfigError(f"not valid YAML: {exc}", file=file) from None
     if not isinstance(raw, dict):
         raise ConfigError("top level must be a mapping with a 'tools' list", file=file)
-    unknown = set(raw) - {"tools", "mcp_servers", "mcpServers", "routing"}
+    unknown = set(raw) - {"tools", "mcp_servers", "mcpServers", "routing", "notifications"}
     if unknown:
         raise ConfigError(f"unknown key: {sorted(unknown)[0]}", file=file)
     raw_tools = raw.get("tools") or []
@@ -326,7 +333,18 @@ def _parse(text: str, *, file: str, env: Mapping[str, str], used: dict[str, str]
     routing = raw.get("routing") or {}
     if not isinstance(routing, dict) or set(routing) - {"rules"}:
         raise ConfigError("routing must be a mapping with a 'rules' list", file=file)
-    return ToolConfig(tools=tuple(tools), mcp_servers=servers, routing=routing, secrets=used)
+    notifications = parse_notifications(
+        raw.get("notifications"), env, file=file, interpolate=interpolate, used=used
+    )
+    for spec in tools:
+        check_tool_channels(spec.name, spec.notify, notifications, file=file)
+    return ToolConfig(
+        tools=tuple(tools),
+        mcp_servers=servers,
+        routing=routing,
+        notifications=notifications,
+        secrets=used,
+    )
 
 
 def load_config(

@@ -27,7 +27,7 @@ LAYERS: list[set[str]] = [
     {"router.core"},
     {"router.trust", "router.db", "router.client"},
     {"router.audit", "router.auth", "router.tools"},
-    {"router.messaging", "router.approval"},
+    {"router.messaging", "router.approval", "router.notify"},
     {"router.dispatch"},
     {"router.runtime"},
     {"router.ui", "router.mcp"},

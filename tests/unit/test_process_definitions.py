@@ -27,6 +27,7 @@ from router.constants import (
     ALL_QUEUES,
     APPROVALS_QUEUE,
     MAINTENANCE_QUEUE,
+    NOTIFICATIONS_QUEUE,
     RISK_LEVELS,
     TOOL_QUEUES,
     queue_for,
@@ -212,11 +213,17 @@ def test_worker_processes_serve_exactly_the_tool_queues(no_toolrouter_env: None)
     assert set(served) == set(TOOL_QUEUES)
 
 
-def test_approvals_process_serves_approvals_and_maintenance(no_toolrouter_env: None) -> None:
+def test_approvals_process_serves_approvals_maintenance_and_notifications(
+    no_toolrouter_env: None,
+) -> None:
     argv = built_argv(procfile_commands()["approvals"], Settings())
     worker = celery_part(argv)
     assert worker[0] == "worker"
-    assert set(option(worker, "-Q").split(",")) == {APPROVALS_QUEUE, MAINTENANCE_QUEUE}
+    assert set(option(worker, "-Q").split(",")) == {
+        APPROVALS_QUEUE,
+        MAINTENANCE_QUEUE,
+        NOTIFICATIONS_QUEUE,
+    }
 
 
 def test_every_declared_queue_has_a_consumer(no_toolrouter_env: None) -> None:

@@ -18,6 +18,7 @@ from router.audit import entries
 from router.context import CallContext
 from router.db.store import CallRow
 from router.errors import Unavailable
+from router.messaging.policies import fallback_chain
 from router.messaging.run_message import message_for
 from router.status import CallStatus
 from router.tools.registry import Tool
@@ -116,7 +117,7 @@ class CallRunner:
         """The call failed for good: try the next tool of its chain, each try audited on the
         same call, until one answers. Gated tools are never fallen back to: that would run
         them without their approval."""
-        chain = json.loads(row.chain) if row.chain else list(tool.spec.fallbacks)
+        chain = fallback_chain(tool, json.loads(row.chain) if row.chain else None)
         args, answered = row.arguments, row.tool
         for name in chain:
             fallback = self.registry.get(name)

@@ -1,0 +1,48 @@
+"""``/v1/notifications``: deliveries of notifications to approvers, for operators who
+need to see which failed and why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+
+from ..auth.principal import Principal
+from ..errors import BadRequest
+from ..names import echo_name
+from ..notify import deliveries
+from ..notify.model import DeliveryStatus
+from .deps import in_thread, principal, require_operator, runtime_of
+
+router = APIRouter(tags=["notifications"])
+
+PAGE_MAX = 500
+
+
+@router.get("/v1/notifications")
+async def list_deliveries(
+    request: Request,
+    status: str | None = None,
+    request_id: str | None = None,
+    limit: int = 100,
+    who: Principal = Depends(principal),
+) -> dict[str, Any]:
+    """Notification deliveries, latest first (operators only): ``status=failed`` lists
+    those that gave up, with their attempts and last error."""
+    require_operator(who)
+    try:
+        wanted = DeliveryStatus(status) if status is not None else None
+    except ValueError:
+        raise BadRequest(f"unknown status: {echo_name(status)}") from None
+    if request_id is not None and (len(request_id) > 64 or not request_id.isprintable()):
+        raise BadRequest("request_id must be 1-64 printable characters")
+    if not 1 <= limit <= PAGE_MAX:
+        raise BadRequest(f"limit must be between 1 and {PAGE_MAX}")
+    store = runtime_of(request).store
+
+    def read() -> list[dict[str, Any]]:
+        with store.reading() as conn:
+            found = deliveries.recent(conn, status=wanted, request_id=request_id, limit=limit)
+        return [delivery.to_dict() for delivery in found]
+
+    return {"ok": True, "deliveries": await in_thread(read)}

@@ -1,0 +1,145 @@
+"""The execution policies that live in Redis, shared by the workers that apply them and the
+API that explains them (``dry_run``): per-tool rate limits and the result cache.
+
+One code path each: a dry run asks the same token bucket and the same cache a run does,
+only without taking a token.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .. import metrics
+from ..constants import RATE_BUCKET, RESULT_CACHE
+from ..errors import Unavailable
+from ..tools.config import parse_rate
+from ..tools.registry import Tool
+from ..trust.keyring import KeyRing, Purpose
+from .namespace import Namespace
+
+log = logging.getLogger(__name__)
+
+# A token bucket per tool, shared by every worker: refilled continuously at the configured
+# rate up to its capacity, timed by the Redis server's own clock (workers' clocks differ).
+# ARGV[3] is 1 to take a token, 0 to only look (a dry run writes nothing).
+# Returns the milliseconds to wait before a token is free (0: one is free, and taken if
+# asked) and the tokens left, as text (Lua numbers would be cut to integers).
+_TOKEN_BUCKET = """
+local capacity = tonumber(ARGV[1])
+local per_ms = tonumber(ARGV[2])
+local take = ARGV[3] == '1'
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(state[1]) or capacity
+local ts = tonumber(state[2]) or now
+tokens = math.min(capacity, tokens + (now - ts) * per_ms)
+local wait = 0
+if tokens >= 1 then
+  if take then tokens = tokens - 1 end
+else
+  wait = math.ceil((1 - tokens) / per_ms)
+end
+if take then
+  redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', now)
+  redis.call('PEXPIRE', KEYS[1], math.ceil(capacity / per_ms) + 1000)
+end
+return {wait, tostring(tokens)}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class RateState:
+    """A tool's bucket as a dry run sees it: nothing taken."""
+
+    limit: str
+    capacity: int
+    remaining: int
+    wait_s: float
+
+
+class Limiter:
+    """Per-tool token buckets in Redis."""
+
+    def __init__(self, client: redis.Redis, namespace: Namespace) -> None:
+        self.client, self.namespace = client, namespace
+        self._bucket = client.register_script(_TOKEN_BUCKET)
+
+    def _ask(self, tool: Tool, limit: str, *, take: bool) -> tuple[float, float]:
+        capacity, per_s = parse_rate(limit)
+        bucket = self.namespace.key(RATE_BUCKET, tool.name)
+        answer: Any = self._bucket(keys=[bucket], args=[capacity, per_s / 1000, int(take)])
+        return float(answer[0]) / 1000, float(answer[1])
+
+    def wait_s(self, tool: Tool) -> float:
+        """0 when a token was taken; else how long until one is free (nothing taken)."""
+        if not tool.spec.rate_limit:
+            return 0.0
+        return self._ask(tool, tool.spec.rate_limit, take=True)[0]
+
+    def peek(self, tool: Tool) -> RateState | None:
+        """Whether a token is free now and how many, taking none; None without a limit."""
+        limit = tool.spec.rate_limit
+        if not limit:
+            return None
+        try:
+            wait, tokens = self._ask(tool, limit, take=False)
+        except redis.RedisError as exc:
+            raise Unavailable(f"redis: {exc}") from None
+        capacity = int(parse_rate(limit)[0])
+        return RateState(limit, capacity, max(0, math.floor(tokens)), wait)
+
+
+class ResultCache:
+    """Values of successful runs by tool and canonical-argument digest, for ``cache_ttl_s``.
+
+    Each value is stored with a tag over the tool, the digest and the value: Redis is not
+    trusted, and a value planted there must never become a call's result.
+    """
+
+    def __init__(self, client: redis.Redis, namespace: Namespace, keyring: KeyRing) -> None:
+        self.client, self.namespace, self.keyring = client, namespace, keyring
+
+    def _key(self, tool: Tool, args_sha256: str) -> str:
+        return self.namespace.key(RESULT_CACHE, tool.name, args_sha256)
+
+    def get(self, tool: Tool, args_sha256: str) -> str | None:
+        if tool.spec.cache_ttl_s <= 0:
+            return None
+        try:
+            stored = self.client.get(self._key(tool, args_sha256))
+        except redis.RedisError:
+            return None  # a cache that is down is a miss, not a failure
+        if not isinstance(stored, bytes):
+            return None
+        tag, _, value = stored.decode("utf-8", "replace").partition("|")
+        if not self.keyring.verify(Purpose.COMPLETION, f"{tool.name}|{args_sha256}|{value}", tag):
+            log.warning("a cached result of %s did not verify; running the tool", tool.name)
+            metrics.untrusted("cached_result")
+            return None
+        return value
+
+    def put(self, tool: Tool, args_sha256: str, value_json: str) -> None:
+        if tool.spec.cache_ttl_s <= 0:
+            return
+        tag = self.keyring.sign(Purpose.COMPLETION, f"{tool.name}|{args_sha256}|{value_json}")
+        try:
+            self.client.set(
+                self._key(tool, args_sha256),
+                f"{tag}|{value_json}",
+                px=int(tool.spec.cache_ttl_s * 1000),
+            )
+        except redis.RedisError:
+            pass
+
+
+def fallback_chain(tool: Tool, chain: Sequence[str] | None) -> list[str]:
+    """The tools a call that failed for good falls back along, in order: its capability
+    chain when it has one, else its tool's ``fallbacks``."""
+    return list(chain) if chain else list(tool.spec.fallbacks)

@@ -1,0 +1,168 @@
+"""What a notification says, for each kind of channel: a signed JSON document, a Slack
+message, an email in plain text and HTML. Every one carries a link to the request in the
+inbox, never a link that decides: deciding takes an approver's session.
+
+Arguments appear only as a short summary: values of ``${VAR}`` secrets replaced by their
+names, values under secret-looking keys masked, long strings and the whole cut short.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from dataclasses import dataclass
+from email.message import EmailMessage
+from typing import Any
+
+from ..trust.redaction import Redactor
+from .model import NotifyEvent
+
+SUMMARY_CHARS = 300
+VALUE_CHARS = 60
+SECRET_KEY_RE = re.compile(r"pass|secret|token|api.?key|auth|credential|private", re.IGNORECASE)
+MASK = "***"
+
+HEADLINES = {
+    NotifyEvent.PENDING: "Approval needed",
+    NotifyEvent.APPROVED: "Approved",
+    NotifyEvent.DENIED: "Denied",
+    NotifyEvent.EXPIRED: "Expired without a decision",
+    NotifyEvent.CANCELLED: "Cancelled by the requester",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """One event of one request, as every channel tells it."""
+
+    event: NotifyEvent
+    request_id: str
+    call_id: str
+    tool: str
+    requested_by: str
+    approvers: tuple[str, ...]
+    approvals_required: int
+    args_sha256: str
+    args_summary: str
+    created_at: int
+    expires_at: int
+    link: str
+    at: int
+
+    @property
+    def expires_in_s(self) -> int:
+        return max(0, (self.expires_at - self.at) // 1000)
+
+    @property
+    def headline(self) -> str:
+        return f"{HEADLINES[self.event]}: {self.tool} ({self.request_id})"
+
+    def facts(self) -> list[tuple[str, str]]:
+        """The lines every human-readable form shows, in order."""
+        facts = [
+            ("Tool", self.tool),
+            ("Requested by", self.requested_by),
+            ("Arguments", self.args_summary),
+            ("Approvers", f"{', '.join(self.approvers)} ({self.approvals_required} needed)"),
+        ]
+        if self.event is NotifyEvent.PENDING:
+            facts.append(("Expires in", duration(self.expires_in_s)))
+        return facts
+
+
+def duration(seconds: int) -> str:
+    if seconds >= 3600:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    if seconds >= 60:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds} s"
+
+
+def summarize(args: Any, redactor: Redactor) -> str:
+    """A one-line, bounded, secret-free view of the arguments."""
+    text = json.dumps(_masked(args), ensure_ascii=False, separators=(", ", ": "))
+    text = redactor(text)
+    return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
+
+
+def _masked(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: MASK if SECRET_KEY_RE.search(str(key)) else _masked(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_masked(item) for item in value]
+    if isinstance(value, str) and len(value) > VALUE_CHARS:
+        return value[: VALUE_CHARS - 1] + "…"
+    return value
+
+
+def webhook_body(notice: Notice) -> bytes:
+    """The JSON document a webhook receives (its bytes are what is signed)."""
+    document = {
+        "type": f"approval.{notice.event}",
+        "event": str(notice.event),
+        "request_id": notice.request_id,
+        "call_id": notice.call_id,
+        "tool": notice.tool,
+        "requested_by": notice.requested_by,
+        "approvers": list(notice.approvers),
+        "approvals_required": notice.approvals_required,
+        "args_sha256": notice.args_sha256,
+        "args_summary": notice.args_summary,
+        "created_at": notice.created_at,
+        "expires_at": notice.expires_at,
+        "expires_in_s": notice.expires_in_s,
+        "url": notice.link,
+        "sent_at": notice.at,
+    }
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _slack_escape(text: str) -> str:
+    # Slack's mrkdwn treats only these three as markup; escaping them keeps links and
+    # mentions in arguments inert.
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_body(notice: Notice) -> bytes:
+    """A Slack incoming-webhook message: ``text`` for notifications, blocks to read."""
+    lines = [f"*{_slack_escape(label)}:* {_slack_escape(value)}" for label, value in notice.facts()]
+    headline = _slack_escape(notice.headline)
+    message = {
+        "text": f"{headline} <{notice.link}|Open in the inbox>",
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": f"*{headline}*"}},
+            {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)}},
+            {
+                "type": "section",
+                "text": {"type": "mrkdwn", "text": f"<{notice.link}|Open in the inbox>"},
+            },
+        ],
+    }
+    return json.dumps(message, ensure_ascii=False).encode("utf-8")
+
+
+def email_message(notice: Notice, *, sender: str, to: tuple[str, ...]) -> EmailMessage:
+    """The email: plain text, and HTML with every value escaped."""
+    message = EmailMessage()
+    message["Subject"] = f"[toolrouter] {notice.headline}"
+    message["From"] = sender
+    message["To"] = ", ".join(to)
+    plain = [notice.headline, ""]
+    plain += [f"{label}: {value}" for label, value in notice.facts()]
+    plain += ["", f"Open in the inbox: {notice.link}", ""]
+    message.set_content("\n".join(plain))
+    rows = "".join(
+        f"<tr><th align='left'>{html.escape(label)}</th><td>{html.escape(value)}</td></tr>"
+        for label, value in notice.facts()
+    )
+    link = html.escape(notice.link, quote=True)
+    message.add_alternative(
+        f"<html><body><h2>{html.escape(notice.headline)}</h2><table>{rows}</table>"
+        f'<p><a href="{link}">Open in the inbox</a></p></body></html>',
+        subtype="html",
+    )
+    return message

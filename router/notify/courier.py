@@ -1,0 +1,166 @@
+"""The work of the notification tasks, as plain functions of the database and the config:
+fan a request's event out to its channels (one delivery row each), and make one attempt
+at one delivery. The tasks in ``workers.notifications`` only call these and re-queue.
+
+Nothing here trusts the message that asked for it: an event is fanned out only while the
+request's status in the database says it happened, and an attempt is made only on a
+delivery still open, claimed with a conditional update.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .. import metrics
+from ..approval import requests as pending
+from ..approval.model import ApprovalRequest, RequestStatus
+from ..canonical import load_for_display
+from ..clock import Clock, wall_clock_ms
+from ..db.store import Store
+from ..settings import Settings
+from ..tools.notify_config import Notifications
+from ..tools.registry import ToolRegistry
+from ..trust.redaction import Redactor
+from . import deliveries
+from .content import Notice, summarize
+from .model import DeliveryStatus, NotifyEvent, Outcome
+from .senders import AttemptFailed, send
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Attempted:
+    """How one attempt ended; ``retry_in_s`` when another is due."""
+
+    outcome: Outcome | None
+    retry_in_s: float | None = None
+
+
+SKIPPED = Attempted(None)
+
+
+class Courier:
+    """Plans and attempts deliveries for one process."""
+
+    def __init__(
+        self,
+        store: Store,
+        notifications: Notifications,
+        registry: ToolRegistry,
+        settings: Settings,
+        redactor: Redactor,
+        clock: Clock = wall_clock_ms,
+    ) -> None:
+        self.store, self.notifications, self.registry = store, notifications, registry
+        self.settings, self.redactor, self.clock = settings, redactor, clock
+
+    def fan_out(self, event: NotifyEvent, request_ids: list[str]) -> list[str]:
+        """Plan a delivery per channel of each request whose status shows ``event``; the
+        ids of deliveries planned now."""
+        planned: list[str] = []
+        for request_id in request_ids:
+            now = self.clock()
+            with self.store.transaction() as conn:
+                request = pending.get(conn, request_id)
+                if request is None or not _shows(request, event):
+                    log.info("no %s notification for %s: not its status", event, request_id)
+                    continue
+                tool = self.registry.get(request.tool)
+                own = tool.spec.notify if tool is not None else ()
+                names = self.notifications.channels_for(request.approvers, own)
+                channels = [
+                    (name, self.notifications.channels[name].type)
+                    for name in names
+                    if name in self.notifications.channels
+                ]
+                planned += deliveries.plan(
+                    conn,
+                    request_id=request.id,
+                    call_id=request.call_id,
+                    tool=request.tool,
+                    event=event,
+                    channels=channels,
+                    now=now,
+                )
+        return planned
+
+    def attempt(self, delivery_id: str) -> Attempted:
+        """One attempt at one open delivery, its outcome recorded and counted."""
+        now = self.clock()
+        with self.store.transaction() as conn:
+            delivery = deliveries.get(conn, delivery_id)
+            if delivery is None or not deliveries.claim(conn, delivery, now=now):
+                return SKIPPED
+            request = pending.get(conn, delivery.request_id)
+            call = self.store.get(conn, delivery.call_id)
+        attempts = delivery.attempts + 1
+        channel = self.notifications.channels.get(delivery.channel)
+        if channel is None or request is None or call is None:
+            return self._record(
+                delivery_id, delivery.channel_type, attempts, "channel or request is gone", False
+            )
+        notice = Notice(
+            event=delivery.event,
+            request_id=request.id,
+            call_id=request.call_id,
+            tool=request.tool,
+            requested_by=request.requested_by,
+            approvers=request.approvers,
+            approvals_required=request.approvals_required,
+            args_sha256=request.args_sha256,
+            args_summary=summarize(load_for_display(call.args), self.redactor),
+            created_at=request.created_at,
+            expires_at=request.expires_at,
+            link=f"{self.settings.resolved_public_url}/ui/#{request.id}",
+            at=now,
+        )
+        try:
+            send(channel, notice, timeout_s=self.settings.notify_timeout_s, now_s=now // 1000)
+        except AttemptFailed as exc:
+            return self._record(
+                delivery_id, delivery.channel_type, attempts, exc.reason, exc.retryable
+            )
+        except Exception as exc:
+            log.exception("notification %s failed unexpectedly", delivery_id)
+            reason = f"internal error ({type(exc).__name__})"
+            return self._record(delivery_id, delivery.channel_type, attempts, reason, True)
+        with self.store.transaction() as conn:
+            deliveries.finish(conn, delivery_id, DeliveryStatus.DELIVERED, now=self.clock())
+        metrics.notification(delivery.channel_type, Outcome.DELIVERED)
+        return Attempted(Outcome.DELIVERED)
+
+    def _record(
+        self, delivery_id: str, channel_type: str, attempts: int, reason: str, retryable: bool
+    ) -> Attempted:
+        reason = self.redactor(reason)
+        now = self.clock()
+        if retryable and attempts < self.settings.notify_max_attempts:
+            delay = min(
+                self.settings.notify_max_backoff_s,
+                self.settings.notify_backoff_s * 2 ** (attempts - 1),
+            )
+            status, outcome = DeliveryStatus.RETRYING, Outcome.RETRIED
+            next_at: int | None = now + int(delay * 1000)
+        else:
+            status, outcome, next_at, delay = DeliveryStatus.FAILED, Outcome.FAILED, None, 0.0
+            log.warning(
+                "notification %s failed for good after %d attempts: %s",
+                delivery_id,
+                attempts,
+                reason,
+            )
+        with self.store.transaction() as conn:
+            deliveries.finish(
+                conn, delivery_id, status, now=now, error=reason, next_attempt_at=next_at
+            )
+        metrics.notification(channel_type, outcome)
+        return Attempted(outcome, delay if outcome is Outcome.RETRIED else None)
+
+
+def _shows(request: ApprovalRequest, event: NotifyEvent) -> bool:
+    """Whether the request's stored status is what ``event`` says happened."""
+    if event is NotifyEvent.PENDING:
+        return request.status == RequestStatus.PENDING
+    return request.status == RequestStatus(str(event))

@@ -1,0 +1,131 @@
+"""The deliveries table: planned once per request, event and channel; each attempt
+claimed with a conditional update, so two messages for one delivery send it once."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from ..db.schema import notification_deliveries as table
+from .model import OPEN_STATUSES, Delivery, DeliveryStatus, NotifyEvent
+
+# Longest last_error kept: the reason, not a receiver's whole answer.
+ERROR_CHARS = 500
+
+
+def new_delivery_id() -> str:
+    return "ntf_" + secrets.token_hex(12)
+
+
+def plan(
+    conn: Connection,
+    *,
+    request_id: str,
+    call_id: str,
+    tool: str,
+    event: NotifyEvent,
+    channels: Sequence[tuple[str, str]],
+    now: int,
+) -> list[str]:
+    """Insert a delivery per ``(channel, channel_type)`` not planned before for this request
+    and event; the ids of those inserted now (a repeated fan-out gets none)."""
+    rows = [
+        {
+            "id": new_delivery_id(),
+            "request_id": request_id,
+            "call_id": call_id,
+            "tool": tool,
+            "event": str(event),
+            "channel": name,
+            "channel_type": kind,
+            "status": str(DeliveryStatus.PENDING),
+            "attempts": 0,
+            "last_error": None,
+            "created_at": now,
+            "updated_at": now,
+            "next_attempt_at": now,
+            "delivered_at": None,
+        }
+        for name, kind in channels
+    ]
+    if not rows:
+        return []
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    conn.execute(dialect.insert(table).values(rows).on_conflict_do_nothing())
+    ids = [row["id"] for row in rows]
+    found = conn.execute(select(table.c.id).where(table.c.id.in_(ids)))
+    return [row.id for row in found]
+
+
+def get(conn: Connection, delivery_id: str) -> Delivery | None:
+    row = conn.execute(select(table).where(table.c.id == delivery_id)).first()
+    return Delivery.from_row(row) if row else None
+
+
+def claim(conn: Connection, delivery: Delivery, *, now: int) -> bool:
+    """Take ``delivery`` for one attempt, if it is still as read (open, same attempts)."""
+    result = conn.execute(
+        update(table)
+        .where(
+            table.c.id == delivery.id,
+            table.c.attempts == delivery.attempts,
+            table.c.status.in_([str(s) for s in OPEN_STATUSES]),
+        )
+        .values(
+            status=str(DeliveryStatus.SENDING),
+            attempts=delivery.attempts + 1,
+            updated_at=now,
+            next_attempt_at=None,
+        )
+    )
+    return bool(result.rowcount == 1)
+
+
+def finish(
+    conn: Connection,
+    delivery_id: str,
+    status: DeliveryStatus,
+    *,
+    now: int,
+    error: str | None = None,
+    next_attempt_at: int | None = None,
+) -> None:
+    values: dict[str, Any] = {
+        "status": str(status),
+        "updated_at": now,
+        "next_attempt_at": next_attempt_at,
+    }
+    if error is not None:
+        values["last_error"] = error[:ERROR_CHARS]
+    if status is DeliveryStatus.DELIVERED:
+        values["delivered_at"] = now
+    conn.execute(update(table).where(table.c.id == delivery_id).values(**values))
+
+
+def recent(
+    conn: Connection,
+    *,
+    status: DeliveryStatus | None = None,
+    request_id: str | None = None,
+    limit: int = 100,
+) -> list[Delivery]:
+    """The latest deliveries first, of one status and request if given."""
+    stmt = select(table).order_by(table.c.updated_at.desc()).limit(limit)
+    if status is not None:
+        stmt = stmt.where(table.c.status == str(status))
+    if request_id is not None:
+        stmt = stmt.where(table.c.request_id == request_id)
+    return [Delivery.from_row(row) for row in conn.execute(stmt)]
+
+
+def count(conn: Connection, status: DeliveryStatus) -> int:
+    return int(
+        conn.execute(
+            select(func.count()).select_from(table).where(table.c.status == str(status))
+        ).scalar_one()
+    )

@@ -1,0 +1,78 @@
+"""Sending one notification on one channel, once. A failure is an ``AttemptFailed``
+saying whether a later attempt may succeed; its reason names what went wrong (a status,
+a timeout, an SMTP code) and never a URL, an address's password or a secret."""
+
+from __future__ import annotations
+
+import smtplib
+import ssl
+
+import httpx
+
+from ..tools.notify_config import EmailChannel, SlackChannel, WebhookChannel
+from .content import Notice, email_message, slack_body, webhook_body
+from .signing import SIGNATURE_HEADER, header_value
+
+USER_AGENT = "toolrouter-notify"
+
+
+class AttemptFailed(Exception):
+    """Raised when one attempt did not deliver; ``retryable``: a later one may."""
+
+    def __init__(self, reason: str, *, retryable: bool) -> None:
+        super().__init__(reason)
+        self.reason, self.retryable = reason, retryable
+
+
+def send(
+    channel: WebhookChannel | SlackChannel | EmailChannel,
+    notice: Notice,
+    *,
+    timeout_s: float,
+    now_s: int,
+) -> None:
+    if isinstance(channel, WebhookChannel):
+        body = webhook_body(notice)
+        signed = header_value(channel.secret, now_s, body)
+        _post(channel.url, body, {SIGNATURE_HEADER: signed}, timeout_s)
+    elif isinstance(channel, SlackChannel):
+        _post(channel.url, slack_body(notice), {}, timeout_s)
+    else:
+        _mail(channel, notice, timeout_s)
+
+
+def _post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> None:
+    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **headers}
+    try:
+        with httpx.Client(timeout=timeout_s, follow_redirects=False) as client:
+            response = client.post(url, content=body, headers=headers)
+    except httpx.TimeoutException:
+        raise AttemptFailed(f"timed out after {timeout_s:g} s", retryable=True) from None
+    except httpx.TransportError as exc:
+        # The exception's text may carry the URL (a Slack URL is a credential): its kind only.
+        raise AttemptFailed(f"connection failed ({type(exc).__name__})", retryable=True) from None
+    status = response.status_code
+    if 200 <= status < 300:
+        return
+    retryable = status >= 500 or status in (408, 429)
+    raise AttemptFailed(f"HTTP {status}", retryable=retryable)
+
+
+def _mail(channel: EmailChannel, notice: Notice, timeout_s: float) -> None:
+    message = email_message(notice, sender=channel.from_addr, to=channel.to)
+    try:
+        with smtplib.SMTP(channel.host, channel.port, timeout=timeout_s) as smtp:
+            if channel.starttls:
+                smtp.starttls(context=ssl.create_default_context())
+            if channel.username is not None:
+                smtp.login(channel.username, channel.password or "")
+            smtp.send_message(message)
+    except smtplib.SMTPResponseException as exc:
+        # 4xx: the server asks to try later; 5xx: it refuses for good.
+        raise AttemptFailed(f"SMTP {exc.smtp_code}", retryable=400 <= exc.smtp_code < 500) from None
+    except smtplib.SMTPRecipientsRefused:
+        raise AttemptFailed("SMTP refused every recipient", retryable=False) from None
+    except TimeoutError:
+        raise AttemptFailed(f"timed out after {timeout_s:g} s", retryable=True) from None
+    except (OSError, smtplib.SMTPException) as exc:
+        raise AttemptFailed(f"SMTP failed ({type(exc).__name__})", retryable=True) from None

@@ -1,0 +1,144 @@
+"""The ``notifications`` table of the tool config: channels by name, and the channels each
+approver role (and, with ``notify``, each tool) is told through.
+
+Secrets (a webhook's signing secret, a Slack URL, an SMTP password) must be written as
+``${VAR}``: only interpolated values are known to the redactor, so only they are sure to
+stay out of logs, errors and delivery records.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import ConfigError
+
+_ONLY_VAR_RE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
+CHANNEL_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class ChannelType(StrEnum):
+    WEBHOOK = "webhook"
+    SLACK = "slack"
+    EMAIL = "email"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WebhookChannel(_Strict):
+    """A JSON POST signed with HMAC-SHA256 (header `X-Toolrouter-Signature`)."""
+
+    # `webhook`.
+    type: Literal["webhook"]
+    # The receiver, `http://` or `https://`; may use `${VAR}`.
+    url: str = Field(pattern=r"^https?://")
+    # The HMAC-SHA256 key the receiver verifies with; must be written as `${VAR}`.
+    secret: str = Field(min_length=16)
+
+
+class SlackChannel(_Strict):
+    """A Slack-compatible incoming webhook: a readable message with a link to the inbox."""
+
+    # `slack`.
+    type: Literal["slack"]
+    # The incoming webhook's URL (it is the credential); must be written as `${VAR}`.
+    url: str = Field(pattern=r"^https?://")
+
+
+class EmailChannel(_Strict):
+    """Email over SMTP, plain text and HTML, with a link to the inbox."""
+
+    # `email`.
+    type: Literal["email"]
+    # The SMTP server.
+    host: str
+    # Its port.
+    port: int = Field(default=25, ge=1, le=65535)
+    # The sender's address.
+    from_addr: str
+    # The recipients' addresses, at least one.
+    to: tuple[str, ...] = Field(min_length=1)
+    # Upgrade the connection with STARTTLS before anything is sent.
+    starttls: bool = False
+    # The SMTP login's user; unset: no login.
+    username: str | None = None
+    # The SMTP login's password; must be written as `${VAR}`.
+    password: str | None = None
+
+
+Channel = Annotated[WebhookChannel | SlackChannel | EmailChannel, Field(discriminator="type")]
+# Fields holding a credential: refused unless written as one ``${VAR}``.
+SECRET_FIELDS: dict[str, tuple[str, ...]] = {
+    ChannelType.WEBHOOK: ("secret",),
+    ChannelType.SLACK: ("url",),
+    ChannelType.EMAIL: ("password",),
+}
+
+
+class Notifications(_Strict):
+    """Who hears about approval requests: when one is pending, decided or expired."""
+
+    # Channels by name (1-64 of `A-Z a-z 0-9 _ . -`), each a mapping with a `type`:
+    # `webhook`, `slack` or `email` (the tables below).
+    channels: dict[str, Channel] = Field(default_factory=dict)
+    # Approver role -> the channels its requests are announced on (a tool's `approvers`
+    # pick the roles).
+    roles: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+    def channels_for(self, approvers: Sequence[str], tool_notify: Sequence[str]) -> list[str]:
+        """The channels a request is announced on: the tool's own, then its approver
+        roles', each once."""
+        names = [*tool_notify, *(name for role in approvers for name in self.roles.get(role, ()))]
+        return list(dict.fromkeys(names))
+
+
+def parse_notifications(
+    raw: Any, env: Mapping[str, str], *, file: str, interpolate: Any, used: dict[str, str]
+) -> Notifications:
+    """The ``notifications`` table, its secrets checked before interpolation."""
+    if raw is None:
+        return Notifications()
+    if not isinstance(raw, dict) or set(raw) - {"channels", "roles"}:
+        raise ConfigError("notifications must be a mapping with 'channels' and 'roles'", file=file)
+    channels = raw.get("channels") or {}
+    if not isinstance(channels, dict):
+        raise ConfigError("notifications.channels must be a mapping", file=file)
+    for name, channel in channels.items():
+        where = f"notifications.channels.{name}"
+        if not isinstance(name, str) or not CHANNEL_NAME_RE.match(name):
+            raise ConfigError(f"{where}: channel names are 1-64 of A-Z a-z 0-9 _ . -", file=file)
+        if not isinstance(channel, dict):
+            raise ConfigError(f"{where}: must be a mapping with a 'type'", file=file)
+        for field in SECRET_FIELDS.get(str(channel.get("type")), ()):
+            value = channel.get(field)
+            if value is not None and not (isinstance(value, str) and _ONLY_VAR_RE.match(value)):
+                raise ConfigError(f"{where}.{field}: must be written as ${{VAR}}", file=file)
+    interpolated = interpolate(raw, env, file=file, tool=None, used=used)
+    try:
+        parsed = Notifications.model_validate(interpolated)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        # The discriminated union names the type in the path; the field is what helps.
+        loc = [str(part) for part in first["loc"] if part not in set(ChannelType)]
+        message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        raise ConfigError(f"notifications.{'.'.join(loc)}: {message}", file=file) from None
+    for role, names in parsed.roles.items():
+        for name in names:
+            if name not in parsed.channels:
+                raise ConfigError(f"notifications.roles.{role}: unknown channel {name}", file=file)
+    return parsed
+
+
+def check_tool_channels(
+    tool: str, notify: Sequence[str], notifications: Notifications, *, file: str
+) -> None:
+    """A tool's ``notify`` names only channels that exist."""
+    for name in notify:
+        if name not in notifications.channels:
+            raise ConfigError(f"notify: unknown channel {name}", file=file, tool=tool)

@@ -1,0 +1,359 @@
+"""Notifications to approvers, end to end: a real API, tool worker and approval worker (which
+serves the ``notifications`` queue), receivers on loopback (a signed webhook, a Slack-style
+webhook, receivers that fail) and a real SMTP server (aiosmtpd)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from email.message import EmailMessage
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+
+from router.constants import EXPIRE_TASK, MAINTENANCE_QUEUE
+from router.messaging.celery_app import make_celery
+from router.runtime import Runtime
+
+from ..support import services
+from ..support.launcher import free_port
+from ..support.receivers import FlakyScript, Mailbox, accept, refuse, request_id_of
+from ..support.scripted_http import ScriptedServer, Seen
+from ..support.stack import Stack, stack_env
+from ..support.waiting import wait_for
+
+HOOK_SECRET = "whsec-0123456789abcdef-notify"
+SLACK_TOKEN = "XXSLACKSECRETTOKENXX"
+SMTP_PASSWORD = "smtp-pass-7f3a9c"
+PUBLIC_URL = "https://inbox.example.test"
+# Its own Redis db: the session's stacks flush theirs.
+REDIS_DB = 10
+
+CONFIG = """
+notifications:
+  channels:
+    hook: {type: webhook, url: "${HOOK_URL}", secret: "${HOOK_SECRET}"}
+    chat: {type: slack, url: "${SLACK_URL}"}
+    mail:
+      type: email
+      host: 127.0.0.1
+      port: ${SMTP_PORT}
+      from_addr: toolrouter@example.test
+      to: [approvers@example.test]
+      username: toolrouter
+      password: "${SMTP_PASSWORD}"
+    flaky-hook: {type: webhook, url: "${FLAKY_URL}", secret: "${HOOK_SECRET}"}
+    down-hook: {type: webhook, url: "${DOWN_URL}", secret: "${HOOK_SECRET}"}
+  roles:
+    approver: [hook, chat, mail]
+    flaky: [flaky-hook]
+    broken: [down-hook]
+tools:
+  - {name: wire, handler: "tests.fixture_tools:echo", risk: high}
+  - {name: flaky_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [flaky]}
+  - {name: broken_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [broken]}
+  - {name: short_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [nobody],
+     approval_timeout_s: 1, notify: [hook]}
+  - {name: quiet_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [nobody]}
+"""
+
+
+@dataclass
+class Receivers:
+    hook: ScriptedServer
+    chat: ScriptedServer
+    flaky: ScriptedServer
+    down: ScriptedServer
+    mailbox: Mailbox
+
+    def seen(self, server: ScriptedServer, request_id: str) -> list[Seen]:
+        return [s for s in list(server.seen) if request_id_of(s) == request_id]
+
+
+@pytest.fixture(scope="module")
+def notify_stack(
+    redis_base: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[tuple[Stack, Receivers]]:
+    state_dir = tmp_path_factory.mktemp("notify-stack")
+    config = state_dir / "tools.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    mailbox = Mailbox(SMTP_PASSWORD)
+    smtp = Controller(
+        mailbox,
+        hostname="127.0.0.1",
+        port=free_port(),
+        authenticator=mailbox,
+        auth_require_tls=False,
+    )
+    smtp.start()
+    servers = [ScriptedServer(s) for s in (accept, accept, FlakyScript(2), refuse)]
+    for server in servers:
+        server.__enter__()
+    hook, chat, flaky, down = servers
+    databases = services.database_for("sqlite", state_dir, request)
+    redis_url = f"{redis_base}/{REDIS_DB}"
+    services.flush(redis_url)
+    env = stack_env(
+        database_url=next(databases),
+        redis_url=redis_url,
+        state_dir=state_dir,
+        TOOLROUTER_CONFIG=str(config),
+        TOOLROUTER_PUBLIC_URL=PUBLIC_URL,
+        TOOLROUTER_NOTIFY_BACKOFF_S="0.2",
+        TOOLROUTER_NOTIFY_MAX_ATTEMPTS="3",
+        TOOLROUTER_NOTIFY_TIMEOUT_S="3",
+        HOOK_URL=f"{hook.url}/hooks/toolrouter",
+        HOOK_SECRET=HOOK_SECRET,
+        SLACK_URL=f"{chat.url}/services/T000/B000/{SLACK_TOKEN}",
+        SMTP_PORT=str(smtp.port),
+        SMTP_PASSWORD=SMTP_PASSWORD,
+        FLAKY_URL=f"{flaky.url}/flaky",
+        DOWN_URL=f"{down.url}/down",
+    )
+    stack = Stack(env=env, state_dir=state_dir)
+    runtime = Runtime(stack.settings)
+    runtime.prepare(check_tools=False)
+    for name, roles in {
+        "agent": ["agent"],
+        "approver": ["approver"],
+        "flaky": ["flaky"],
+        "broken": ["broken"],
+        "operator": ["operator"],
+    }.items():
+        stack.keys[name] = runtime.keys.create(name, roles)
+    runtime.close()
+    try:
+        stack.start_api()
+        stack.start_worker(concurrency=1)
+        stack.start_worker(
+            name="approvals", queues="approvals,maintenance,notifications", concurrency=2
+        )
+        yield stack, Receivers(hook, chat, flaky, down, mailbox)
+    finally:
+        stack.stop_all()
+        for server in servers:
+            server.__exit__()
+        smtp.stop()
+        services.flush(redis_url)
+        databases.close()
+
+
+def submit(stack: Stack, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    with stack.client("agent") as http:
+        body = http.post("/v1/calls", json={"tool": tool, "args": args}).json()
+    assert body["status"] == "pending", body
+    return body  # type: ignore[no-any-return]
+
+
+def deliveries(stack: Stack, **params: str) -> list[dict[str, Any]]:
+    with stack.client("operator") as http:
+        response = http.get("/v1/notifications", params=params)
+    assert response.status_code == 200, response.text
+    return response.json()["deliveries"]  # type: ignore[no-any-return]
+
+
+def settled(stack: Stack, request_id: str, count: int) -> list[dict[str, Any]]:
+    """The request's deliveries, once ``count`` of them are delivered or failed."""
+
+    def done() -> list[dict[str, Any]] | None:
+        found = deliveries(stack, request_id=request_id)
+        final = [d for d in found if d["status"] in ("delivered", "failed")]
+        return found if len(final) >= count else None
+
+    return wait_for(done, 30, f"{count} deliveries of {request_id} settled")
+
+
+def counter(stack: Stack, channel_type: str, outcome: str) -> float:
+    with stack.client("") as http:
+        text = http.get("/metrics").text
+    needle = f'toolrouter_notifications_total{{channel_type="{channel_type}",outcome="{outcome}"}} '
+    lines = [line for line in text.splitlines() if line.startswith(needle)]
+    return float(lines[0].split()[-1]) if lines else 0.0
+
+
+def test_a_pending_request_reaches_a_webhook_signed_with_its_secret(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    stack, receivers = notify_stack
+    args = {"to": "bob", "amount": 10, "api_token": "tok-do-not-leak", "memo": "m" * 500}
+    call = submit(stack, "wire", args)
+    request_id = call["request_id"]
+    (seen,) = wait_for(lambda: receivers.seen(receivers.hook, request_id), 30, "the webhook")
+    assert seen.method == "POST" and seen.target == "/hooks/toolrouter"
+    # The receiver's side, as the how-to shows it: HMAC-SHA256 over "<t>.<body>".
+    fields = dict(part.split("=", 1) for part in seen.headers["x-toolrouter-signature"].split(","))
+    expected = hmac.new(
+        HOOK_SECRET.encode(), fields["t"].encode() + b"." + seen.body, hashlib.sha256
+    ).hexdigest()
+    assert hmac.compare_digest(fields["v1"], expected)
+    assert abs(int(fields["t"]) - time.time()) < 60
+    wrong = hmac.new(b"another-secret", fields["t"].encode() + b"." + seen.body, hashlib.sha256)
+    assert not hmac.compare_digest(fields["v1"], wrong.hexdigest())
+    body = seen.json()
+    assert body["type"] == "approval.pending" and body["event"] == "pending"
+    assert (body["tool"], body["requested_by"]) == ("wire", "agent")
+    assert body["call_id"] == call["call_id"]
+    assert body["url"] == f"{PUBLIC_URL}/ui/#{request_id}"
+    assert "bob" in body["args_summary"] and "tok-do-not-leak" not in body["args_summary"]
+    assert len(body["args_summary"]) <= 300
+    assert 3500 < body["expires_in_s"] <= 3600
+    assert HOOK_SECRET not in seen.body.decode()
+    # Each channel's delivery is recorded: channel, event, attempts, status, times.
+    found = settled(stack, request_id, 3)
+    by_channel = {d["channel"]: d for d in found}
+    assert set(by_channel) == {"hook", "chat", "mail"}
+    hook = by_channel["hook"]
+    assert (hook["event"], hook["status"], hook["attempts"]) == ("pending", "delivered", 1)
+    assert hook["channel_type"] == "webhook" and hook["last_error"] is None
+    assert hook["created_at"] <= hook["delivered_at"]
+
+
+def test_slack_message_names_the_tool_requester_expiry_and_links_the_inbox(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    stack, receivers = notify_stack
+    call = submit(stack, "wire", {"to": "<@channel> carol", "amount": 5, "password": "hunter22"})
+    request_id = call["request_id"]
+    (seen,) = wait_for(lambda: receivers.seen(receivers.chat, request_id), 30, "the Slack post")
+    assert seen.target == f"/services/T000/B000/{SLACK_TOKEN}"
+    message = seen.json()
+    text = json.dumps(message)
+    assert message["text"].startswith(f"Approval needed: wire ({request_id})")
+    link = f"<{PUBLIC_URL}/ui/#{request_id}|Open in the inbox>"
+    assert link in message["text"]
+    detail = message["blocks"][1]["text"]["text"]
+    assert "*Tool:* wire" in detail and "*Requested by:* agent" in detail
+    assert "*Expires in:* 59 min" in detail or "*Expires in:* 1 h 0 min" in detail
+    # Arguments are a summary: markup inert, secret-looking values masked.
+    assert "&lt;@channel&gt; carol" in detail and "<@channel>" not in text
+    assert "hunter22" not in text and '\\"password\\": \\"***\\"' in text
+    # The one link is to the inbox: nothing in the message decides by itself.
+    assert SLACK_TOKEN not in text
+    assert set(re.findall(r"https?://[^|>\s\"]+", text)) == {f"{PUBLIC_URL}/ui/#{request_id}"}
+
+
+def test_email_has_plain_and_html_parts_with_the_inbox_link_and_no_secret(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    stack, receivers = notify_stack
+    call = submit(stack, "wire", {"to": "dave", "amount": 7, "memo": "<script>alert(1)</script>"})
+    request_id = call["request_id"]
+
+    def mail() -> EmailMessage | None:
+        found = [m for m in receivers.mailbox.messages if request_id in str(m["Subject"])]
+        return found[0] if found else None
+
+    message = wait_for(mail, 30, "the email")
+    assert message["From"] == "toolrouter@example.test"
+    assert message["To"] == "approvers@example.test"
+    plain = message.get_body(("plain",))
+    html = message.get_body(("html",))
+    assert plain is not None and html is not None
+    plain_text, html_text = plain.get_content(), html.get_content()
+    link = f"{PUBLIC_URL}/ui/#{request_id}"
+    assert f"Open in the inbox: {link}" in plain_text
+    assert f'<a href="{link}">' in html_text
+    assert "Requested by: agent" in plain_text and "dave" in plain_text
+    assert "<script>" not in html_text and "&lt;script&gt;" in html_text
+    raw = message.as_string()
+    assert SMTP_PASSWORD not in raw and HOOK_SECRET not in raw
+    assert ("toolrouter", SMTP_PASSWORD) in receivers.mailbox.logins
+
+
+def test_a_decision_and_an_expiry_are_announced_too(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    stack, receivers = notify_stack
+    approved = submit(stack, "wire", {"to": "erin", "amount": 1})["request_id"]
+    denied = submit(stack, "wire", {"to": "frank", "amount": 1})["request_id"]
+    with stack.client("approver") as http:
+        assert http.post(f"/v1/approvals/{approved}/approve", json={}).json()["released"]
+        assert http.post(f"/v1/approvals/{denied}/deny", json={}).json()["status"] == "denied"
+
+    def events(request_id: str) -> set[str]:
+        return {s.json()["event"] for s in receivers.seen(receivers.hook, request_id)}
+
+    wait_for(lambda: events(approved) == {"pending", "approved"}, 30, "the approval announced")
+    wait_for(lambda: events(denied) == {"pending", "denied"}, 30, "the denial announced")
+    # Expiry: a tool whose own `notify` names the channel (its role names none).
+    short = submit(stack, "short_wire", {"to": "gina", "amount": 1})
+    with stack.client("operator") as http:
+        expires_at = http.get(f"/v1/approvals/{short['request_id']}").json()["request"][
+            "expires_at"
+        ]
+    wait_for(lambda: time.time() * 1000 > expires_at, 10, "the request's expiry passing")
+    app = make_celery(stack.env["TOOLROUTER_REDIS_URL"], Runtime(stack.settings).namespace)
+    app.send_task(EXPIRE_TASK, queue=MAINTENANCE_QUEUE, routing_key=MAINTENANCE_QUEUE)
+    wait_for(
+        lambda: events(short["request_id"]) == {"pending", "expired"}, 30, "the expiry announced"
+    )
+
+
+def test_a_receiver_answering_503_twice_gets_it_on_the_third_attempt(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    stack, receivers = notify_stack
+    retried_before = counter(stack, "webhook", "retried")
+    request_id = submit(stack, "flaky_wire", {"to": "hank", "amount": 3})["request_id"]
+    (delivery,) = settled(stack, request_id, 1)
+    assert (delivery["channel"], delivery["status"], delivery["attempts"]) == (
+        "flaky-hook",
+        "delivered",
+        3,
+    )
+    assert delivery["last_error"] == "HTTP 503"
+    assert len(receivers.seen(receivers.flaky, request_id)) == 3
+    assert counter(stack, "webhook", "retried") >= retried_before + 2
+
+
+def test_a_receiver_that_always_fails_changes_nothing_for_the_call_or_its_approval(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    stack, receivers = notify_stack
+    failed_before = counter(stack, "webhook", "failed")
+    call = submit(stack, "broken_wire", {"to": "ivan", "amount": 4})
+    (delivery,) = settled(stack, call["request_id"], 1)
+    assert (delivery["status"], delivery["attempts"], delivery["last_error"]) == (
+        "failed",
+        3,
+        "HTTP 500",
+    )
+    assert len(receivers.seen(receivers.down, call["request_id"])) == 3
+    assert counter(stack, "webhook", "failed") == failed_before + 1
+    listed = deliveries(stack, status="failed")
+    assert call["request_id"] in {d["request_id"] for d in listed}
+    # The approval goes through as ever.
+    with stack.client("broken") as http:
+        answer = http.post(
+            f"/v1/approvals/{call['request_id']}/approve", json={"wait_s": 20}
+        ).json()
+    assert answer["status"] == "succeeded" and answer["value"] == {"to": "ivan", "amount": 4}
+
+
+def test_a_tool_whose_approvers_have_no_channel_sends_nothing(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    stack, _ = notify_stack
+    request_id = submit(stack, "quiet_wire", {"to": "judy", "amount": 1})["request_id"]
+    assert deliveries(stack, request_id=request_id) == []
+
+
+def test_operators_only_read_deliveries_and_no_secret_is_logged(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    stack, _ = notify_stack
+    with stack.client("agent") as http:
+        assert http.get("/v1/notifications").status_code == 403
+    with stack.client("operator") as http:
+        assert http.get("/v1/notifications", params={"status": "lost"}).status_code == 422
+    everything = json.dumps(deliveries(stack, limit="500"))
+    logs = "".join(stack.log(name) for name in ("api", "worker", "approvals"))
+    for secret in (HOOK_SECRET, SLACK_TOKEN, SMTP_PASSWORD):
+        assert secret not in everything
+        assert secret not in logs

@@ -1,0 +1,89 @@
+"""The ``notifications`` config: what it accepts, and every mistake refused at load time
+naming the file and the field, never a secret's value."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.errors import ConfigError
+from router.notify.content import summarize
+from router.notify.signing import header_value, verify
+from router.tools.config import parse_config
+from router.trust.redaction import Redactor
+
+ENV = {"HOOK_SECRET": "s3cr3t-s3cr3t-s3cr3t", "SLACK_URL": "https://hooks.test/T/B/XYZ"}
+GOOD = """
+notifications:
+  channels:
+    ops-hook: {type: webhook, url: "https://ops.test/hook", secret: "${HOOK_SECRET}"}
+    chat: {type: slack, url: "${SLACK_URL}"}
+    finance-mail: {type: email, host: smtp.test, from_addr: a@test, to: [b@test]}
+  roles:
+    approver: [ops-hook, chat]
+    finance: [finance-mail]
+tools:
+  - {name: wire, handler: "m:f", risk: high, approvers: [finance, approver], notify: [chat]}
+"""
+
+
+def test_channels_come_from_the_tool_then_its_roles_each_once() -> None:
+    config = parse_config(GOOD, file="t.yaml", env=ENV)
+    (wire,) = config.tools
+    found = config.notifications.channels_for(wire.approvers, wire.notify)
+    assert found == ["chat", "finance-mail", "ops-hook"]
+    assert config.notifications.channels["ops-hook"].secret == ENV["HOOK_SECRET"]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("change", "complaint"),
+    [
+        (('secret: "${HOOK_SECRET}"', "secret: literal-secret-value"), "ops-hook.secret: must be"),
+        (('url: "${SLACK_URL}"', 'url: "https://hooks.test/T/B/XYZ"'), "chat.url: must be"),
+        (("approver: [ops-hook, chat]", "approver: [ops-hook, pager]"), "unknown channel pager"),
+        (("notify: [chat]", "notify: [pager]"), "notify: unknown channel pager"),
+        (("type: slack", "type: pigeon"), "notifications.channels.chat"),
+        (("to: [b@test]", "to: []"), "finance-mail.to"),
+        (("from_addr: a@test", "from_addr: a@test, colour: red"), "colour: unknown key"),
+        (('url: "https://ops.test/hook"', 'url: "ftp://ops.test"'), "ops-hook.url"),
+    ],
+)
+def test_a_bad_notifications_table_is_refused_naming_file_and_field(
+    change: tuple[str, str], complaint: str
+) -> None:
+    text = GOOD.replace(*change)
+    assert text != GOOD
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, file="t.yaml", env=ENV)
+    assert "t.yaml" in str(caught.value) and complaint in str(caught.value)
+    assert ENV["HOOK_SECRET"] not in str(caught.value)
+
+
+def test_a_short_webhook_secret_is_refused_without_its_value() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(GOOD, file="t.yaml", env={**ENV, "HOOK_SECRET": "short-secret"})
+    assert "ops-hook.secret" in str(caught.value) and "short-secret" not in str(caught.value)
+
+
+def test_a_signature_verifies_only_with_its_secret_body_and_a_recent_time() -> None:
+    body = b'{"event":"pending"}'
+    header = header_value("k" * 20, 1_000, body)
+    assert header.startswith("t=1000,v1=")
+    assert verify("k" * 20, header, body, now=1_010)
+    assert not verify("x" * 20, header, body, now=1_010)
+    assert not verify("k" * 20, header, body + b" ", now=1_010)
+    assert not verify("k" * 20, header, body, now=2_000)
+    assert not verify("k" * 20, "garbage", body, now=1_010)
+
+
+def test_an_argument_summary_masks_secrets_and_stays_short() -> None:
+    redactor = Redactor({"TOKEN": "tok-from-the-environment"})
+    args = {
+        "to": "bob",
+        "api_key": "k-123",
+        "note": "uses tok-from-the-environment",
+        "x": "y" * 999,
+    }
+    text = summarize(args, redactor)
+    assert '"api_key": "***"' in text and "k-123" not in text
+    assert "${TOKEN}" in text and "tok-from-the-environment" not in text
+    assert len(text) <= 300
