@@ -35,6 +35,8 @@ SIGN_AUDIT_HEAD_TASK = "toolrouter.sign_audit_head"
 # A request's event (pending, decided, expired) fanned out to its channels, one delivery each.
 NOTIFY_TASK = "toolrouter.notify"
 DELIVER_TASK = "toolrouter.deliver_notification"
+# Beat's sweep for requests undecided past their tool's escalate_after_s (router.notify.escalation).
+ESCALATE_TASK = "toolrouter.escalate_requests"
 
 # Names in Redis, each under the namespace's prefix (``Namespace.key``).
 # The approval worker pushes its answer to a decision onto this list (+ decision id).

@@ -229,7 +229,8 @@ class Runtime:
 
     @cached_property
     def approvals_view(self) -> ApprovalsView:
-        return ApprovalsView(self.store, clock=self.clock)
+        groups = {t.name: t.escalate_to for t in self.tool_config.tools if t.escalate_to}
+        return ApprovalsView(self.store, clock=self.clock, escalate_to=groups)
 
     @cached_property
     def keys(self) -> KeyStore:

@@ -102,7 +102,7 @@ class Settings(BaseSettings):
     # expires with it, so a decision reported as failed is never applied later.
     decision_timeout_s: float = Field(default=10.0, gt=0, le=300)
     # How often beat runs the expiry sweep, which moves approval requests past their expiry,
-    # and their calls, to `expired`.
+    # and their calls, to `expired`; and the escalation sweep (a tool's `escalate_after_s`).
     expiry_interval_s: float = Field(default=5.0, gt=0)
     # Audit retention: rows older than this leave the hot table for archive segments...
     audit_hot_days: float = Field(default=90.0, gt=0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from router.constants import (
+    ESCALATE_TASK,
     EXPIRE_TASK,
     MAINTENANCE_QUEUE,
     REAP_TASK,
@@ -45,6 +46,12 @@ def worker_settings(settings: Settings, redis_url: str, namespace: Namespace) ->
             "beat_schedule": {
                 "expire-requests": {
                     "task": EXPIRE_TASK,
+                    "schedule": settings.expiry_interval_s,
+                    "options": {"queue": MAINTENANCE_QUEUE, "expires": 30},
+                },
+                # On the expiry sweep's interval: escalation is as time-bound as expiry.
+                "escalate-requests": {
+                    "task": ESCALATE_TASK,
                     "schedule": settings.expiry_interval_s,
                     "options": {"queue": MAINTENANCE_QUEUE, "expires": 30},
                 },

@@ -1,13 +1,14 @@
 """The notification tasks (queue ``notifications``, served by the approval worker): fan a
 request's event out to its channels, then attempt each delivery, re-queued with a growing
-delay while it fails in a way that may pass. The logic is ``router.notify.courier``."""
+delay while it fails in a way that may pass; and beat's escalation sweep (``maintenance``).
+The logic is ``router.notify.courier``."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from router.constants import DELIVER_TASK, NOTIFICATIONS_QUEUE, NOTIFY_TASK
+from router.constants import DELIVER_TASK, ESCALATE_TASK, NOTIFICATIONS_QUEUE, NOTIFY_TASK
 from router.notify.model import NotifyEvent, Outcome
 
 from . import process
@@ -41,6 +42,16 @@ def notify(event: Any, request_ids: Any) -> int:
         log.warning("ignored a notification without request ids")
         return 0
     planned = process.current().runtime.courier.fan_out(what, request_ids)
+    for delivery_id in planned:
+        _deliver_later(delivery_id, 0)
+    return len(planned)
+
+
+@app.task(name=ESCALATE_TASK, ignore_result=True, time_limit=TIME_LIMIT_S)
+def escalate_requests() -> int:
+    """Plan the ``escalated`` deliveries of requests undecided past their tool's
+    ``escalate_after_s`` and queue them; how many. Overlapping sweeps plan each once."""
+    planned = process.current().runtime.courier.escalate_due()
     for delivery_id in planned:
         _deliver_later(delivery_id, 0)
     return len(planned)

@@ -50,7 +50,8 @@ def _nested(model: type[BaseModel], path: str) -> list[tuple[type[BaseModel], st
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
-    if get_origin(annotation) in (Union, types.UnionType):
+    if get_origin(annotation) in (Union, types.UnionType, tuple, list):
+        # A list of tables (``approvals_required``'s branches) documents its table too.
         return [m for arg in get_args(annotation) for m in _models_in(arg)]
     return []
 

@@ -150,9 +150,15 @@ class DryRunQueue(BaseModel):
 class DryRunRule(BaseModel):
     """One rule that gates the call."""
 
-    kind: str = Field(description="What kind of rule: `tool_config` (the tool's own config)")
-    name: str = Field(description="Which rule of that kind: for `tool_config`, the tool")
-    why: str = Field(description="Why it gates this call, such as `requires_approval: true`")
+    kind: str = Field(
+        description="What kind of rule: `tool_config` (the tool's own config) or `condition` "
+        "(a CEL rule over the arguments and caller, listed even when it lets the call run)"
+    )
+    name: str = Field(description="Which rule of that kind: the tool whose config holds it")
+    why: str = Field(
+        description="Why it applies, such as `requires_approval: true`, or a condition's key, "
+        "text and value (`requires_approval: args.amount > 1000 → true`)"
+    )
 
 
 class DryRunApproval(BaseModel):
@@ -164,7 +170,9 @@ class DryRunApproval(BaseModel):
     )
     approvals_required: int = Field(description="Distinct approvals that release it; 0 if none")
     timeout_s: float | None = Field(description="Seconds the request would wait before expiry")
-    rules: list[DryRunRule] = Field(description="The rules that gate it; empty when none does")
+    rules: list[DryRunRule] = Field(
+        description="The rules that decide it; empty when none does (an ungated tool)"
+    )
 
 
 class DryRunRateLimit(BaseModel):

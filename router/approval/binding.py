@@ -1,11 +1,12 @@
 """What an approval covers, sealed so that nobody can point it elsewhere in the database.
 
 A request is bound when it is issued to one call, its tool, the SHA-256 of its canonical
-arguments, its requester, the policy that gated it (approver roles, approvals required)
-and its expiry; the API seals that binding with the deployment's approval key. The
-approval worker seals each decision it records and, when the last approval comes, the
-release. A worker runs a gated call only if the release verifies and the call is still
-exactly what was bound; the reconciler and the reaper never publish one that is not.
+arguments, its requester, the policy that gated it (approver roles, approvals required,
+the rules that decided, as text) and its expiry; the API seals that binding with the
+deployment's approval key. The approval worker seals each decision it records and, when
+the last approval comes, the release. A worker runs a gated call only if the release
+verifies and the call is still exactly what was bound; the reconciler and the reaper never
+publish one that is not.
 Whoever can write to the database but lacks the key can change rows, not forge tags.
 """
 
@@ -32,19 +33,22 @@ def binding_text(
     approvers: tuple[str, ...] | list[str],
     approvals_required: int,
     expires_at: int,
+    rule: str | None = None,
 ) -> str:
-    return canonical_json(
-        {
-            "request_id": request_id,
-            "call_id": call_id,
-            "tool": tool,
-            "args_sha256": args_sha256,
-            "requested_by": requested_by,
-            "approvers": sorted(approvers),
-            "approvals_required": approvals_required,
-            "expires_at": expires_at,
-        }
-    )
+    bound = {
+        "request_id": request_id,
+        "call_id": call_id,
+        "tool": tool,
+        "args_sha256": args_sha256,
+        "requested_by": requested_by,
+        "approvers": sorted(approvers),
+        "approvals_required": approvals_required,
+        "expires_at": expires_at,
+    }
+    if rule is not None:
+        # Absent, not null, when there is none: requests sealed before rules still verify.
+        bound["rule"] = rule
+    return canonical_json(bound)
 
 
 def request_binding(request: ApprovalRequest) -> str:
@@ -57,6 +61,7 @@ def request_binding(request: ApprovalRequest) -> str:
         approvers=request.approvers,
         approvals_required=request.approvals_required,
         expires_at=request.expires_at,
+        rule=request.rule,
     )
 
 

@@ -39,6 +39,8 @@ class ApprovalRequest:
     decided_at: int | None
     binding_mac: str | None = None
     release_mac: str | None = None
+    # The rules that gated it, as text (``router.dispatch.gate``); sealed with the binding.
+    rule: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> ApprovalRequest:

@@ -32,6 +32,7 @@ def issue_row(
     now: int,
     timeout_ms: int,
     keyring: KeyRing,
+    rule: str | None = None,
 ) -> dict[str, Any]:
     """The row that issues a request, its binding sealed (``router.approval.binding``)."""
     binding = binding_text(
@@ -43,6 +44,7 @@ def issue_row(
         approvers=approvers,
         approvals_required=approvals_required,
         expires_at=now + timeout_ms,
+        rule=rule,
     )
     return {
         "id": request_id,
@@ -58,6 +60,7 @@ def issue_row(
         "decided_at": None,
         "binding_mac": keyring.sign(Purpose.APPROVAL, binding),
         "release_mac": None,
+        "rule": rule,
     }
 
 
@@ -236,6 +239,7 @@ def to_public(
         "requested_by": request.requested_by,
         "approvers": list(request.approvers),
         "approvals_required": request.approvals_required,
+        "rule": request.rule,
         "status": request.status,
         "created_at": request.created_at,
         "expires_at": request.expires_at,

@@ -7,22 +7,35 @@ the API refuse obvious mistakes without sending a message.
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..auth.principal import Principal
 from ..clock import Clock, wall_clock_ms
 from ..db.store import Store
 from ..errors import BadRequest, Conflict, Forbidden, NotFound
 from ..names import echo_name
+from ..notify import escalation
 from . import requests as pending
 from .requests import ApprovalRequest, RequestStatus
+
+if TYPE_CHECKING:
+    from ..tools.notify_config import EscalateTo
 
 REQUEST_ID_RE = re.compile(r"^req-[0-9a-f]{32}$")
 
 
 class ApprovalsView:
-    def __init__(self, store: Store, *, clock: Clock = wall_clock_ms) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Clock = wall_clock_ms,
+        escalate_to: Mapping[str, EscalateTo] | None = None,
+    ) -> None:
         self.store, self.clock = store, clock
+        # Each tool's escalation group, to say whom an escalated request was told to.
+        self.escalate_to = escalate_to or {}
 
     def list_requests(
         self, who: Principal, status: str = "pending", limit: int = 200
@@ -45,9 +58,14 @@ class ApprovalsView:
                 ]
             visible = visible[:limit]
             args = pending.args_of(conn, [r.call_id for r in visible])
+            escalated = escalation.recorded(conn, [r.id for r in visible])
         now = self.clock()
         return [
-            pending.to_public(r, args=args.get(r.call_id), decided=decided[r.id], now=now)
+            self._escalation(
+                pending.to_public(r, args=args.get(r.call_id), decided=decided[r.id], now=now),
+                r,
+                escalated,
+            )
             for r in visible
         ]
 
@@ -73,7 +91,16 @@ class ApprovalsView:
         with self.store.reading() as conn:
             args = pending.args_of(conn, [request.call_id]).get(request.call_id)
             decided = pending.decisions(conn, request_id)
-        return pending.to_public(request, args=args, decided=decided, now=self.clock())
+            escalated = escalation.recorded(conn, [request_id])
+        body = pending.to_public(request, args=args, decided=decided, now=self.clock())
+        return self._escalation(body, request, escalated)
+
+    def _escalation(
+        self, body: dict[str, Any], request: ApprovalRequest, found: dict[str, dict[str, Any]]
+    ) -> dict[str, Any]:
+        """``body`` with the request's ``escalation`` (``router.notify.escalation``)."""
+        group = self.escalate_to.get(request.tool)
+        return {**body, "escalation": escalation.public(found.get(request.id), group)}
 
     def precheck(self, who: Principal, request_id: str) -> ApprovalRequest:
         """Refuse what the approval worker would refuse anyway, without sending a message."""

@@ -14,16 +14,30 @@ from .log import AuditEntry
 
 
 def accepted(
-    *, actor: str, tool: str, call_id: str, request_id: str | None, gated: bool
+    *,
+    actor: str,
+    tool: str,
+    call_id: str,
+    request_id: str | None,
+    gated: bool,
+    rule: str | None = None,
 ) -> AuditEntry:
-    """A call was stored: ``pending`` with its request if gated, else ``queued``."""
+    """A call was stored: ``pending`` with its request if gated, else ``queued``; a tool
+    with rules over its arguments names, as ``rule``, the ones that decided."""
     event = AuditEvent.PENDING if gated else AuditEvent.QUEUED
-    return AuditEntry(event, actor, tool=tool, call_id=call_id, request_id=request_id)
+    detail = {"rule": rule} if rule else None
+    return AuditEntry(
+        event, actor, tool=tool, call_id=call_id, request_id=request_id, detail=detail
+    )
 
 
-def refused(*, actor: str, tool: str, event: AuditEvent, error: str) -> AuditEntry:
-    """A call was not stored: ``unknown`` tool or ``invalid`` arguments."""
-    return AuditEntry(event, actor, tool=tool, detail={"error": error})
+def refused(
+    *, actor: str, tool: str, event: AuditEvent, error: str, rule: str | None = None
+) -> AuditEntry:
+    """A call was not stored: ``unknown`` tool, ``invalid`` arguments, or ``denied`` by its
+    tool's ``deny_if`` (with the ``rule``)."""
+    detail = {"error": error, "rule": rule} if rule else {"error": error}
+    return AuditEntry(event, actor, tool=tool, detail=detail)
 
 
 def cancelled(*, actor: str, tool: str, call_id: str, request_id: str | None) -> AuditEntry:

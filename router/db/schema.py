@@ -113,6 +113,8 @@ approval_requests = Table(
     # the API at issue; the release, sealed by the approval worker when approved.
     Column("binding_mac", String(64), nullable=True),
     Column("release_mac", String(64), nullable=True),
+    # The rules that gated the call, as text, sealed with the binding (migration 0011).
+    Column("rule", Text, nullable=True),
     Index("ix_approval_requests_status_expires", "status", "expires_at"),
 )
 

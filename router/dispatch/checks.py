@@ -14,8 +14,9 @@ from ..canonical import canonical_json, nested_deeper_than, sha256_hex, too_deep
 from ..db.store import CallRow
 from ..names import echo_name
 from ..results import CallResult, bad_request, conflict, error_message, rejected
-from ..status import AuditEvent
+from ..status import AuditEvent, CallStatus
 from ..tools.registry import Tool, ToolRegistry
+from .gate import RolesOf, Ruling, rule_on
 
 IDEMPOTENCY_KEY_MAX = 256
 TOO_LARGE = "arguments too large: "
@@ -23,12 +24,14 @@ TOO_LARGE = "arguments too large: "
 
 @dataclass(frozen=True, slots=True)
 class Checked:
-    """A call that passed every check: its tool and its arguments in canonical form."""
+    """A call that passed every check: its tool, its arguments in canonical form, and what
+    the tool's rules say of it (``router.dispatch.gate``)."""
 
     tool: Tool
     canonical: str
     digest: str
     idempotency_key: str | None
+    ruling: Ruling
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +46,15 @@ class Refused:
 class Checks:
     """The checks, with the limits they apply."""
 
-    def __init__(self, registry: ToolRegistry, *, max_args_bytes: int, max_nesting: int) -> None:
-        self.registry = registry
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        *,
+        max_args_bytes: int,
+        max_nesting: int,
+        roles_of: RolesOf = lambda name: (),
+    ) -> None:
+        self.registry, self.roles_of = registry, roles_of
         self.max_args_bytes, self.max_nesting = max_args_bytes, max_nesting
 
     def check(
@@ -78,7 +88,10 @@ class Checks:
                     f"idempotency key must be 1-{IDEMPOTENCY_KEY_MAX} characters", tool=tool.name
                 )
             )
-        return Checked(tool, canonical, sha256_hex(canonical), idempotency_key)
+        ruling = rule_on(tool, args, requested_by, self.roles_of)
+        if ruling.denial is not None:
+            return denial(requested_by, tool.name, ruling)
+        return Checked(tool, canonical, sha256_hex(canonical), idempotency_key, ruling)
 
     def _check_arguments(self, tool: Tool, args: object) -> tuple[str | None, str | None]:
         if not isinstance(args, dict):
@@ -106,6 +119,16 @@ def replay_of(existing: CallRow, checked: Checked) -> CallResult:
     if existing.tool != checked.tool.name or existing.args_sha256 != checked.digest:
         return conflict("idempotency key reused with different arguments", tool=checked.tool.name)
     return existing.result()
+
+
+def denial(actor: str, tool: str, ruling: Ruling) -> Refused:
+    """A call its tool's ``deny_if`` refuses: ``denied``, never stored, audited ``denied``."""
+    error = ruling.denial or ""
+    rule = "; ".join(r.why for r in ruling.rules)
+    return Refused(
+        CallResult(status=CallStatus.DENIED, tool=tool, error=error),
+        entries.refused(actor=actor, tool=tool, event=AuditEvent.DENIED, error=error, rule=rule),
+    )
 
 
 def rejection(actor: str, tool: str, event: AuditEvent, error: str) -> Refused:

@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from ..approval import requests as pending
 from ..audit import entries
 from ..audit.log import AuditEntry, AuditLog
+from ..auth.keys import principal_named
 from ..canonical import nested_deeper_than, too_deep_message
 from ..clock import Clock, wall_clock_ms
 from ..db.store import Store
@@ -78,7 +79,12 @@ class Dispatcher:
         self.audit, self.keyring = audit, keyring
         self.clock = clock
         self.max_nesting = max_nesting
-        self.checks = Checks(registry, max_args_bytes=max_args_bytes, max_nesting=max_nesting)
+        self.checks = Checks(
+            registry,
+            max_args_bytes=max_args_bytes,
+            max_nesting=max_nesting,
+            roles_of=self.roles_of,
+        )
 
     def submit(
         self,
@@ -127,6 +133,12 @@ class Dispatcher:
             if replay is None:
                 raise
             return replay
+
+    def roles_of(self, name: str) -> frozenset[str]:
+        """The key's current roles, for a tool whose rules read ``roles``; read only then."""
+        with self.store.reading() as conn:
+            who = principal_named(conn, name)
+        return who.roles if who is not None else frozenset()
 
     def check(
         self, requested_by: str, name: object, args: object, idempotency_key: str | None

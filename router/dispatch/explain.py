@@ -21,7 +21,6 @@ from ..results import CallResult, unavailable
 from ..tools.routing import Candidate
 from .checks import Checked, Refused
 from .dispatcher import Choice, Dispatcher
-from .gate import gate_of
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +119,7 @@ class Explainer:
 
     def _would_accept(self, checked: Checked, chain: Sequence[str]) -> dict[str, Any]:
         tool = checked.tool
-        gate = gate_of(tool)
+        gate = checked.ruling.gate
         answer = _blank(tool.name, Outcome.QUEUED if gate is None else Outcome.PENDING)
         answer["queue"] = {"name": tool.queue, "key": self.namespace.prefix + tool.queue}
         answer["approval"] = {
@@ -128,7 +127,7 @@ class Explainer:
             "approvers": list(gate.approvers) if gate else [],
             "approvals_required": gate.approvals_required if gate else 0,
             "timeout_s": gate.timeout_s if gate else None,
-            "rules": [rule.to_dict() for rule in gate.rules] if gate else [],
+            "rules": [rule.to_dict() for rule in checked.ruling.rules],
         }
         rate = self.limiter.peek(tool)
         if rate is not None:

@@ -16,7 +16,6 @@ from ..results import CallResult
 from ..status import CallStatus
 from ..trust.keyring import KeyRing
 from .checks import Checked
-from .gate import gate_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +54,7 @@ def new_call(
     entry, and (ungated) the message to publish after commit."""
     tool = checked.tool
     call_id = new_call_id()
-    gate = gate_of(tool)
+    gate = checked.ruling.gate
     gated = gate is not None
     status = CallStatus.PENDING if gated else CallStatus.QUEUED
     request_id = new_request_id() if gated else None
@@ -93,12 +92,20 @@ def new_call(
             requested_by=requested_by,
             approvers=gate.approvers,
             approvals_required=gate.approvals_required,
+            rule=gate.rule_text,
             now=now,
             timeout_ms=int(gate.timeout_s * 1000),
             keyring=keyring,
         )
+    # Only a tool with conditions has rules worth auditing: the others' is their config.
+    rule = "; ".join(r.why for r in checked.ruling.rules) if tool.rules is not None else None
     entry = entries.accepted(
-        actor=requested_by, tool=tool.name, call_id=call_id, request_id=request_id, gated=gated
+        actor=requested_by,
+        tool=tool.name,
+        call_id=call_id,
+        request_id=request_id,
+        gated=gated,
+        rule=rule,
     )
     return NewCall(
         row=row,

@@ -25,6 +25,7 @@ MASK = "***"
 
 HEADLINES = {
     NotifyEvent.PENDING: "Approval needed",
+    NotifyEvent.ESCALATED: "Escalated, still waiting for a decision",
     NotifyEvent.APPROVED: "Approved",
     NotifyEvent.DENIED: "Denied",
     NotifyEvent.EXPIRED: "Expired without a decision",
@@ -49,6 +50,9 @@ class Notice:
     expires_at: int
     link: str
     at: int
+    # The group an ``escalated`` notice is sent to; empty for every other event.
+    escalated_roles: tuple[str, ...] = ()
+    escalated_keys: tuple[str, ...] = ()
 
     @property
     def expires_in_s(self) -> int:
@@ -66,9 +70,18 @@ class Notice:
             ("Arguments", self.args_summary),
             ("Approvers", f"{', '.join(self.approvers)} ({self.approvals_required} needed)"),
         ]
-        if self.event is NotifyEvent.PENDING:
+        if self.event is NotifyEvent.ESCALATED:
+            facts.append(("Escalated to", self.escalated_to_text))
+            facts.append(("Waiting for", duration(max(0, self.at - self.created_at) // 1000)))
+        if self.event in (NotifyEvent.PENDING, NotifyEvent.ESCALATED):
             facts.append(("Expires in", duration(self.expires_in_s)))
         return facts
+
+    @property
+    def escalated_to_text(self) -> str:
+        parts = [f"role {role}" for role in self.escalated_roles]
+        parts += [f"key {key}" for key in self.escalated_keys]
+        return ", ".join(parts)
 
 
 def duration(seconds: int) -> str:
@@ -101,7 +114,7 @@ def _masked(value: Any) -> Any:
 
 def webhook_body(notice: Notice) -> bytes:
     """The JSON document a webhook receives (its bytes are what is signed)."""
-    document = {
+    document: dict[str, Any] = {
         "type": f"approval.{notice.event}",
         "event": str(notice.event),
         "request_id": notice.request_id,
@@ -118,6 +131,11 @@ def webhook_body(notice: Notice) -> bytes:
         "url": notice.link,
         "sent_at": notice.at,
     }
+    if notice.event is NotifyEvent.ESCALATED:
+        document["escalated_to"] = {
+            "roles": list(notice.escalated_roles),
+            "keys": list(notice.escalated_keys),
+        }
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 

@@ -19,10 +19,11 @@ from ..canonical import load_for_display
 from ..clock import Clock, wall_clock_ms
 from ..db.store import Store
 from ..settings import Settings
+from ..tools.config import ToolSpec
 from ..tools.notify_config import Notifications
 from ..tools.registry import ToolRegistry
 from ..trust.redaction import Redactor
-from . import deliveries
+from . import deliveries, escalation
 from .content import Notice, summarize
 from .model import DeliveryStatus, NotifyEvent, Outcome
 from .senders import AttemptFailed, send
@@ -62,14 +63,19 @@ class Courier:
         planned: list[str] = []
         for request_id in request_ids:
             now = self.clock()
+            escalating = event is NotifyEvent.ESCALATED
             with self.store.transaction() as conn:
-                request = pending.get(conn, request_id)
-                if request is None or not _shows(request, event):
+                # An escalation locks the request: a decision waits or comes first, never both.
+                request = pending.get(conn, request_id, for_update=escalating)
+                spec = self._spec(request.tool) if request is not None else None
+                if request is None or not _shows(request, event, spec, now):
                     log.info("no %s notification for %s: not its status", event, request_id)
                     continue
-                tool = self.registry.get(request.tool)
-                own = tool.spec.notify if tool is not None else ()
-                names = self.notifications.channels_for(request.approvers, own)
+                if escalating and spec is not None and spec.escalate_to is not None:
+                    names = self.notifications.escalation_channels(spec.escalate_to)
+                else:
+                    own = spec.notify if spec is not None else ()
+                    names = self.notifications.channels_for(request.approvers, own)
                 channels = [
                     (name, self.notifications.channels[name].type)
                     for name in names
@@ -85,6 +91,23 @@ class Courier:
                     now=now,
                 )
         return planned
+
+    def escalate_due(self, limit: int = 500) -> list[str]:
+        """Plan the ``escalated`` deliveries of every request now due; the ids planned."""
+        after_ms = {
+            tool.name: int(tool.spec.escalate_after_s * 1000)
+            for tool in self.registry
+            if tool.spec.escalate_after_s is not None and tool.spec.escalate_to is not None
+        }
+        if not after_ms:
+            return []
+        with self.store.reading() as conn:
+            due = escalation.due(conn, after_ms, now=self.clock(), limit=limit)
+        return self.fan_out(NotifyEvent.ESCALATED, due)
+
+    def _spec(self, tool: str) -> ToolSpec | None:
+        found = self.registry.get(tool)
+        return found.spec if found is not None else None
 
     def attempt(self, delivery_id: str) -> Attempted:
         """One attempt at one open delivery, its outcome recorded and counted."""
@@ -115,6 +138,7 @@ class Courier:
             expires_at=request.expires_at,
             link=f"{self.settings.resolved_public_url}/ui/#{request.id}",
             at=now,
+            **self._group(delivery.event, request.tool),
         )
         try:
             send(channel, notice, timeout_s=self.settings.notify_timeout_s, now_s=now // 1000)
@@ -130,6 +154,15 @@ class Courier:
             deliveries.finish(conn, delivery_id, DeliveryStatus.DELIVERED, now=self.clock())
         metrics.notification(delivery.channel_type, Outcome.DELIVERED)
         return Attempted(Outcome.DELIVERED)
+
+    def _group(self, event: NotifyEvent, tool: str) -> dict[str, tuple[str, ...]]:
+        spec = self._spec(tool)
+        if event is not NotifyEvent.ESCALATED or spec is None or spec.escalate_to is None:
+            return {}
+        return {
+            "escalated_roles": spec.escalate_to.roles,
+            "escalated_keys": spec.escalate_to.keys,
+        }
 
     def _record(
         self, delivery_id: str, channel_type: str, attempts: int, reason: str, retryable: bool
@@ -159,8 +192,17 @@ class Courier:
         return Attempted(outcome, delay if outcome is Outcome.RETRIED else None)
 
 
-def _shows(request: ApprovalRequest, event: NotifyEvent) -> bool:
-    """Whether the request's stored status is what ``event`` says happened."""
+def _shows(request: ApprovalRequest, event: NotifyEvent, spec: ToolSpec | None, now: int) -> bool:
+    """Whether the request's stored status is what ``event`` says happened; an escalation
+    also needs the request unexpired and past its tool's ``escalate_after_s``."""
     if event is NotifyEvent.PENDING:
         return request.status == RequestStatus.PENDING
+    if event is NotifyEvent.ESCALATED:
+        after_s = spec.escalate_after_s if spec is not None else None
+        return (
+            request.status == RequestStatus.PENDING
+            and request.expires_at > now
+            and after_s is not None
+            and request.created_at + int(after_s * 1000) <= now
+        )
     return request.status == RequestStatus(str(event))

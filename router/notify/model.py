@@ -8,9 +8,12 @@ from typing import Any
 
 
 class NotifyEvent(StrEnum):
-    """What happened to a request; each but ``pending`` is the status it was closed with."""
+    """What happened to a request; each but ``pending`` and ``escalated`` is the status it
+    was closed with."""
 
     PENDING = "pending"
+    # Still pending after its tool's ``escalate_after_s``: told to the ``escalate_to`` group.
+    ESCALATED = "escalated"
     APPROVED = "approved"
     DENIED = "denied"
     EXPIRED = "expired"

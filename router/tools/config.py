@@ -11,14 +11,21 @@ import re
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import ConfigError
 from ..trust.redaction import Redactor
-from .notify_config import Notifications, check_tool_channels, parse_notifications
+from .notify_config import (
+    EscalateTo,
+    Notifications,
+    check_escalation,
+    check_tool_channels,
+    parse_notifications,
+)
+from .rules import ApprovalCount
 
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*$")
@@ -107,18 +114,27 @@ class ToolSpec(_Strict):
     # The queue a call goes to (`tools.<risk>`), so slow or dangerous tools never hold up
     # safe ones. `high` is gated unless `requires_approval: false` says otherwise.
     risk: Literal["low", "medium", "high"] = "low"
-    # Whether a call waits for approval; unset: exactly when `risk: high`.
-    requires_approval: bool | None = None
+    # Whether a call waits for approval; unset: exactly when `risk: high`; a string: a CEL rule.
+    requires_approval: bool | str | None = None
     # Roles whose keys may decide this tool's requests; custom roles (such as `finance`)
     # work like `approver`. At least one.
     approvers: tuple[str, ...] = ("approver",)
-    # Distinct approvers needed to release a call; one denial ends the request.
-    approvals_required: int = Field(default=1, ge=1)
+    # Distinct approvers needed to release a call; one denial ends the request. Or a list of
+    # `{when, count}`: CEL conditions tried in order, the first that holds giving the count.
+    approvals_required: Annotated[int, Field(ge=1)] | tuple[ApprovalCount, ...] = 1
+    # A CEL rule that refuses a call when it holds: `denied`, not stored, nothing runs.
+    deny_if: str | None = None
+    # What a refusal by `deny_if` gives as its reason; unset: the rule's text.
+    deny_reason: str | None = None
     # Seconds a request waits for its decisions before it expires, and its call with it.
     approval_timeout_s: float = Field(default=3600.0, gt=0)
     # Channels in `notifications.channels` told of this tool's requests, besides those of
     # its approver roles (`notifications.roles`).
     notify: tuple[str, ...] = ()
+    # Seconds undecided before `escalate_to` is told (event `escalated`, once); unset: never.
+    escalate_after_s: float | None = Field(default=None, gt=0)
+    # Who is told when `escalate_after_s` passes (the `escalate_to` table below).
+    escalate_to: EscalateTo | None = None
     # Whether a run whose outcome was lost may run again. A lost run of an idempotent tool
     # is queued again; of any other tool, the call ends `interrupted`.
     idempotent: bool = False
@@ -178,10 +194,10 @@ class ToolSpec(_Strict):
 
     @property
     def gated(self) -> bool:
-        """Whether a call waits for approval: explicit, else true for high risk."""
+        """Whether a call may wait for approval: explicit or a rule, else high risk."""
         if self.requires_approval is None:
             return self.risk == "high"
-        return self.requires_approval
+        return bool(self.requires_approval)
 
 
 def parse_rate(text: str) -> tuple[float, float]:
@@ -338,6 +354,7 @@ def _parse(text: str, *, file: str, env: Mapping[str, str], used: dict[str, str]
     )
     for spec in tools:
         check_tool_channels(spec.name, spec.notify, notifications, file=file)
+        check_escalation(spec, notifications, file=file)
     return ToolConfig(
         tools=tuple(tools),
         mcp_servers=servers,

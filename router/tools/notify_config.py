@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -19,6 +19,8 @@ from ..errors import ConfigError
 
 _ONLY_VAR_RE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
 CHANNEL_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# As ``router.auth.keys`` takes key names; not imported, so the config needs no database code.
+KEY_NAME_MAX = 128
 
 
 class ChannelType(StrEnum):
@@ -81,6 +83,15 @@ SECRET_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+class EscalateTo(_Strict):
+    """Who is told, once, of a request still undecided after `escalate_after_s`."""
+
+    # Approver roles whose channels (`notifications.roles`) are told.
+    roles: tuple[str, ...] = ()
+    # Key names whose channels (`notifications.keys`) are told.
+    keys: tuple[str, ...] = ()
+
+
 class Notifications(_Strict):
     """Who hears about approval requests: when one is pending, decided or expired."""
 
@@ -90,6 +101,15 @@ class Notifications(_Strict):
     # Approver role -> the channels its requests are announced on (a tool's `approvers`
     # pick the roles).
     roles: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    # Key name -> the channels that reach that key's holder, for a tool's `escalate_to.keys`.
+    keys: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+    def escalation_channels(self, group: EscalateTo) -> list[str]:
+        """The channels an escalation to ``group`` is told on: its roles', then its keys',
+        each once."""
+        names = [name for role in group.roles for name in self.roles.get(role, ())]
+        names += [name for key in group.keys for name in self.keys.get(key, ())]
+        return list(dict.fromkeys(names))
 
     def channels_for(self, approvers: Sequence[str], tool_notify: Sequence[str]) -> list[str]:
         """The channels a request is announced on: the tool's own, then its approver
@@ -104,8 +124,10 @@ def parse_notifications(
     """The ``notifications`` table, its secrets checked before interpolation."""
     if raw is None:
         return Notifications()
-    if not isinstance(raw, dict) or set(raw) - {"channels", "roles"}:
-        raise ConfigError("notifications must be a mapping with 'channels' and 'roles'", file=file)
+    if not isinstance(raw, dict) or set(raw) - {"channels", "roles", "keys"}:
+        raise ConfigError(
+            "notifications must be a mapping with 'channels', 'roles' and 'keys'", file=file
+        )
     channels = raw.get("channels") or {}
     if not isinstance(channels, dict):
         raise ConfigError("notifications.channels must be a mapping", file=file)
@@ -128,11 +150,24 @@ def parse_notifications(
         loc = [str(part) for part in first["loc"] if part not in set(ChannelType)]
         message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
         raise ConfigError(f"notifications.{'.'.join(loc)}: {message}", file=file) from None
-    for role, names in parsed.roles.items():
-        for name in names:
-            if name not in parsed.channels:
-                raise ConfigError(f"notifications.roles.{role}: unknown channel {name}", file=file)
+    for table, entries in (("roles", parsed.roles), ("keys", parsed.keys)):
+        for owner, names in entries.items():
+            # Role names were never checked here; refusing odd ones now would break configs.
+            if table == "keys" and not _sane_name(table, owner):
+                raise ConfigError(f"notifications.{table}: bad name {owner!r}", file=file)
+            for name in names:
+                if name not in parsed.channels:
+                    raise ConfigError(
+                        f"notifications.{table}.{owner}: unknown channel {name}", file=file
+                    )
     return parsed
+
+
+def _sane_name(table: str, name: str) -> bool:
+    """Role names as channel names; key names as keys take them (``router.auth.keys``)."""
+    if table == "roles":
+        return bool(CHANNEL_NAME_RE.match(name))
+    return 0 < len(name) <= KEY_NAME_MAX and name.isprintable() and name == name.strip()
 
 
 def check_tool_channels(
@@ -142,3 +177,48 @@ def check_tool_channels(
     for name in notify:
         if name not in notifications.channels:
             raise ConfigError(f"notify: unknown channel {name}", file=file, tool=tool)
+
+
+class Escalating(Protocol):
+    """What ``check_escalation`` reads of a tool spec (not imported: it imports this)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def escalate_after_s(self) -> float | None: ...
+    @property
+    def escalate_to(self) -> EscalateTo | None: ...
+    @property
+    def approval_timeout_s(self) -> float: ...
+
+
+def check_escalation(spec: Escalating, notifications: Notifications, *, file: str) -> None:
+    """``escalate_after_s`` and ``escalate_to`` come together, fire before expiry, and every
+    role and key named has channels: an escalation always has someone to tell."""
+    tool, after_s, group = spec.name, spec.escalate_after_s, spec.escalate_to
+    timeout_s = spec.approval_timeout_s
+    if after_s is None or group is None:
+        if after_s is not None or group is not None:
+            raise ConfigError(
+                "escalate_after_s and escalate_to must be set together", file=file, tool=tool
+            )
+        return
+    if after_s >= timeout_s:
+        raise ConfigError(
+            "escalate_after_s must be less than approval_timeout_s", file=file, tool=tool
+        )
+    if not group.roles and not group.keys:
+        raise ConfigError("escalate_to: name at least one role or key", file=file, tool=tool)
+    for table, names, configured in (
+        ("roles", group.roles, notifications.roles),
+        ("keys", group.keys, notifications.keys),
+    ):
+        for name in names:
+            if not _sane_name(table, name):
+                raise ConfigError(f"escalate_to.{table}: bad name {name!r}", file=file, tool=tool)
+            if not configured.get(name):
+                raise ConfigError(
+                    f"escalate_to.{table}: {name} has no channels in notifications.{table}",
+                    file=file,
+                    tool=tool,
+                )

@@ -22,6 +22,7 @@ from ..constants import queue_for
 from ..errors import ConfigError
 from .config import TOOL_NAME_RE, ToolConfig, ToolSpec
 from .mcp_import import import_mcp_tools, merge_imported
+from .rules import ToolRules, compile_rules
 
 if TYPE_CHECKING:
     from .mcp_client import McpConnections
@@ -36,6 +37,8 @@ class Tool:
     spec: ToolSpec
     validator: Any = field(repr=False)
     python_handler: Handler | None = field(default=None, repr=False)
+    # Its conditions, compiled at start-up; None for the usual tool, whose gate is static.
+    rules: ToolRules | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -71,9 +74,13 @@ class Tool:
             "description": spec.description,
             "category": spec.category,
             "risk": spec.risk,
-            "requires_approval": spec.gated,
+            "requires_approval": spec.requires_approval
+            if isinstance(spec.requires_approval, str)
+            else spec.gated,
             "approvers": list(spec.approvers),
-            "approvals_required": spec.approvals_required,
+            "approvals_required": spec.approvals_required
+            if isinstance(spec.approvals_required, int)
+            else [branch.model_dump() for branch in spec.approvals_required],
             "idempotent": spec.idempotent,
             "timeout_s": spec.timeout_s,
             "cost_per_call": spec.cost_per_call,
@@ -207,4 +214,17 @@ def build_tool(spec: ToolSpec, *, file: str) -> Tool:
         url = spec.handler.http.url
         if not (url.startswith("http://") or url.startswith("https://")):
             raise ConfigError(f"http handler url must be http(s): {url}", file=file, tool=spec.name)
-    return Tool(spec=spec, validator=validator_class(spec.input_schema), python_handler=handler)
+    rules = compile_rules(
+        spec.requires_approval,
+        spec.approvals_required,
+        spec.deny_if,
+        spec.deny_reason,
+        file=file,
+        tool=spec.name,
+    )
+    return Tool(
+        spec=spec,
+        validator=validator_class(spec.input_schema),
+        python_handler=handler,
+        rules=rules,
+    )

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from typing import Any
 
+import httpx
 import pytest
 from aiosmtpd.controller import Controller
 
-from router.constants import EXPIRE_TASK, MAINTENANCE_QUEUE
+from router.constants import ESCALATE_TASK, EXPIRE_TASK, MAINTENANCE_QUEUE
 from router.messaging.celery_app import make_celery
 from router.runtime import Runtime
 
@@ -50,10 +51,14 @@ notifications:
       password: "${SMTP_PASSWORD}"
     flaky-hook: {type: webhook, url: "${FLAKY_URL}", secret: "${HOOK_SECRET}"}
     down-hook: {type: webhook, url: "${DOWN_URL}", secret: "${HOOK_SECRET}"}
+    boss-hook: {type: webhook, url: "${BOSS_URL}", secret: "${HOOK_SECRET}"}
   roles:
     approver: [hook, chat, mail]
     flaky: [flaky-hook]
     broken: [down-hook]
+    manager: [boss-hook]
+  keys:
+    alice: [chat]
 tools:
   - {name: wire, handler: "tests.fixture_tools:echo", risk: high}
   - {name: flaky_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [flaky]}
@@ -61,6 +66,8 @@ tools:
   - {name: short_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [nobody],
      approval_timeout_s: 1, notify: [hook]}
   - {name: quiet_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [nobody]}
+  - {name: slow_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [lead],
+     escalate_after_s: 1, escalate_to: {roles: [manager], keys: [alice]}}
 """
 
 
@@ -115,6 +122,7 @@ def notify_stack(
         SMTP_PASSWORD=SMTP_PASSWORD,
         FLAKY_URL=f"{flaky.url}/flaky",
         DOWN_URL=f"{down.url}/down",
+        BOSS_URL=f"{hook.url}/hooks/escalation",
     )
     stack = Stack(env=env, state_dir=state_dir)
     runtime = Runtime(stack.settings)
@@ -124,6 +132,7 @@ def notify_stack(
         "approver": ["approver"],
         "flaky": ["flaky"],
         "broken": ["broken"],
+        "lead": ["lead"],
         "operator": ["operator"],
     }.items():
         stack.keys[name] = runtime.keys.create(name, roles)
@@ -357,3 +366,90 @@ def test_operators_only_read_deliveries_and_no_secret_is_logged(
     for secret in (HOOK_SECRET, SLACK_TOKEN, SMTP_PASSWORD):
         assert secret not in everything
         assert secret not in logs
+
+
+def sweep(stack: Stack, times: int) -> None:
+    """Queue the escalation sweep as beat does, ``times`` at once (they overlap)."""
+    app = make_celery(stack.env["TOOLROUTER_REDIS_URL"], Runtime(stack.settings).namespace)
+    for _ in range(times):
+        app.send_task(ESCALATE_TASK, queue=MAINTENANCE_QUEUE, routing_key=MAINTENANCE_QUEUE)
+
+
+def due_for_escalation(stack: Stack, request_id: str) -> None:
+    with stack.client("operator") as http:
+        created_at = http.get(f"/v1/approvals/{request_id}").json()["request"]["created_at"]
+    wait_for(lambda: time.time() * 1000 > created_at + 1000, 10, "escalate_after_s passing")
+
+
+def test_an_undecided_request_is_escalated_once_to_its_group_and_a_decided_one_never(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    stack, receivers = notify_stack
+    waiting = submit(stack, "slow_wire", {"to": "kim", "amount": 9})
+    decided = submit(stack, "slow_wire", {"to": "lou", "amount": 9})["request_id"]
+    with stack.client("lead") as http:
+        assert http.post(f"/v1/approvals/{decided}/deny", json={}).json()["status"] == "denied"
+    request_id = waiting["request_id"]
+    due_for_escalation(stack, request_id)
+    sweep(stack, 4)
+
+    def boss(about: str) -> list[Seen]:
+        return [s for s in receivers.seen(receivers.hook, about) if "escalation" in s.target]
+
+    (seen,) = wait_for(lambda: boss(request_id), 30, "the escalation webhook")
+    body = seen.json()
+    assert (body["type"], body["event"]) == ("approval.escalated", "escalated")
+    assert body["escalated_to"] == {"roles": ["manager"], "keys": ["alice"]}
+    assert (body["request_id"], body["call_id"], body["tool"]) == (
+        request_id,
+        waiting["call_id"],
+        "slow_wire",
+    )
+    (chat,) = wait_for(lambda: receivers.seen(receivers.chat, request_id), 30, "the Slack post")
+    assert chat.json()["text"].startswith("Escalated, still waiting for a decision: slow_wire")
+    assert "role manager, key alice" in json.dumps(chat.json())
+    found = settled(stack, request_id, 2)
+    assert sorted((d["event"], d["channel"], d["status"]) for d in found) == [
+        ("escalated", "boss-hook", "delivered"),
+        ("escalated", "chat", "delivered"),
+    ]
+    # Sweeps queued after a later request falls due ran after the first ones: the first
+    # request is not told again, and the denied one never was.
+    later = submit(stack, "slow_wire", {"to": "max", "amount": 9})["request_id"]
+    due_for_escalation(stack, later)
+    sweep(stack, 2)
+    wait_for(lambda: boss(later), 30, "the later request's escalation")
+    assert len(boss(request_id)) == 1 and len(deliveries(stack, request_id=request_id)) == 2
+    assert deliveries(stack, request_id=decided) == []
+    # The request itself is untouched: still pending, decidable by its own approvers.
+    with stack.client("lead") as http:
+        shown = http.get(f"/v1/approvals/{request_id}").json()["request"]
+        assert http.get(f"/v1/approvals/{decided}").json()["request"]["escalation"] is None
+    assert shown["status"] == "pending"
+    assert shown["escalation"]["to"] == {"roles": ["manager"], "keys": ["alice"]}
+    assert shown["escalation"]["channels"] == ["boss-hook", "chat"]
+    assert shown["created_at"] + 1000 <= shown["escalation"]["at"] <= body["sent_at"]
+
+
+def test_the_inbox_shows_an_escalated_request_with_when_and_to_whom(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    stack, _ = notify_stack
+    request_id = submit(stack, "slow_wire", {"to": "ned", "amount": 2})["request_id"]
+    due_for_escalation(stack, request_id)
+    sweep(stack, 1)
+    settled(stack, request_id, 2)
+    with httpx.Client(base_url=stack.base_url, timeout=30) as http:
+        signed_in = http.post(
+            "/ui/login", data={"key": stack.keys["lead"]}, headers={"Origin": stack.base_url}
+        )
+        assert signed_in.status_code == 303, signed_in.text[:300]
+        page = http.get("/ui/").text
+    card = page[page.index(f'id="{request_id}"') :]
+    card = card[: card.index("</article>")]
+    badge = re.search(r'<span class="escalated"[^>]*>(.*?)</span>', card, re.DOTALL)
+    assert badge is not None, card
+    text = " ".join(badge.group(1).split())
+    assert re.fullmatch(r"escalated \d+ s ago to role manager, key alice", text), text
+    with stack.client("lead") as http:
+        http.post(f"/v1/approvals/{request_id}/deny", json={})

@@ -23,7 +23,9 @@ from router.approval import requests as pending
 from router.approval.binding import RunRefusal, run_refusal
 from router.audit import entries
 from router.audit.log import AuditEntry
+from router.auth.keys import principal_named
 from router.db.store import CallRow
+from router.dispatch.gate import RolesOf, rule_on
 from router.messaging.completions import MAX_RESULT_BYTES, Notifier
 from router.results import CallResult
 from router.runtime import Runtime
@@ -128,6 +130,11 @@ class Ledger:
         gated, released for exactly this call."""
         tool = self.registry.get(row.tool)
         gated = tool is not None and tool.spec.gated
+        if tool is not None and tool.rules is not None and row.request_id is None:
+            # Rules over arguments read again: a row written without a request runs only if
+            # they still let this call run ungated (keys' roles as they are now).
+            ruling = rule_on(tool, json.loads(row.args), row.requested_by, _roles_in(conn))
+            gated = ruling.gate is not None or ruling.denial is not None
         request = pending.get(conn, row.request_id) if row.request_id is not None else None
         return run_refusal(self.runtime.keyring, row, request, gated=gated)
 
@@ -224,3 +231,11 @@ class Ledger:
                 (done.at - started_at) / 1000 if started_at is not None else None,
                 0.0 if done.cached or tool is None else tool.spec.cost_per_call,
             )
+
+
+def _roles_in(conn: Connection) -> RolesOf:
+    def roles_of(name: str) -> frozenset[str]:
+        who = principal_named(conn, name)
+        return who.roles if who is not None else frozenset()
+
+    return roles_of

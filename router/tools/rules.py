@@ -1,0 +1,169 @@
+"""Rules over arguments: ``requires_approval``, ``approvals_required`` and ``deny_if`` as CEL.
+
+Each expression is compiled once, when the registry is built from the config, and a
+mistake is a ``ConfigError`` naming the file, the tool, the key and the position. CEL is
+sandboxed: an expression reads ``args``, ``caller`` and ``roles`` and nothing else, and
+cannot call out. Evaluation never raises: a failure is a ``RuleError`` the caller turns
+into the stricter outcome (``router.dispatch.gate``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import celpy
+from celpy import celtypes
+from celpy.evaluation import base_functions
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import ConfigError
+
+# What an expression may read; anything else is refused when it compiles.
+CONTEXT = ("args", "caller", "roles")
+# CEL's macros, which the parser keeps as calls.
+_MACROS = {"has", "dyn", "all", "exists", "exists_one", "map", "filter"}
+_FUNCTIONS = {name for name in base_functions if name[0].isalpha()} | _MACROS
+_ENV = celpy.Environment()
+
+
+class ApprovalCount(BaseModel):
+    """One branch of ``approvals_required``: ``count`` approvals when ``when`` holds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # A CEL condition over `args`, `caller` and `roles`; `"true"` for a last, catch-all branch.
+    when: str
+    # Distinct approvers needed when this branch is the first that holds.
+    count: int = Field(ge=1)
+
+
+class RuleError(Exception):
+    """Raised when an expression fails to evaluate (a missing field, a wrong type)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """One compiled expression and the key it was written under."""
+
+    key: str
+    text: str
+    program: Any
+
+    def holds(self, context: dict[str, Any]) -> bool:
+        """The expression's value in ``context``; ``RuleError`` unless it is a bool."""
+        try:
+            value = self.program.evaluate(context)
+        except Exception as exc:
+            raise RuleError(_first_line(exc)) from None
+        if isinstance(value, Exception):  # cel-python returns some errors as values
+            raise RuleError(_first_line(value))
+        if not isinstance(value, celtypes.BoolType):
+            raise RuleError(f"value is {type(value).__name__}, not a bool")
+        return bool(value)
+
+    def describe(self) -> str:
+        return f"{self.key}: {self.text}"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRules:
+    """A tool's compiled conditions; a tool with none has no ``ToolRules`` at all."""
+
+    requires: Condition | None
+    counts: tuple[tuple[Condition, int], ...]
+    deny: Condition | None
+    deny_reason: str | None
+    uses_roles: bool
+
+
+def context_of(args: Any, caller: str, roles: Iterable[str]) -> dict[str, Any]:
+    """The names an expression reads, as CEL values."""
+    return {
+        "args": celpy.json_to_cel(args),
+        "caller": celtypes.StringType(caller),
+        "roles": celpy.json_to_cel(sorted(roles)),
+    }
+
+
+def compile_rules(
+    requires_approval: bool | str | None,
+    approvals_required: int | tuple[ApprovalCount, ...],
+    deny_if: str | None,
+    deny_reason: str | None,
+    *,
+    file: str,
+    tool: str,
+) -> ToolRules | None:
+    """The tool's conditions compiled, or None when it has none (its gate is static)."""
+    static = not isinstance(requires_approval, str) and isinstance(approvals_required, int)
+    if static and deny_if is None:
+        return None
+    requires = (
+        _compiled("requires_approval", requires_approval, file, tool)
+        if isinstance(requires_approval, str)
+        else None
+    )
+    counts: tuple[tuple[Condition, int], ...] = ()
+    if not isinstance(approvals_required, int):
+        if not approvals_required:
+            raise ConfigError("approvals_required: a list needs one branch", file=file, tool=tool)
+        counts = tuple(
+            (_compiled(f"approvals_required[{i}].when", b.when, file, tool), b.count)
+            for i, b in enumerate(approvals_required)
+        )
+    deny = _compiled("deny_if", deny_if, file, tool) if deny_if is not None else None
+    texts = [c.text for c in (requires, deny) if c] + [c.text for c, _ in counts]
+    uses_roles = any("roles" in text for text in texts)
+    return ToolRules(requires, counts, deny, deny_reason, uses_roles)
+
+
+def _compiled(key: str, text: str, file: str, tool: str) -> Condition:
+    try:
+        return Condition(key, text, _program(text))
+    except _Mistake as exc:
+        raise ConfigError(f"{key}: {exc}", file=file, tool=tool) from None
+
+
+class _Mistake(Exception):
+    """Raised when an expression does not compile, with where and what."""
+
+
+@lru_cache(maxsize=512)
+def _program(text: str) -> Any:
+    """One program per distinct text, shared by every process-local registry built."""
+    try:
+        tree = _ENV.compile(text)
+    except celpy.CELParseError as exc:
+        where = f"line {exc.line}, column {exc.column}" if exc.line else "position unknown"
+        raise _Mistake(f"{where}: not valid CEL") from None
+    bound: set[str] = set()
+    for node in tree.iter_subtrees_topdown():
+        if node.data == "member_dot_arg" and str(node.children[1]) in _MACROS:
+            # A macro's first argument names the element it binds (``v`` in ``l.all(v, …)``).
+            bound.update(_idents(node.children[2]))
+    for node in tree.iter_subtrees_topdown():
+        name = None
+        if node.data == "ident_arg" and str(node.children[0]) not in _FUNCTIONS:
+            name = f"unknown function {node.children[0]}()"
+        elif node.data == "member_dot_arg" and str(node.children[1]) not in _FUNCTIONS:
+            name = f"unknown function {node.children[1]}()"
+        elif node.data == "ident" and str(node.children[0]) not in (*CONTEXT, *bound):
+            name = f"unknown name {node.children[0]} (known: {', '.join(CONTEXT)})"
+        if name is not None:
+            raise _Mistake(f"line {node.meta.line}, column {node.meta.column}: {name}")
+    return _ENV.program(tree)
+
+
+def _idents(exprlist: Any) -> set[str]:
+    first = next(iter(exprlist.children), None)
+    if first is None:
+        return set()
+    return {str(n.children[0]) for n in first.iter_subtrees() if n.data == "ident"}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc.args[0]) if exc.args else type(exc).__name__
+    return text.splitlines()[0][:200] if text else type(exc).__name__
