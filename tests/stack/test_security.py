@@ -77,6 +77,7 @@ EXPECTED: dict[tuple[str, str], dict[str, int]] = {
     ("POST", "/v1/approvals/{request_id}/deny"): answers(403, approver=200),
     ("GET", "/v1/audit"): answers(403, operator=200, admin=200),
     ("GET", "/v1/audit/verify"): answers(403, operator=200, admin=200),
+    ("GET", "/v1/notifications"): answers(403, operator=200, admin=200),
     ("GET", "/v1/tools"): answers(200),
     ("GET", "/v1/tools/{name}"): answers(200),
     ("GET", "/v1/tools/{name}/stats"): answers(200),
