@@ -22,7 +22,7 @@ from sqlalchemy import text
 from router import metrics
 from router.approval import requests as pending
 from router.approval.binding import binding_verifies, release_text
-from router.approval.model import Decision, RequestStatus
+from router.approval.model import ApprovalRequest, Decision, RequestStatus
 from router.audit import entries
 from router.auth.keys import principal_named
 from router.canonical import sha256_hex
@@ -33,6 +33,8 @@ from router.notify.model import NotifyEvent
 from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 from router.trust.keyring import Purpose
+
+from .edit import Edit, EditRefused, apply_edit
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,8 @@ class Answer:
     approvals: int | None = None
     approvals_required: int | None = None
     released: bool = False
+    # Set when this approval edited the arguments: the hash now bound.
+    args_sha256: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -66,9 +70,21 @@ class Answer:
                 "approvals": self.approvals,
                 "approvals_required": self.approvals_required,
                 "released": self.released,
+                "edited": True if self.args_sha256 else None,
+                "args_sha256": self.args_sha256,
             }.items()
             if value is not None
         }
+
+
+def edited_detail(request: ApprovalRequest, edit: Edit) -> dict[str, Any]:
+    """What an approval that edited the arguments adds to its audit row."""
+    return {
+        "edited_by": request.edited_by,
+        "args_sha256": request.args_sha256,
+        "original_args_sha256": request.original_args_sha256,
+        "approvals_reset": list(edit.forgotten),
+    }
 
 
 def refusal(http_status: int, error: str) -> Answer:
@@ -90,8 +106,10 @@ class Gate:
         decision: str,
         reason: str | None = None,
         deadline_ms: int | None = None,
+        args: Any = None,
     ) -> Answer:
-        """Apply one decision by the key named ``actor`` (from an authenticated message)."""
+        """Apply one decision by the key named ``actor`` (from an authenticated message);
+        an approval with ``args`` edits the arguments first (``approvals.edit``)."""
         now = self.clock()
         if deadline_ms is not None and now > deadline_ms:
             # The API has already told the approver this failed; never apply it now.
@@ -100,6 +118,8 @@ class Gate:
             choice = Decision(decision)
         except ValueError:
             return refusal(422, f"unknown decision: {decision[:32]}")
+        if args is not None and choice is not Decision.APPROVE:
+            return refusal(422, "only an approval may edit the arguments")
         released_tool = None
         with self.store.transaction() as conn:
             if deadline_ms is not None and conn.dialect.name == "postgresql":
@@ -150,11 +170,20 @@ class Gate:
                     f"not an approver of {request.tool}: needs one of roles "
                     f"{', '.join(request.approvers)}",
                 )
-            elif any(d["approver"] == actor for d in pending.decisions(conn, request_id)):
+            elif args is None and any(
+                d["approver"] == actor for d in pending.decisions(conn, request_id)
+            ):
                 return refusal(409, f"{actor} already decided {request_id}")
             elif choice is Decision.DENY:
                 pending.record_decision(
-                    conn, request_id, actor, choice, reason, now=now, keyring=self.keyring
+                    conn,
+                    request_id,
+                    actor,
+                    choice,
+                    reason,
+                    now=now,
+                    keyring=self.keyring,
+                    args_sha256=request.args_sha256,
                 )
                 self._close(
                     conn,
@@ -170,10 +199,28 @@ class Gate:
             else:
                 if self.runtime.registry.get(request.tool) is None:
                     return refusal(409, f"tool {request.tool} is no longer registered")
+                edit: Edit | None = None
+                if args is not None:
+                    applied = apply_edit(self.runtime, conn, request, actor, args, now=now)
+                    if isinstance(applied, EditRefused):
+                        return refusal(applied.http_status, applied.error)
+                    edit = applied
+                    if edit is None and any(
+                        d["approver"] == actor for d in pending.decisions(conn, request_id)
+                    ):
+                        return refusal(409, f"{actor} already decided {request_id}")
+                    request = edit.request if edit is not None else request
                 pending.record_decision(
-                    conn, request_id, actor, choice, reason, now=now, keyring=self.keyring
+                    conn,
+                    request_id,
+                    actor,
+                    choice,
+                    reason,
+                    now=now,
+                    keyring=self.keyring,
+                    args_sha256=request.args_sha256,
                 )
-                count = self._approvals(conn, request_id)
+                count = self._approvals(conn, request)
                 released = count >= request.approvals_required
                 if released:
                     release_mac = self.keyring.sign(Purpose.APPROVAL, release_text(request, now))
@@ -196,6 +243,7 @@ class Gate:
                             approvals=count,
                             approvals_required=request.approvals_required,
                             released=released,
+                            **(edited_detail(request, edit) if edit else {}),
                         )
                     ],
                     at=now,
@@ -208,6 +256,7 @@ class Gate:
                     released=released,
                     request_id=ids[0],
                     call_id=ids[1],
+                    args_sha256=request.args_sha256 if edit else None,
                 )
         if answer.ok and (answer.released or answer.status in ("denied", "cancelled")):
             metrics.decided(request.tool, str(answer.status), (now - request.created_at) / 1000)
@@ -252,14 +301,14 @@ class Gate:
             return f"the call of {request.id} changed after the request was issued"
         return None
 
-    def _approvals(self, conn: Any, request_id: str) -> int:
-        """Distinct approvers whose approval this worker recorded (sealed); rows written
-        any other way are not approvals."""
-        recorded = pending.decisions(conn, request_id)
-        sealed = pending.decisions(conn, request_id, keyring=self.keyring)
+    def _approvals(self, conn: Any, request: pending.ApprovalRequest) -> int:
+        """Distinct approvers whose approval this worker recorded (sealed) on the arguments
+        now bound; rows written any other way are not approvals."""
+        recorded = pending.decisions(conn, request.id)
+        sealed = pending.decisions(conn, request.id, keyring=self.keyring, request=request)
         if len(sealed) != len(recorded):
             metrics.tampered("approval_decision")
-            log.error("request %s has decisions this worker did not seal; ignored", request_id)
+            log.error("request %s has decisions this worker did not seal; ignored", request.id)
         return len({d["approver"] for d in sealed if d["decision"] == Decision.APPROVE})
 
     def _close(

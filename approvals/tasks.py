@@ -38,7 +38,12 @@ def decide(body: Any) -> str:
         log.warning("ignored a decision message that no API process made")
         return "untrusted"
     answer = the_gate.decide(
-        message.request_id, message.actor, message.decision, message.reason, message.deadline_ms
+        message.request_id,
+        message.actor,
+        message.decision,
+        message.reason,
+        message.deadline_ms,
+        args=message.args,
     )
     client = the_gate.notifier.client
     pipe = client.pipeline()

@@ -51,6 +51,9 @@ class CallResult:
     # For an unknown tool: registered names close to the one asked for.
     did_you_mean: tuple[str, ...] = ()
     http_status: int = 200
+    # Set when an approver edited the arguments: who did, and the arguments as edited.
+    edited_by: str | None = None
+    args: Any = None
 
     @property
     def ok(self) -> bool:
@@ -91,6 +94,8 @@ class CallResult:
             request_id=body.get("request_id"),
             did_you_mean=tuple(body.get("did_you_mean") or ()),
             http_status=http_status,
+            edited_by=body.get("edited_by") if body.get("edited") else None,
+            args=body.get("args") if body.get("edited") else None,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,6 +109,9 @@ class CallResult:
         body["status"] = self.status
         if self.answered_by is not None and self.answered_by != self.tool:
             body["answered_by"] = self.answered_by
+        if self.edited_by is not None:
+            # The requester learns that what ran is not what they sent.
+            body.update(edited=True, args=self.args, edited_by=self.edited_by)
         if self.ok:
             body["value"] = self.value
             if self.content is not None:

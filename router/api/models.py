@@ -108,6 +108,9 @@ class CallResultModel(BaseModel):
     error_type: str | None = Field(
         default=None, description="The class of the failure, such as `TimeoutError`"
     )
+    edited: bool | None = Field(default=None, description="`true` when an approver edited `args`")
+    args: dict[str, Any] | None = Field(default=None, description="With `edited`: what runs")
+    edited_by: str | None = Field(default=None, description="With `edited`: the approver")
     pending: bool | None = Field(default=None, description="`true` while it waits for approval")
     denied: bool | None = Field(default=None, description="`true` when an approver denied it")
     expired: bool | None = Field(
@@ -279,6 +282,7 @@ class DecisionRequest(BaseModel):
 
     reason: str | None = Field(default=None, max_length=2000)
     wait_s: float | None = Field(default=None, ge=0, description="approve only: wait for the call")
+    args: dict[str, Any] | None = Field(default=None, description="approve only: edited arguments")
 
 
 class DecisionAnswer(BaseModel):
@@ -289,6 +293,8 @@ class DecisionAnswer(BaseModel):
     approvals: int | None = None
     approvals_required: int | None = None
     released: bool | None = None
+    edited: bool | None = None
+    args_sha256: str | None = None
 
 
 DECISION_REQUEST_SCHEMA = DecisionRequest.model_json_schema()

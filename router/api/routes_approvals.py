@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from ..approval.model import Decision
 from ..auth.principal import Principal
-from ..errors import Conflict, Forbidden, NotFound, Unavailable
+from ..errors import BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, Unavailable
 from ..messaging.waiting import wait_for_call
 from .bodies import object_body, optional_string, wait_seconds
 from .deps import in_thread, principal, runtime_of
@@ -30,10 +30,10 @@ DECISION_ROUTE: dict[str, Any] = {
 }
 
 DECISION_FIELDS = {
-    Decision.APPROVE: frozenset({"reason", "wait_s"}),
+    Decision.APPROVE: frozenset({"reason", "wait_s", "args"}),
     Decision.DENY: frozenset({"reason"}),
 }
-REFUSALS = {403: Forbidden, 404: NotFound, 409: Conflict}
+REFUSALS = {403: Forbidden, 404: NotFound, 409: Conflict, 413: PayloadTooLarge, 422: BadRequest}
 
 
 @router.get("")
@@ -62,13 +62,16 @@ async def _decide(
 ) -> JSONResponse:
     runtime = runtime_of(request)
     raw = await request.body()
-    body = (
-        object_body(raw, limit=64 * 1024, allowed=DECISION_FIELDS[decision]) if raw.strip() else {}
-    )
+    # Room for edited arguments as large as a call may send.
+    limit = 64 * 1024 + runtime.settings.max_args_bytes
+    body = object_body(raw, limit=limit, allowed=DECISION_FIELDS[decision]) if raw.strip() else {}
     reason = optional_string(body, "reason", max_len=2000)
     wait_s = wait_seconds(body.get("wait_s"), maximum=runtime.settings.max_wait_s)
+    args = body.get("args")
+    if args is not None and not isinstance(args, dict):
+        raise BadRequest("args must be a JSON object: the arguments as edited")
     await in_thread(runtime.approvals_view.precheck, who, request_id)
-    answer = await in_thread(runtime.decisions.send, request_id, who.name, decision, reason)
+    answer = await in_thread(runtime.decisions.send, request_id, who.name, decision, reason, args)
     if not answer.get("ok"):
         code = int(answer.get("http_status", 503))
         error = str(answer.get("error", "decision failed"))

@@ -34,6 +34,8 @@ def binding_text(
     approvals_required: int,
     expires_at: int,
     rule: str | None = None,
+    original_args_sha256: str | None = None,
+    edited_by: str | None = None,
 ) -> str:
     bound = {
         "request_id": request_id,
@@ -48,6 +50,10 @@ def binding_text(
     if rule is not None:
         # Absent, not null, when there is none: requests sealed before rules still verify.
         bound["rule"] = rule
+    if edited_by is not None:
+        # Sealed again by the approval worker when an approver edits the arguments.
+        bound["original_args_sha256"] = original_args_sha256
+        bound["edited_by"] = edited_by
     return canonical_json(bound)
 
 
@@ -62,6 +68,8 @@ def request_binding(request: ApprovalRequest) -> str:
         approvals_required=request.approvals_required,
         expires_at=request.expires_at,
         rule=request.rule,
+        original_args_sha256=request.original_args_sha256,
+        edited_by=request.edited_by,
     )
 
 
@@ -69,10 +77,14 @@ def binding_verifies(request: ApprovalRequest, keyring: KeyRing) -> bool:
     return keyring.verify(Purpose.APPROVAL, request_binding(request), request.binding_mac)
 
 
-def decision_text(request_id: str, approver: str, decision: str, at: int) -> str:
-    return canonical_json(
-        {"request_id": request_id, "approver": approver, "decision": decision, "at": at}
-    )
+def decision_text(
+    request_id: str, approver: str, decision: str, at: int, args_sha256: str | None = None
+) -> str:
+    """A decision covers the arguments it was made on, so none outlives an edit of them."""
+    decided = {"request_id": request_id, "approver": approver, "decision": decision, "at": at}
+    if args_sha256 is not None:
+        decided["args_sha256"] = args_sha256
+    return canonical_json(decided)
 
 
 def release_text(request: ApprovalRequest, decided_at: int) -> str:

@@ -41,6 +41,9 @@ class ApprovalRequest:
     release_mac: str | None = None
     # The rules that gated it, as text (``router.dispatch.gate``); sealed with the binding.
     rule: str | None = None
+    # Set once an approver edited the arguments: the requester's hash, and who edited.
+    original_args_sha256: str | None = None
+    edited_by: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> ApprovalRequest:

@@ -7,16 +7,17 @@ only the approval worker (``approvals.gate``) moves a request out of ``pending``
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import and_, func, select, update
+from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.engine import Connection
 
 from ..canonical import load_for_display
 from ..db.engine import insert_rows
 from ..db.schema import approval_decisions, approval_requests, calls
 from ..trust.keyring import KeyRing, Purpose
-from .binding import binding_text, decision_text
+from .binding import binding_text, decision_text, request_binding
 from .model import ApprovalRequest, Decision, RequestStatus
 
 
@@ -121,10 +122,15 @@ def count_pending(conn: Connection) -> int:
 
 
 def decisions(
-    conn: Connection, request_id: str, *, keyring: KeyRing | None = None
+    conn: Connection,
+    request_id: str,
+    *,
+    keyring: KeyRing | None = None,
+    request: ApprovalRequest | None = None,
 ) -> list[dict[str, Any]]:
-    """The decisions recorded on a request, oldest first. With ``keyring``, only those the
-    approval worker sealed: a row written any other way is not a decision."""
+    """The decisions recorded on a request, oldest first. With ``keyring`` and ``request``,
+    only those the approval worker sealed over its current arguments: a row written any
+    other way, or on arguments since edited, is not a decision."""
     rows = conn.execute(
         select(approval_decisions)
         .where(approval_decisions.c.request_id == request_id)
@@ -140,14 +146,19 @@ def decisions(
         }
         for r in rows
     ]
-    if keyring is not None:
+    if keyring is not None and request is not None:
+        # Seals made before they covered the arguments hold only while none were edited.
+        hashes = [request.args_sha256] + ([None] if request.edited_by is None else [])
         found = [
             d
             for d in found
-            if keyring.verify(
-                Purpose.APPROVAL,
-                decision_text(request_id, d["approver"], d["decision"], d["at"]),
-                d["mac"],
+            if any(
+                keyring.verify(
+                    Purpose.APPROVAL,
+                    decision_text(request_id, d["approver"], d["decision"], d["at"], digest),
+                    d["mac"],
+                )
+                for digest in hashes
             )
         ]
     for d in found:
@@ -204,8 +215,10 @@ def record_decision(
     *,
     now: int,
     keyring: KeyRing,
+    args_sha256: str,
 ) -> None:
-    """Record a decision, sealed. ``IntegrityError`` when this approver already decided."""
+    """Record a decision on the arguments hashed ``args_sha256``, sealed.
+    ``IntegrityError`` when this approver already decided."""
     conn.execute(
         approval_decisions.insert(),
         [
@@ -216,11 +229,51 @@ def record_decision(
                 "reason": reason,
                 "at": now,
                 "mac": keyring.sign(
-                    Purpose.APPROVAL, decision_text(request_id, approver, decision, now)
+                    Purpose.APPROVAL,
+                    decision_text(request_id, approver, decision, now, args_sha256),
                 ),
             }
         ],
     )
+
+
+def edit(
+    conn: Connection,
+    request: ApprovalRequest,
+    *,
+    args_sha256: str,
+    editor: str,
+    approvals_required: int,
+    rule: str | None,
+    keyring: KeyRing,
+) -> tuple[ApprovalRequest, list[str]]:
+    """Bind ``request`` to edited arguments, its binding sealed again, and forget the
+    approvals given so far (they approved other arguments; the audit log keeps them).
+    Returns the request as now bound and the approvers forgotten."""
+    edited = replace(
+        request,
+        args_sha256=args_sha256,
+        approvals_required=approvals_required,
+        rule=rule,
+        original_args_sha256=request.original_args_sha256 or request.args_sha256,
+        edited_by=editor,
+    )
+    edited = replace(edited, binding_mac=keyring.sign(Purpose.APPROVAL, request_binding(edited)))
+    forgotten = [d["approver"] for d in decisions(conn, request.id)]
+    conn.execute(delete(approval_decisions).where(approval_decisions.c.request_id == request.id))
+    conn.execute(
+        update(approval_requests)
+        .where(approval_requests.c.id == request.id)
+        .values(
+            args_sha256=edited.args_sha256,
+            approvals_required=edited.approvals_required,
+            rule=edited.rule,
+            original_args_sha256=edited.original_args_sha256,
+            edited_by=editor,
+            binding_mac=edited.binding_mac,
+        )
+    )
+    return edited, forgotten
 
 
 def to_public(
@@ -245,6 +298,9 @@ def to_public(
         "expires_at": request.expires_at,
         "decided_at": request.decided_at,
     }
+    if request.edited_by is not None:
+        body["original_args_sha256"] = request.original_args_sha256
+        body["edited_by"] = request.edited_by
     if decided is not None:
         body["decisions"] = decided
     if now is not None:

@@ -52,10 +52,25 @@ def list_requests(status: str, as_json: bool, key: str | None) -> None:
 @click.option(
     "--wait", "wait_s", type=float, default=0.0, help="Also wait this long for the call's outcome"
 )
+@click.option(
+    "--args",
+    "edited",
+    default=None,
+    help="Approve these arguments instead (a JSON object); the rules apply to them again",
+)
 @KEY_OPTION
-def approve(request_id: str, reason: str | None, wait_s: float, key: str | None) -> None:
-    """Approve one request."""
+def approve(
+    request_id: str, reason: str | None, wait_s: float, edited: str | None, key: str | None
+) -> None:
+    """Approve one request, optionally with edited arguments."""
     payload: dict[str, object] = {"reason": reason} if reason else {}
+    if edited is not None:
+        try:
+            payload["args"] = json.loads(edited)
+        except ValueError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--args") from None
+        if not isinstance(payload["args"], dict):
+            raise click.BadParameter("must be a JSON object", param_hint="--args")
     if wait_s:
         payload["wait_s"] = wait_s
     _print(

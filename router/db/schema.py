@@ -59,6 +59,10 @@ calls = Table(
     # JSON list of an MCP tool's content blocks, when ``value`` cannot carry them all
     # (migration 0008).
     Column("content", Text, nullable=True),
+    # Set when an approver edited the arguments (migration 0012): the requester's own.
+    Column("original_args", Text, nullable=True),
+    Column("original_args_sha256", String(64), nullable=True),
+    Column("edited_by", String(128), nullable=True),
     UniqueConstraint("requested_by", "idempotency_key", name="uq_calls_requested_by_idem"),
     Index("ix_calls_status_lease", "status", "lease_until"),
     Index("ix_calls_batch_id_index", "batch_id", "batch_index"),
@@ -115,6 +119,9 @@ approval_requests = Table(
     Column("release_mac", String(64), nullable=True),
     # The rules that gated the call, as text, sealed with the binding (migration 0011).
     Column("rule", Text, nullable=True),
+    # Set when an approver edited the arguments, sealed with the binding (migration 0012).
+    Column("original_args_sha256", String(64), nullable=True),
+    Column("edited_by", String(128), nullable=True),
     Index("ix_approval_requests_status_expires", "status", "expires_at"),
 )
 

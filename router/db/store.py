@@ -89,6 +89,10 @@ class CallRow:
     answered_by: str | None = None
     chain: str | None = None
     content: str | None = None
+    # The requester's own arguments, when an approver edited them (``approvals.gate``).
+    original_args: str | None = None
+    original_args_sha256: str | None = None
+    edited_by: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> CallRow:
@@ -116,6 +120,8 @@ class CallRow:
             error_type=self.error_type,
             request_id=self.request_id,
             answered_by=self.answered_by,
+            edited_by=self.edited_by,
+            args=self.arguments if self.edited_by is not None else None,
         )
 
 
@@ -340,6 +346,22 @@ class Store:
             CallStatus.PENDING,
             status=CallStatus.QUEUED,
             published_at=now,
+            updated_at=now,
+        )
+
+    def edit_pending(
+        self, conn: Connection, row: CallRow, args: str, digest: str, editor: str, *, now: int
+    ) -> bool:
+        """An approver's edit of a pending call's arguments; the first arguments are kept."""
+        return self._move(
+            conn,
+            row.id,
+            CallStatus.PENDING,
+            args=args,
+            args_sha256=digest,
+            original_args=row.original_args or row.args,
+            original_args_sha256=row.original_args_sha256 or row.args_sha256,
+            edited_by=editor,
             updated_at=now,
         )
 

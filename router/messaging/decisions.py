@@ -23,7 +23,7 @@ import redis
 from celery import Celery
 
 from .. import metrics
-from ..canonical import canonical_json
+from ..canonical import canonical_json, sha256_hex
 from ..clock import Clock
 from ..constants import APPROVALS_QUEUE, DECIDE_TASK, DECISION_REPLY
 from ..errors import Unavailable
@@ -45,11 +45,18 @@ class DecisionMessage:
     reason: str | None
     deadline_ms: int
     reply_to: str
+    # An approval's edited arguments; the tag covers their hash, checked on arrival.
+    args: Any = None
+    args_sha256: str | None = None
     mac: str = ""
 
     def signed_text(self) -> str:
         fields = asdict(self)
         fields.pop("mac")
+        fields.pop("args")
+        if fields["args_sha256"] is None:
+            # Absent, not null: a decision without an edit is tagged as it always was.
+            fields.pop("args_sha256")
         return canonical_json(fields)
 
     @classmethod
@@ -63,17 +70,30 @@ class DecisionMessage:
                 reason=None if body.get("reason") is None else str(body["reason"]),
                 deadline_ms=int(body["deadline_ms"]),
                 reply_to=str(body["reply_to"]),
+                args=body.get("args"),
+                args_sha256=None if body.get("args_sha256") is None else str(body["args_sha256"]),
                 mac=str(body["mac"]),
             )
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             return None
         return message
 
     def verifies(self, keyring: KeyRing, namespace: Namespace) -> bool:
-        """Made by an API process of this deployment, answering to one of its reply lists."""
-        return self.reply_to.startswith(namespace.key(DECISION_REPLY, "")) and keyring.verify(
-            Purpose.DECISION, self.signed_text(), self.mac
+        """Made by an API process of this deployment, answering to one of its reply lists,
+        with exactly the edited arguments it tagged (if any)."""
+        return (
+            self.reply_to.startswith(namespace.key(DECISION_REPLY, ""))
+            and keyring.verify(Purpose.DECISION, self.signed_text(), self.mac)
+            and self._args_match()
         )
+
+    def _args_match(self) -> bool:
+        if self.args_sha256 is None:
+            return self.args is None
+        try:
+            return sha256_hex(canonical_json(self.args)) == self.args_sha256
+        except (TypeError, ValueError, RecursionError):
+            return False
 
 
 def sealed_reply(keyring: KeyRing, reply_to: str, answer: dict[str, Any]) -> str:
@@ -112,9 +132,15 @@ class DecisionClient:
         )
 
     def send(
-        self, request_id: str, actor: str, decision: str, reason: str | None
+        self,
+        request_id: str,
+        actor: str,
+        decision: str,
+        reason: str | None,
+        args: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Publish the decision and return the worker's answer; ``Unavailable`` if none came."""
+        """Publish the decision (an approval may carry edited ``args``) and return the
+        worker's answer; ``Unavailable`` if none came."""
         reply_to = self.namespace.key(DECISION_REPLY, secrets.token_hex(16))
         draft = DecisionMessage(
             request_id=request_id,
@@ -123,6 +149,8 @@ class DecisionClient:
             reason=reason,
             deadline_ms=self.clock() + int(self.timeout_s * 1000),
             reply_to=reply_to,
+            args=args,
+            args_sha256=None if args is None else sha256_hex(canonical_json(args)),
         )
         message = DecisionMessage(
             **{**asdict(draft), "mac": self.keyring.sign(Purpose.DECISION, draft.signed_text())}

@@ -81,6 +81,9 @@ class Finished:
         value_json, content_json = self.outcome.value_json, self.outcome.content_json
         if len(value_json or "") + len(content_json or "") > MAX_RESULT_BYTES:
             return None
+        if self.row.edited_by is not None:
+            # Rare: the waiter reads the edit from the database rather than from the notice.
+            return None
         return CallResult(
             status=self.status,
             tool=self.row.tool,
