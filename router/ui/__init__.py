@@ -2,8 +2,14 @@
 
 from pathlib import Path
 
-from .routes import router
+from fastapi import APIRouter
+
+from . import edit, routes
 
 STATIC_DIR = str(Path(__file__).parent / "static")
+
+router = APIRouter()
+router.include_router(routes.router)
+router.include_router(edit.router)
 
 __all__ = ["STATIC_DIR", "router"]

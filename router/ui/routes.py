@@ -109,6 +109,10 @@ async def inbox(request: Request) -> Response:
         tool = runtime.registry.get(item["tool"])
         item["risk"] = tool.spec.risk if tool else "unknown"
         item["args_pretty"] = json.dumps(item["args"], indent=2, sort_keys=True)
+        # Operators see every request; only one this key may decide gets the edit form.
+        item["may_edit"] = who.name != item["requested_by"] and bool(
+            who.roles & set(item["approvers"])
+        )
     flash = _sessions(request).read_flash(request.cookies.get(FLASH_COOKIE))
     page = _page(
         request,
@@ -228,13 +232,15 @@ async def decide(request: Request) -> Response:
         except (RequestError, Unavailable) as exc:
             lines.append(f"{request_id}: {exc}")
             continue
-        if answer.get("ok"):
-            status = answer.get("status")
-            if status == "approved" and not answer.get("released"):
-                status = (
-                    f"approved ({answer.get('approvals')} of {answer.get('approvals_required')})"
-                )
-            lines.append(f"{request_id}: {status}")
-        else:
-            lines.append(f"{request_id}: {answer.get('error')}")
+        lines.append(outcome_line(request_id, answer))
     return _redirect_with_flash(request, "\n".join(lines))
+
+
+def outcome_line(request_id: str, answer: dict[str, Any]) -> str:
+    """The flash line for the approval worker's ``answer`` on one decision."""
+    if not answer.get("ok"):
+        return f"{request_id}: {answer.get('error')}"
+    status = answer.get("status")
+    if status == "approved" and not answer.get("released"):
+        status = f"approved ({answer.get('approvals')} of {answer.get('approvals_required')})"
+    return f"{request_id}: {status}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -12,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ..support.calls import result, submit_pending
+from ..support.calls import decide, result, submit_pending
 from ..support.launcher import REPO
 from ..support.services import IN_CI
 from ..support.stack import Stack
@@ -251,3 +252,123 @@ def test_the_inbox_fits_a_phone(stack: Stack, browser: Any) -> None:
         assert measured["overflow"] <= 0, measured["wide"]
     finally:
         context.close()
+
+
+def open_edit(page: Any, stack: Stack, call: dict[str, Any], first: bool = True) -> Any:
+    """The edit form of the call's card, opened (its textarea prefilled); signs in first."""
+    if first:
+        sign_in(page, stack)
+    item = card(page, call["request_id"])
+    item.locator("details.edit summary").click()
+    textarea = item.locator("details.edit textarea[name=args]")
+    textarea.wait_for()
+    return textarea
+
+
+def test_an_approver_edits_the_arguments_reviews_the_diff_and_the_edit_runs(
+    stack: Stack, page: Any
+) -> None:
+    call = submit_pending(stack, "edit_wire", args={"amount": 5000, "to": "bob"})
+    textarea = open_edit(page, stack, call)
+    assert json.loads(textarea.input_value()) == {"amount": 5000, "to": "bob"}
+    textarea.fill(json.dumps({"amount": 4000, "to": "carol"}, indent=2))
+    card(page, call["request_id"]).locator("details.edit button[type=submit]").click()
+    diff = page.locator("#diff")
+    diff.wait_for()
+    assert [d.inner_text() for d in diff.locator("del").all()] == [
+        '-  "amount": 5000,',
+        '-  "to": "bob"',
+    ]
+    assert [a.inner_text() for a in diff.locator("ins").all()] == [
+        '+  "amount": 4000,',
+        '+  "to": "carol"',
+    ]
+    # Nothing is sent before the approver confirms.
+    assert result(stack, call["call_id"], 0)["status"] == "pending"
+    page.fill("#confirm-reason", "fixed payee")
+    page.click("#confirm-approve")
+    page.locator("#flash").wait_for()
+    assert f"{call['request_id']}: approved (edited)" in page.locator("#flash").inner_text()
+    edited = {"amount": 4000, "to": "carol"}
+    outcome = result(stack, call["call_id"])
+    assert (outcome["status"], outcome["value"]) == ("succeeded", edited)
+    assert (outcome["edited"], outcome["args"], outcome["edited_by"]) == (True, edited, "approver")
+    assert "edited by approver" in page.locator("table.history").inner_text()
+
+
+def shows_error(page: Any, text: str, error: str) -> None:
+    page.locator("#edit-error").wait_for()
+    assert error in page.locator("#edit-error").inner_text()
+    assert page.locator("#edit-args").input_value() == text
+    assert page.locator("#edit-args").get_attribute("aria-invalid") == "true"
+    assert page.locator("#diff").count() == 0 and page.locator("#confirm").count() == 0
+
+
+def test_invalid_json_in_an_edit_is_shown_inline_and_nothing_is_sent(
+    stack: Stack, page: Any
+) -> None:
+    call = submit_pending(stack, "edit_wire", args={"amount": 5000, "to": "bob"})
+    textarea = open_edit(page, stack, call)
+    textarea.fill('{"amount": 4000,')
+    card(page, call["request_id"]).locator("details.edit button[type=submit]").click()
+    shows_error(page, '{"amount": 4000,', "not valid JSON")
+    # The error page keeps the form: the next try is made from there.
+    page.fill("#edit-args", "[1, 2]")
+    page.click("#edit button[type=submit]")
+    shows_error(page, "[1, 2]", "JSON object")
+    assert result(stack, call["call_id"], 0)["status"] == "pending"
+    with stack.client("approver") as http:
+        request = http.get(f"/v1/approvals/{call['request_id']}").json()["request"]
+    assert request["args"] == {"amount": 5000, "to": "bob"} and "edited_by" not in request
+
+
+def test_a_refused_edit_is_flashed_and_a_stale_review_is_not_approved(
+    stack: Stack, page: Any
+) -> None:
+    # Over 10000: two approvals, so another approver's edit leaves it pending.
+    call = submit_pending(stack, "edit_wire", args={"amount": 20000, "to": "bob"})
+    textarea = open_edit(page, stack, call)
+    textarea.fill(json.dumps({"amount": 20000, "to": "blocked-account"}))
+    card(page, call["request_id"]).locator("details.edit button[type=submit]").click()
+    page.click("#confirm-approve")
+    page.locator("#flash").wait_for()
+    assert "denied by rule deny_if" in page.locator("#flash").inner_text()
+    # Reviewed, then someone else edits: the confirmation is refused, not applied blindly.
+    textarea = open_edit(page, stack, call, first=False)
+    textarea.fill(json.dumps({"amount": 3000, "to": "carol"}))
+    card(page, call["request_id"]).locator("details.edit button[type=submit]").click()
+    page.locator("#diff").wait_for()
+    other = decide(stack, call["request_id"], key="approver2", args={"amount": 15000, "to": "dan"})
+    assert other.status_code == 200, other.text
+    page.click("#confirm-approve")
+    page.locator("#flash").wait_for()
+    assert "changed since you opened them" in page.locator("#flash").inner_text()
+    with stack.client("approver") as http:
+        request = http.get(f"/v1/approvals/{call['request_id']}").json()["request"]
+    assert request["args"] == {"amount": 15000, "to": "dan"} and request["status"] == "pending"
+
+
+def test_the_edit_forms_need_the_session_and_its_csrf_token(stack: Stack) -> None:
+    call = submit_pending(stack, "edit_wire", args={"amount": 5000, "to": "bob"})
+    edited = json.dumps({"amount": 4000, "to": "carol"})
+    with stack.client("approver") as http:
+        digest = http.get(f"/v1/approvals/{call['request_id']}").json()["request"]["args_sha256"]
+    form = {"request_id": call["request_id"], "args_sha256": digest, "args": edited}
+    with httpx.Client(base_url=stack.base_url) as http:
+        for path in ("/ui/edit/review", "/ui/edit/approve"):
+            # No session: back to sign-in, nothing done.
+            anonymous = http.post(path, data=form)
+            assert anonymous.status_code == 303 and anonymous.headers["location"] == "/ui/"
+            assert http.get(path).status_code == 405
+        signed = http.post(
+            "/ui/login", data={"key": stack.keys["approver"]}, headers={"Origin": stack.base_url}
+        )
+        assert signed.status_code == 303
+        for path in ("/ui/edit/review", "/ui/edit/approve"):
+            assert http.post(path, data=form).status_code == 403
+            assert http.post(path, data={**form, "csrf": "forged"}).status_code == 403
+        token = re.search(r'name="csrf" value="([^"]+)"', http.get("/ui/").text)
+        assert token is not None
+        reviewed = http.post("/ui/edit/review", data={**form, "csrf": token.group(1)})
+        assert reviewed.status_code == 200 and 'id="diff"' in reviewed.text
+    assert result(stack, call["call_id"], 0)["status"] == "pending"

@@ -1,5 +1,5 @@
 // Refresh the inbox by itself when requests arrive or leave, unless the approver is in the
-// middle of something (a reason typed, a box ticked); then only show a banner.
+// middle of something (a reason typed, a box ticked, an edit open); then only show a banner.
 (function () {
   "use strict";
   var shown = Array.prototype.map.call(
@@ -12,7 +12,7 @@
       document.querySelectorAll("input[name=reason]"),
       function (el) { return el.value !== ""; }
     );
-    return typed || document.querySelector("input[type=checkbox]:checked") !== null;
+    return typed || document.querySelector("input[type=checkbox]:checked, details.edit[open]") !== null;
   }
 
   function poll() {

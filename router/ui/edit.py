@@ -1,0 +1,151 @@
+"""``/ui/edit/…``: edit a pending call's arguments, review the change as a diff, then approve.
+
+Both steps are forms with the session's CSRF token. The review page is rendered on the
+server (the diff lines are autoescaped text); the confirmation carries the reviewed
+arguments and the hash of the arguments they were edited from, and is refused if the
+request has changed since, so an approver never approves an edit of arguments they did
+not see. The approval worker then checks the edit again (schema, rules) and applies it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import RedirectResponse, Response
+from starlette.datastructures import FormData
+
+from ..approval.model import Decision
+from ..auth.principal import Principal
+from ..canonical import args_digest
+from ..errors import RequestError, Unavailable
+from ..threads import in_thread
+from .routes import (
+    _csrf_ok,
+    _page,
+    _redirect_with_flash,
+    _runtime,
+    _sessions,
+    _signed_in,
+    may_use_inbox,
+    outcome_line,
+)
+
+router = APIRouter(prefix="/ui/edit", include_in_schema=False)
+# Room for arguments as large as a call may send, plus their pretty-printing.
+TEXT_MARGIN = 64 * 1024
+
+
+def pretty(args: Any) -> str:
+    return json.dumps(args, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _no_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON, though Python's parser takes them.
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def parse_args(text: str, limit: int) -> dict[str, Any] | str:
+    """The edited arguments in ``text``, or the reason they are not a JSON object."""
+    if len(text.encode()) > limit:
+        return f"The arguments are too large (over {limit} bytes)."
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        return "The arguments nest too deeply."
+    except ValueError as exc:
+        return f"That is not valid JSON: {exc}."
+    if not isinstance(value, dict):
+        return "The arguments must be a JSON object: { … }."
+    return value
+
+
+def diff_lines(before: str, after: str) -> list[tuple[str, str]]:
+    """A unified line diff of two texts as (kind, line); kind is add, del, hunk or same."""
+    kinds = {"+": "add", "-": "del", "@": "hunk"}
+    lines = difflib.unified_diff(before.splitlines(), after.splitlines(), n=3, lineterm="")
+    return [(kinds.get(line[:1], "same"), line) for line in list(lines)[2:]]
+
+
+async def _approver_form(request: Request) -> tuple[Principal, FormData, str] | Response:
+    """The signed-in approver and their form, or the response refusing it (as /ui/decide)."""
+    signed_in = await _signed_in(request)
+    if signed_in is None:
+        return RedirectResponse("/ui/", status_code=303)
+    current, who = signed_in
+    if not may_use_inbox(who):
+        return _page(request, "forbidden.html", 403, who=who)
+    form = await request.form()
+    if not _csrf_ok(request, current, form):
+        return _page(request, "forbidden.html", 403, reason="The form was stale; reload it.")
+    return who, form, _sessions(request).csrf(current)
+
+
+async def _current(request: Request, who: Principal, request_id: str) -> dict[str, Any]:
+    """The request as it stands, if this key may decide it now (else ``RequestError``)."""
+    view = _runtime(request).approvals_view
+    await in_thread(view.precheck, who, request_id)
+    return await in_thread(view.get, who, request_id)
+
+
+def _changed(item: dict[str, Any], form: FormData) -> bool:
+    return str(form.get("args_sha256") or "") != item["args_sha256"]
+
+
+CHANGED = "{}: its arguments changed since you opened them; nothing was sent. Review them again."
+
+
+@router.post("/review")
+async def review(request: Request) -> Response:
+    """The edit as a diff against the arguments as they stand, with a confirm button; or
+    the edit form again with an inline error, keeping the text."""
+    checked = await _approver_form(request)
+    if isinstance(checked, Response):
+        return checked
+    who, form, csrf = checked
+    request_id = str(form.get("request_id") or "")
+    try:
+        item = await _current(request, who, request_id)
+    except (RequestError, Unavailable) as exc:
+        return _redirect_with_flash(request, f"{request_id}: {exc}")
+    if _changed(item, form):
+        return _redirect_with_flash(request, CHANGED.format(request_id))
+    text = str(form.get("args") or "")
+    limit = TEXT_MARGIN + _runtime(request).settings.max_args_bytes
+    edited = parse_args(text, limit)
+    context: dict[str, Any] = {"who": who, "csrf": csrf, "item": item, "text": text}
+    if isinstance(edited, str):
+        return _page(request, "edit.html", 422, error=edited, **context)
+    if args_digest(edited) == item["args_sha256"]:
+        return _page(request, "edit.html", 422, error="Nothing changed.", **context)
+    after = pretty(edited)
+    diff = diff_lines(pretty(item["args"]), after)
+    return _page(request, "edit.html", diff=diff, edited=after, **context)
+
+
+@router.post("/approve")
+async def approve(request: Request) -> Response:
+    """Approve with the reviewed arguments, unless the request changed since the review."""
+    checked = await _approver_form(request)
+    if isinstance(checked, Response):
+        return checked
+    who, form, _ = checked
+    request_id = str(form.get("request_id") or "")
+    runtime = _runtime(request)
+    edited = parse_args(str(form.get("args") or ""), TEXT_MARGIN + runtime.settings.max_args_bytes)
+    if isinstance(edited, str):
+        return _redirect_with_flash(request, f"{request_id}: {edited} Nothing was sent.")
+    reason = str(form.get("reason") or "").strip()[:2000] or None
+    try:
+        item = await _current(request, who, request_id)
+        if _changed(item, form):
+            return _redirect_with_flash(request, CHANGED.format(request_id))
+        answer = await in_thread(
+            runtime.decisions.send, request_id, who.name, Decision.APPROVE, reason, edited
+        )
+    except (RequestError, Unavailable) as exc:
+        return _redirect_with_flash(request, f"{request_id}: {exc}")
+    line = outcome_line(request_id, answer)
+    return _redirect_with_flash(request, f"{line} (edited)" if answer.get("ok") else line)
