@@ -9,6 +9,7 @@ into the stricter outcome (``router.dispatch.gate``).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -26,7 +27,11 @@ CONTEXT = ("args", "caller", "roles")
 # CEL's macros, which the parser keeps as calls.
 _MACROS = {"has", "dyn", "all", "exists", "exists_one", "map", "filter"}
 _FUNCTIONS = {name for name in base_functions if name[0].isalpha()} | _MACROS
+# celpy raises the process's recursion limit for CEL's deepest expressions; that limit is
+# what stops every entrance's JSON parser on absurd nesting, and config rules are short.
+_RECURSION_LIMIT = sys.getrecursionlimit()
 _ENV = celpy.Environment()
+sys.setrecursionlimit(_RECURSION_LIMIT)
 
 
 class ApprovalCount(BaseModel):

@@ -137,3 +137,17 @@ def test_roles_are_read_only_when_a_rule_names_them() -> None:
     assert rule_on(tool, {}, "bot", roles_of).gate is None and asked == ["bot"]
     plain = tool_from(one_rule("requires_approval", "args.n > 1"))
     assert rule_on(plain, {"n": 2}, "bot", roles_of).gate is not None and asked == ["bot"]
+
+
+def test_loading_the_rule_engine_keeps_the_recursion_limit() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; before = sys.getrecursionlimit(); import router.tools.rules; "
+        "print(before, sys.getrecursionlimit())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out[0] == out[1], out
