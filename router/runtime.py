@@ -45,6 +45,8 @@ from .tools.mcp_client import McpConnections, parse_servers
 from .tools.ranking import Ranker
 from .tools.registry import ToolRegistry, import_handlers_from
 from .tools.routing import Rule, parse_rules
+from .tools.selection.candidates import Strategy
+from .tools.selection.llm import LlmEndpoint, LlmSelector
 from .trust.keyring import KeyRing, load_keyring
 from .trust.redaction import Redactor, redact_logs
 
@@ -120,7 +122,25 @@ class Runtime:
 
     @cached_property
     def ranker(self) -> Ranker:
-        return Ranker(self.store, self.registry, self.routing_rules)
+        settings = self.settings
+        llm = None
+        if settings.route_llm_url:
+            llm = LlmSelector(
+                LlmEndpoint(
+                    url=settings.route_llm_url,
+                    key=settings.route_llm_key.get_secret_value(),
+                    model=settings.route_llm_model,
+                    timeout_s=settings.route_llm_timeout_s,
+                )
+            )
+        return Ranker(
+            self.store,
+            self.registry,
+            self.routing_rules,
+            default=Strategy(settings.route_strategy),
+            llm=llm,
+            shortlist=settings.route_llm_shortlist,
+        )
 
     @cached_property
     def registry(self) -> ToolRegistry:
@@ -285,3 +305,5 @@ class Runtime:
             self.engine.dispose()
         if "mcp" in self.__dict__:
             self.mcp.close()
+        if "ranker" in self.__dict__:
+            self.ranker.close()

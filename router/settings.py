@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -129,6 +130,21 @@ class Settings(BaseSettings):
     notify_backoff_s: float = Field(default=2.0, ge=0)
     # Largest delay between two attempts of a notification.
     notify_max_backoff_s: float = Field(default=300.0, ge=0)
+
+    # The strategy `POST /v1/route` uses when a request names none, and the one the `llm`
+    # strategy shortlists with and falls back to.
+    route_strategy: Literal["hybrid", "lexical", "semantic"] = "hybrid"
+    # An OpenAI-compatible chat completions endpoint for the `llm` strategy: its base URL
+    # (the part before `/chat/completions`, such as `http://127.0.0.1:8080/v1`); empty: off.
+    route_llm_url: str = Field(default="", pattern=r"^(https?://\S+)?$")
+    # The bearer key sent to that endpoint; empty: none.
+    route_llm_key: SecretStr = SecretStr("")
+    # The model name sent with each request.
+    route_llm_model: str = "gpt-4o-mini"
+    # Longest the `llm` strategy waits for an answer before ranking by the default instead.
+    route_llm_timeout_s: float = Field(default=10.0, gt=0, le=120)
+    # How many of the default ranking's best candidates the model chooses among.
+    route_llm_shortlist: int = Field(default=20, ge=2, le=100)
 
     @property
     def resolved_public_url(self) -> str:

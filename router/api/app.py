@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -107,6 +108,8 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.listener.start()
+        # The ranker's index and embeddings are built beside the first requests, not in them.
+        threading.Thread(target=runtime.ranker.warm, name="toolrouter-ranker", daemon=True).start()
         checkpointer = app.state.checkpointer = WalCheckpointer.for_engine(runtime.engine)
         if checkpointer is not None:
             checkpointer.start()

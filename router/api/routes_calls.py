@@ -82,14 +82,12 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
         return await explain(runtime, who, body, args, key)
     if by_capability:
         capability = body["capability"]
-        ranked = await in_thread(
-            functools.partial(runtime.ranker.rank, strategy="capability", capability=capability)
-        )
+        ranking = await in_thread(functools.partial(runtime.ranker.rank, capability=capability))
         result = await in_thread(
             runtime.dispatcher.submit_by_capability,
             who.name,
             capability,
-            [c.tool for c in ranked],
+            [c.tool for c in ranking.candidates],
             args,
             key,
         )
@@ -115,13 +113,16 @@ async def explain(
     """A dry run: what submitting would do, with nothing stored, published or run."""
     explainer = runtime.explainer
     if "capability" in body:
-        ranked = await in_thread(
-            functools.partial(
-                runtime.ranker.rank, strategy="capability", capability=body["capability"]
-            )
+        ranking = await in_thread(
+            functools.partial(runtime.ranker.rank, capability=body["capability"])
         )
         explained = await in_thread(
-            explainer.explain_by_capability, who.name, body["capability"], ranked, args, key
+            explainer.explain_by_capability,
+            who.name,
+            body["capability"],
+            ranking.candidates,
+            args,
+            key,
         )
     else:
         explained = await in_thread(explainer.explain, who.name, body["tool"], args, key)

@@ -10,7 +10,6 @@ from fastapi import APIRouter, Depends, Request
 from ..auth.principal import Principal
 from ..errors import BadRequest, Forbidden
 from ..status import Role
-from ..tools.ranking import DEFAULT_STRATEGY
 from .bodies import object_body
 from .deps import in_thread, principal, runtime_of
 
@@ -21,7 +20,8 @@ ROUTE_FIELDS = frozenset({"task", "capability", "budget", "strategy", "limit"})
 
 @router.post("/v1/route")
 async def route(request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
-    """``{task, capability?, budget?, strategy?}`` → ranked ``candidates`` with score and reason."""
+    """``{task, capability?, budget?, strategy?, limit?}`` → the ``strategy`` used and ranked
+    ``candidates`` with score and reason (and ``fallback`` when ``llm`` could not rank)."""
     runtime = runtime_of(request)
     if not who.has(Role.AGENT):
         raise Forbidden("agent role required to route")
@@ -34,17 +34,14 @@ async def route(request: Request, who: Principal = Depends(principal)) -> dict[s
     limit = body.get("limit", 10)
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100:
         raise BadRequest("limit must be an integer between 1 and 100")
-    candidates = await in_thread(
+    ranking = await in_thread(
         functools.partial(
             runtime.ranker.rank,
             task=str(body.get("task") or ""),
             strategy=body.get("strategy"),
             capability=body.get("capability"),
             budget=body.get("budget"),
+            limit=limit,
         )
     )
-    return {
-        "ok": True,
-        "strategy": body.get("strategy") or DEFAULT_STRATEGY,
-        "candidates": [c.to_dict() for c in candidates[:limit]],
-    }
+    return {"ok": True, **ranking.to_dict(limit)}

@@ -137,6 +137,7 @@ main.add_command(logs_cli.logs)
 main.add_command(status_cli.status)
 main.add_command(keys_cli.keys)
 main.add_command(tools_cli.tools)
+main.add_command(tools_cli.route)
 main.add_command(tools_cli.stats)
 main.add_command(audit_cli.audit)
 

@@ -1,4 +1,5 @@
-"""``toolrouter tools`` and ``toolrouter stats``: the registered tools and how they fare."""
+"""``toolrouter tools``, ``toolrouter route`` and ``toolrouter stats``: the registered tools,
+which fit a task, and how they fare."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 
 import click
 
-from ..errors import ConfigError
+from ..errors import ConfigError, RequestError
 from .common import fail, runtime
 
 
@@ -25,6 +26,31 @@ def tools(as_json: bool) -> None:
     for tool in registry:
         gate = "gated" if tool.spec.gated else "ungated"
         click.echo(f"{tool.name}\t{tool.spec.risk}\t{gate}\t{tool.spec.description}")
+
+
+@click.command()
+@click.argument("task")
+@click.option("--strategy", help="lexical, semantic, hybrid, llm, capability, cost or rules")
+@click.option("--capability", help="Only tools that declare this capability")
+@click.option("--limit", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="As POST /v1/route answers")
+def route(
+    task: str, strategy: str | None, capability: str | None, limit: int, as_json: bool
+) -> None:
+    """Rank the tools for TASK as POST /v1/route does, with each one's reason."""
+    rt = runtime()
+    try:
+        ranking = rt.ranker.rank(task=task, strategy=strategy, capability=capability, limit=limit)
+    except (ConfigError, RequestError) as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(json.dumps(ranking.to_dict(limit), indent=2))
+        return
+    click.echo(f"strategy: {ranking.strategy.value}")
+    if ranking.fallback:
+        click.echo(ranking.fallback)
+    for candidate in ranking.candidates[:limit]:
+        click.echo(f"{candidate.tool}\t{candidate.score:.4f}\t{candidate.reason}")
 
 
 @click.command()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_names
 
 if TYPE_CHECKING:
-    from .answers import BatchReceipt, BatchStatus, Decided
+    from .answers import BatchReceipt, BatchStatus, Decided, Routed
     from .async_client import AsyncClient
     from .sync_client import Client
 
@@ -24,6 +24,7 @@ _HOMES = {
     "BatchReceipt": ".answers",
     "BatchStatus": ".answers",
     "Decided": ".answers",
+    "Routed": ".answers",
 }
 
 
@@ -38,4 +39,5 @@ __all__ = [
     "BatchReceipt",
     "BatchStatus",
     "Decided",
+    "Routed",
 ]

@@ -72,6 +72,23 @@ class Decided:
     result: CallResult | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    tool: str
+    score: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """Tools for a task, best first, and the strategy that ranked them; ``fallback`` says
+    why the asked-for strategy (``llm``) was not used."""
+
+    strategy: str
+    candidates: list[Candidate]
+    fallback: str | None = None
+
+
 def json_of(body: bytes | str) -> Any:
     """The body as JSON, or None when it is not JSON."""
     try:
@@ -146,6 +163,16 @@ def decided(body: dict[str, Any]) -> Decided:
         approvals=body.get("approvals"),
         approvals_required=body.get("approvals_required"),
         released=bool(body.get("released", False)),
+    )
+
+
+def routed(body: dict[str, Any]) -> Routed:
+    return Routed(
+        strategy=body["strategy"],
+        candidates=[
+            Candidate(c["tool"], float(c["score"]), c["reason"]) for c in body["candidates"]
+        ],
+        fallback=body.get("fallback"),
     )
 
 

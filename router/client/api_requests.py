@@ -77,6 +77,14 @@ class Api:
             body["idempotency_key"] = key
         return Request("POST", self._calls, self.timeout, self.json, encode(body))
 
+    def route(self, task: str, strategy: str | None, capability: str | None, limit: int) -> Request:
+        body: dict[str, Any] = {"task": task, "limit": limit}
+        if strategy is not None:
+            body["strategy"] = strategy
+        if capability is not None:
+            body["capability"] = capability
+        return Request("POST", self.url("/v1/route"), self.timeout, self.json, encode(body))
+
     def result(self, call_id: str, wait_s: float) -> Request:
         params = {"wait_s": str(wait_s)} if wait_s else None
         url = self.url(f"/v1/calls/{segment(call_id)}", params)

@@ -17,7 +17,7 @@ import yarl
 from ..errors import Unavailable
 from ..results import CallResult, unavailable
 from . import answers, api_requests
-from .answers import BatchReceipt, BatchStatus, Decided
+from .answers import BatchReceipt, BatchStatus, Decided, Routed
 
 # What a failed request raises: aiohttp's errors, and the timeouts it leaves as they are.
 _FAILED = (aiohttp.ClientError, TimeoutError)
@@ -133,6 +133,19 @@ class AsyncClient:
         the explanation as the API answers it (see the HTTP reference, ``DryRun``). A
         refusal is in its ``refused``; a malformed request raises, as for a batch."""
         return await self._checked(self._api.explain(tool, args, idempotency_key))
+
+    async def route(
+        self,
+        task: str,
+        *,
+        strategy: str | None = None,
+        capability: str | None = None,
+        limit: int = 10,
+    ) -> Routed:
+        """Tools for ``task``, best first, each with a score and a reason (``POST /v1/route``).
+        ``strategy`` unset: the server's default; ``capability`` keeps the tools declaring it."""
+        request = self._api.route(task, strategy, capability, limit)
+        return answers.routed(await self._checked(request))
 
     async def result(self, call_id: str, *, wait_s: float = 0.0) -> CallResult:
         """A call's result; with ``wait_s``, once it finished or when the wait runs out."""

@@ -20,7 +20,7 @@ from urllib3.response import BaseHTTPResponse, HTTPResponse
 from ..errors import Unavailable
 from ..results import CallResult, unavailable
 from . import answers, api_requests
-from .answers import BatchReceipt, BatchStatus, Decided
+from .answers import BatchReceipt, BatchStatus, Decided, Routed
 
 
 class Client:
@@ -118,6 +118,18 @@ class Client:
         the explanation as the API answers it (see the HTTP reference, ``DryRun``). A
         refusal is in its ``refused``; a malformed request raises, as for a batch."""
         return self._checked(self._api.explain(tool, args, idempotency_key))
+
+    def route(
+        self,
+        task: str,
+        *,
+        strategy: str | None = None,
+        capability: str | None = None,
+        limit: int = 10,
+    ) -> Routed:
+        """Tools for ``task``, best first, each with a score and a reason (``POST /v1/route``).
+        ``strategy`` unset: the server's default; ``capability`` keeps the tools declaring it."""
+        return answers.routed(self._checked(self._api.route(task, strategy, capability, limit)))
 
     def result(self, call_id: str, *, wait_s: float = 0.0) -> CallResult:
         """A call's result; with ``wait_s``, once it finished or when the wait runs out."""

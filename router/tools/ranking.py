@@ -3,21 +3,53 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ..db.store import Store
+from ..errors import BadRequest
 from . import routing, stats
 from .registry import ToolRegistry
-from .routing import Candidate, Rule
+from .routing import Rule
+from .selection.candidates import Ranking, Strategy
+from .selection.index import ToolIndex
+from .selection.llm import LlmFailed, LlmSelector
 
-DEFAULT_STRATEGY = "lexical"
+log = logging.getLogger(__name__)
 # Strategies that weigh each tool's measured latency and success rate.
-MEASURED_STRATEGIES = frozenset({"cost", "capability"})
+MEASURED_STRATEGIES = frozenset({Strategy.COST, Strategy.CAPABILITY})
+LLM_OFF = "strategy llm is not available: no LLM endpoint is configured (TOOLROUTER_ROUTE_LLM_URL)"
 
 
 class Ranker:
-    def __init__(self, store: Store, registry: ToolRegistry, rules: list[Rule]) -> None:
+    """Built once per registry: the text index is made here, at load."""
+
+    def __init__(
+        self,
+        store: Store,
+        registry: ToolRegistry,
+        rules: list[Rule],
+        *,
+        default: Strategy = routing.DEFAULT_STRATEGY,
+        llm: LlmSelector | None = None,
+        shortlist: int = 20,
+    ) -> None:
         self.store, self.registry, self.rules = store, registry, rules
+        self.default, self.llm, self.shortlist = default, llm, shortlist
+        self.index = ToolIndex(list(registry))
+
+    def warm(self) -> None:
+        """Loads the embedding model and embeds every tool now, when the default needs them,
+        rather than in the first request's time. Never raises: ranking reports failures."""
+        if self.default in (Strategy.HYBRID, Strategy.SEMANTIC):
+            try:
+                self.index.semantic_index()
+            except BadRequest as exc:
+                log.warning("tool selection: %s", exc)
+
+    def close(self) -> None:
+        if self.llm is not None:
+            self.llm.close()
 
     def measured(self) -> tuple[dict[str, float | None], dict[str, float | None]]:
         """Each tool's measured p50 latency and success rate, from the database."""
@@ -36,10 +68,19 @@ class Ranker:
         strategy: str | None = None,
         capability: str | None = None,
         budget: dict[str, Any] | None = None,
-    ) -> list[Candidate]:
-        chosen = strategy or DEFAULT_STRATEGY
+        limit: int = 100,
+    ) -> Ranking:
+        """Unnamed, the strategy is the default for a task, and ``capability`` for a
+        capability alone (a call by capability has no task): so a route and a call by
+        capability given the same fields rank alike."""
+        if strategy is None and not task.strip() and capability is not None:
+            chosen = Strategy.CAPABILITY
+        else:
+            chosen = self.default if strategy is None else routing.strategy_named(strategy)
+        if chosen == Strategy.LLM:
+            return self._by_llm(task, capability, limit)
         latency, success = self.measured() if chosen in MEASURED_STRATEGIES else ({}, {})
-        return routing.route(
+        candidates = routing.route(
             self.registry,
             task=task,
             strategy=chosen,
@@ -48,4 +89,25 @@ class Ranker:
             rules=self.rules,
             latency_s=latency,
             success=success,
+            index=self.index,
+            limit=limit,
         )
+        return Ranking(chosen, candidates)
+
+    def _by_llm(self, task: str, capability: str | None, limit: int) -> Ranking:
+        if self.llm is None:
+            raise BadRequest(LLM_OFF)
+        shortlist = self.rank(
+            task=task,
+            strategy=self.default,
+            capability=capability,
+            limit=max(limit, self.shortlist),
+        )
+        tools = [self.registry.get(c.tool) for c in shortlist.candidates[: self.shortlist]]
+        try:
+            chosen = self.llm.rerank(task, [t for t in tools if t is not None])
+        except LlmFailed as exc:
+            reason = f"strategy llm failed: {exc}; ranked by {self.default.value} instead"
+            return Ranking(self.default, shortlist.candidates, fallback=reason)
+        # Past the shortlist, the default's order stands: the model saw none of those.
+        return Ranking(Strategy.LLM, chosen + shortlist.candidates[self.shortlist :])

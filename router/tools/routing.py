@@ -2,42 +2,31 @@
 
 Strategies, each a ranking with a score and a reason per candidate:
 
-- ``lexical`` (default): BM25 over each tool's name, description, category and
-  capabilities, against the task's words.
+- ``hybrid`` (default): reciprocal rank fusion of ``lexical`` and ``semantic``.
+- ``lexical``: BM25 over each tool's name, description, category, capabilities and
+  parameters, stemmed, without English stop words (``selection.lexical``).
+- ``semantic``: embedding similarity with a model shipped in a package (``selection.semantic``).
+- ``llm``: an OpenAI-compatible chat model re-ranks the default's shortlist, when configured.
 - ``capability``: the tools that declare the capability, most reliable first.
 - ``cost``: cost and measured latency within a budget, weights configurable.
 - ``rules``: the config's priority-ordered ``routing.rules`` patterns.
-- ``semantic`` and ``llm`` are not built: asking for them is a clear error, never a
-  quiet substitute.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BadRequest
 from .registry import Tool, ToolRegistry
+from .selection.candidates import Candidate, Strategy
+from .selection.index import ToolIndex
 
-STRATEGIES = ("lexical", "capability", "cost", "rules")
-UNAVAILABLE = {
-    "semantic": "strategy semantic is not available: no local embedding model is installed",
-    "llm": "strategy llm is not available: no LLM endpoint is configured",
-}
-_WORD = re.compile(r"[a-z0-9]+")
+__all__ = ["Candidate", "Rule", "Strategy", "parse_rules", "route", "strategy_named"]
 
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    tool: str
-    score: float
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"tool": self.tool, "score": round(self.score, 4), "reason": self.reason}
+DEFAULT_STRATEGY = Strategy.HYBRID
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,58 +37,43 @@ class Rule:
     description: str
 
 
-def words(text: str) -> list[str]:
-    return _WORD.findall(text.lower().replace("_", " ").replace("-", " ").replace(".", " "))
-
-
-def _document(tool: Tool) -> list[str]:
-    spec = tool.spec
-    return words(" ".join([spec.name, spec.description, spec.category, *spec.capabilities]))
-
-
-def bm25(task: str, tools: list[Tool], k1: float = 1.5, b: float = 0.75) -> list[Candidate]:
-    docs = {tool.name: _document(tool) for tool in tools}
-    if not docs:
-        return []
-    average = sum(len(d) for d in docs.values()) / len(docs) or 1.0
-    frequency = Counter(term for d in docs.values() for term in set(d))
-    query = words(task)
-    ranked = []
-    for name, doc in docs.items():
-        counts = Counter(doc)
-        score, matched = 0.0, []
-        for term in query:
-            if term not in counts:
-                continue
-            idf = math.log(1 + (len(docs) - frequency[term] + 0.5) / (frequency[term] + 0.5))
-            tf = counts[term]
-            score += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(doc) / average))
-            matched.append(term)
-        if score > 0:
-            ranked.append(Candidate(name, score, "matches " + ", ".join(sorted(set(matched)))))
-    return sorted(ranked, key=lambda c: (-c.score, c.tool))
+def strategy_named(name: str | None) -> Strategy:
+    """The strategy a request names; unset is the default, anything unknown a ``BadRequest``."""
+    if name is None:
+        return DEFAULT_STRATEGY
+    try:
+        return Strategy(name)
+    except ValueError:
+        known = ", ".join(s.value for s in Strategy)
+        raise BadRequest(f"unknown strategy: {name[:40]}; use one of {known}") from None
 
 
 def route(
     registry: ToolRegistry,
     *,
     task: str,
-    strategy: str = "lexical",
+    strategy: Strategy = DEFAULT_STRATEGY,
     capability: str | None = None,
     budget: dict[str, Any] | None = None,
     rules: list[Rule] | None = None,
     latency_s: dict[str, float | None] | None = None,
     success: dict[str, float | None] | None = None,
+    index: ToolIndex | None = None,
+    limit: int = 100,
 ) -> list[Candidate]:
-    """Ranked candidates; ``BadRequest`` for an unknown or unavailable strategy."""
-    if strategy in UNAVAILABLE:
-        raise BadRequest(UNAVAILABLE[strategy])
-    if strategy not in STRATEGIES:
-        raise BadRequest(f"unknown strategy: {strategy[:40]}; use one of {', '.join(STRATEGIES)}")
+    """Ranked candidates for every strategy but ``llm`` (``Ranker`` wraps that one).
+    ``index`` is the registry's text index, built here when not given."""
     tools = [t for t in registry if capability is None or capability in t.spec.capabilities]
-    if strategy == "lexical":
-        return bm25(task, tools)
-    if strategy == "capability":
+    allowed = None if capability is None else frozenset(t.name for t in tools)
+    if strategy in (Strategy.LEXICAL, Strategy.SEMANTIC, Strategy.HYBRID):
+        index = index or ToolIndex(list(registry))
+        by_text = {
+            Strategy.LEXICAL: index.lexical,
+            Strategy.SEMANTIC: index.semantic,
+            Strategy.HYBRID: index.hybrid,
+        }[strategy]
+        return by_text(task, allowed=allowed, limit=limit)
+    if strategy == Strategy.CAPABILITY:
         if capability is None:
             raise BadRequest("strategy capability needs a capability")
         rates = success or {}
@@ -111,18 +85,19 @@ def route(
             )
             ranked.append(Candidate(t.name, 0.5 if rate is None else rate, reason))
         return sorted(ranked, key=lambda c: (-c.score, c.tool))
-    if strategy == "cost":
+    if strategy == Strategy.COST:
         return _by_cost(tools, budget or {}, latency_s or {})
+    if strategy == Strategy.RULES:
+        return _by_rules(task, {t.name for t in tools}, rules or [])
+    raise BadRequest(f"strategy {strategy.value} needs the ranker")
+
+
+def _by_rules(task: str, names: set[str], rules: list[Rule]) -> list[Candidate]:
     matched = []
-    for rule in sorted(rules or [], key=lambda r: -r.priority):
-        if rule.pattern.search(task) and rule.tool in {t.name for t in tools}:
-            matched.append(
-                Candidate(
-                    rule.tool,
-                    float(rule.priority),
-                    rule.description or f"rule {rule.pattern.pattern!r}",
-                )
-            )
+    for rule in sorted(rules, key=lambda r: -r.priority):
+        if rule.pattern.search(task) and rule.tool in names:
+            description = rule.description or f"rule {rule.pattern.pattern!r}"
+            matched.append(Candidate(rule.tool, float(rule.priority), description))
     return matched
 
 

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import Response
 from starlette.datastructures import FormData
 
 from ..approval.model import Decision
@@ -23,13 +23,10 @@ from ..canonical import args_digest
 from ..errors import RequestError, Unavailable
 from ..threads import in_thread
 from .routes import (
-    _csrf_ok,
     _page,
     _redirect_with_flash,
     _runtime,
-    _sessions,
-    _signed_in,
-    may_use_inbox,
+    approver_form,
     outcome_line,
 )
 
@@ -69,20 +66,6 @@ def diff_lines(before: str, after: str) -> list[tuple[str, str]]:
     return [(kinds.get(line[:1], "same"), line) for line in list(lines)[2:]]
 
 
-async def _approver_form(request: Request) -> tuple[Principal, FormData, str] | Response:
-    """The signed-in approver and their form, or the response refusing it (as /ui/decide)."""
-    signed_in = await _signed_in(request)
-    if signed_in is None:
-        return RedirectResponse("/ui/", status_code=303)
-    current, who = signed_in
-    if not may_use_inbox(who):
-        return _page(request, "forbidden.html", 403, who=who)
-    form = await request.form()
-    if not _csrf_ok(request, current, form):
-        return _page(request, "forbidden.html", 403, reason="The form was stale; reload it.")
-    return who, form, _sessions(request).csrf(current)
-
-
 async def _current(request: Request, who: Principal, request_id: str) -> dict[str, Any]:
     """The request as it stands, if this key may decide it now (else ``RequestError``)."""
     view = _runtime(request).approvals_view
@@ -101,7 +84,7 @@ CHANGED = "{}: its arguments changed since you opened them; nothing was sent. Re
 async def review(request: Request) -> Response:
     """The edit as a diff against the arguments as they stand, with a confirm button; or
     the edit form again with an inline error, keeping the text."""
-    checked = await _approver_form(request)
+    checked = await approver_form(request)
     if isinstance(checked, Response):
         return checked
     who, form, csrf = checked
@@ -128,7 +111,7 @@ async def review(request: Request) -> Response:
 @router.post("/approve")
 async def approve(request: Request) -> Response:
     """Approve with the reviewed arguments, unless the request changed since the review."""
-    checked = await _approver_form(request)
+    checked = await approver_form(request)
     if isinstance(checked, Response):
         return checked
     who, form, _ = checked

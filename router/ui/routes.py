@@ -203,10 +203,9 @@ def _csrf_ok(request: Request, current: Session, form: FormData) -> bool:
     return _sessions(request).csrf_ok(current, str(form.get("csrf") or ""))
 
 
-@router.post("/decide")
-async def decide(request: Request) -> Response:
-    """Approve or deny one request, or several explicitly selected ones: each is its own
-    decision, sent to the approval worker and audited on its own."""
+async def approver_form(request: Request) -> tuple[Principal, FormData, str] | Response:
+    """The signed-in approver, their form and a fresh CSRF token; or the response refusing
+    them (signed out, not an approver, a stale form)."""
     signed_in = await _signed_in(request)
     if signed_in is None:
         return RedirectResponse("/ui/", status_code=303)
@@ -216,6 +215,17 @@ async def decide(request: Request) -> Response:
     form = await request.form()
     if not _csrf_ok(request, current, form):
         return _page(request, "forbidden.html", 403, reason="The form was stale; reload it.")
+    return who, form, _sessions(request).csrf(current)
+
+
+@router.post("/decide")
+async def decide(request: Request) -> Response:
+    """Approve or deny one request, or several explicitly selected ones: each is its own
+    decision, sent to the approval worker and audited on its own."""
+    checked = await approver_form(request)
+    if isinstance(checked, Response):
+        return checked
+    who, form, _ = checked
     decision = str(form.get("decision") or "")
     if decision not in (Decision.APPROVE, Decision.DENY):
         return _redirect_with_flash(request, "Choose approve or deny.")

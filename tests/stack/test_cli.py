@@ -246,6 +246,19 @@ def test_tools_lists_the_example_tools_without_a_config_file(home: Home) -> None
     assert {tool["name"] for tool in described} == EXAMPLE_TOOLS
 
 
+def test_route_ranks_the_example_tools_for_a_task(home: Home) -> None:
+    out = ok(home.run("route", "compute the average of these numbers", "--limit", "2"))
+    lines = out.splitlines()
+    assert lines[0] == "strategy: hybrid"
+    assert lines[1].split("\t")[0] == "add" and "matches numbers" in lines[1]
+    assert len(lines) == 3
+    answer = json.loads(ok(home.run("route", "add numbers", "--strategy", "lexical", "--json")))
+    assert answer["strategy"] == "lexical" and answer["candidates"][0]["tool"] == "add"
+    refused = home.run("route", "x", "--strategy", "llm")
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert "no LLM endpoint is configured" in refused.stderr
+
+
 def test_tools_reports_a_broken_config_by_file_and_tool(home: Home) -> None:
     (home.cwd / "toolrouter.yaml").write_text(
         'tools:\n  - {name: twin, handler: "router.tools.demo_tools:echo"}\n'

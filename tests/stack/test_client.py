@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from router import AsyncClient, CallResult, Client, Unavailable
-from router.client import BatchStatus, api_requests
-from router.errors import Forbidden, NotAuthenticated, NotFound, RequestError
+from router.client import BatchStatus, Routed, api_requests
+from router.errors import BadRequest, Forbidden, NotAuthenticated, NotFound, RequestError
 
 from ..support.launcher import free_port
 from ..support.scripted_http import (
@@ -202,6 +202,28 @@ def test_calls_from_threads_and_tasks_at_once_each_get_their_own_answer(stack: S
             return [result.value for result in results]
 
     assert asyncio.run(tasks()) == [{"i": i} for i in range(40)]
+
+
+def test_both_clients_route_a_task_as_the_api_ranks_it(stack: Stack) -> None:
+    with client(stack) as agent:
+        routed = agent.route("backup web search", limit=2)
+        by_capability = agent.route("", capability="search.web")
+        with pytest.raises(BadRequest, match="unknown strategy: magic"):
+            agent.route("x", strategy="magic")
+    assert isinstance(routed, Routed) and routed.fallback is None
+    assert routed.strategy == "hybrid" and len(routed.candidates) == 2
+    assert routed.candidates[0].tool == "search_backup"
+    assert routed.candidates[0].reason.startswith("matches backup, search, web")
+    assert by_capability.strategy == "capability"
+    assert {c.tool for c in by_capability.candidates} >= {"search_primary", "search_backup"}
+
+    async def routed_async() -> Routed:
+        async with AsyncClient(stack.base_url, stack.keys["agent"]) as agent:
+            return await agent.route("backup web search", strategy="lexical", limit=2)
+
+    lexical = asyncio.run(routed_async())
+    assert lexical.strategy == "lexical"
+    assert lexical.candidates[0].tool == "search_backup"
 
 
 # -- on the wire, against a scripted server ---------------------------------------------

@@ -33,6 +33,7 @@ from router.settings import Settings
 
 from ..support.audit import audit_events, audit_rows
 from ..support.launcher import REPO, free_port, stop_group, wait_for_http
+from ..support.mcp_pipe import piped_session
 from ..support.stack import Stack
 
 STATUS_TOOL = "toolrouter.call_status"
@@ -509,34 +510,18 @@ def test_toolrouter_mcp_refuses_a_bad_key_before_serving(stack: Stack) -> None:
 def test_toolrouter_mcp_answers_every_request_piped_in_before_it_exits(stack: Stack) -> None:
     """A client that writes its requests and closes stdin at once (a pipe, a script) gets
     an answer to each, the slowest included, before the server exits."""
-    lines = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "pipe", "version": "1"},
+    done = piped_session(
+        stack,
+        [
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "method": "tools/call",
+                "params": {"name": "sleep", "arguments": {"seconds": 1}},
             },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-        {
-            "jsonrpc": "2.0",
-            "id": 3,
-            "method": "tools/call",
-            "params": {"name": "sleep", "arguments": {"seconds": 1}},
-        },
-    ]
-    done = subprocess.run(
-        [sys.executable, "-m", "router.cli.main", "mcp", "--key", stack.keys["agent"]],
-        env=stack.env,
-        cwd=REPO,
-        input="".join(json.dumps(line) + "\n" for line in lines),
-        capture_output=True,
-        text=True,
-        timeout=120,
+        ],
+        version="2025-06-18",
     )
     assert done.returncode == 0, done.stderr
     messages = [json.loads(line) for line in done.stdout.splitlines()]

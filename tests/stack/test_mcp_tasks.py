@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 
 from ..support.calls import result as call_result
 from ..support.calls import submit
-from ..support.launcher import REPO
+from ..support.mcp_pipe import piped_session
 from ..support.stack import Stack
 from ..support.waiting import wait_for
 from .test_mcp_server import approve, run, stdio_params
@@ -431,34 +429,18 @@ def test_a_cursor_out_of_range_is_an_invalid_cursor(stack: Stack, created_at: in
 
 def test_piped_stdio_exits_after_a_cancelled_request(stack: Stack) -> None:
     """A request the client cancelled is never answered; the server does not wait for it."""
-    lines = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "pipe", "version": "1"},
+    done = piped_session(
+        stack,
+        [
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "sleep", "arguments": {"seconds": 5}},
             },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tools/call",
-            "params": {"name": "sleep", "arguments": {"seconds": 5}},
-        },
-        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}},
-    ]
-    done = subprocess.run(
-        [sys.executable, "-m", "router.cli.main", "mcp", "--key", stack.keys["agent"]],
-        env=stack.env,
-        cwd=REPO,
-        input="".join(json.dumps(line) + "\n" for line in lines),
-        capture_output=True,
-        text=True,
-        timeout=120,
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}},
+        ],
+        version="2025-11-25",
     )
     assert done.returncode == 0, done.stderr
     answered = {json.loads(line).get("id") for line in done.stdout.splitlines()}

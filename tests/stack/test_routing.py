@@ -7,7 +7,7 @@ import pytest
 from router.errors import BadRequest, ConfigError
 from router.tools.config import parse_config
 from router.tools.registry import ToolRegistry
-from router.tools.routing import parse_rules, route
+from router.tools.routing import Candidate, Strategy, parse_rules, route, strategy_named
 
 from ..support.stack import Stack
 
@@ -43,34 +43,34 @@ def catalogue() -> ToolRegistry:
     return ToolRegistry.from_config(parse_config(CATALOGUE, file="catalogue.yaml", env={}))
 
 
-def names(candidates: list) -> list[str]:  # type: ignore[type-arg]
+def names(candidates: list[Candidate]) -> list[str]:
     return [c.tool for c in candidates]
 
 
-def test_lexical_ranks_by_bm25_over_name_description_and_capabilities(
-    catalogue: ToolRegistry,
-) -> None:
-    assert names(route(catalogue, task="search the web for news"))[:2] == [
-        "web_search",
-        "cheap_search",
-    ]
+def test_text_strategies_rank_the_catalogue(catalogue: ToolRegistry) -> None:
+    lexical = route(catalogue, task="search the web for news", strategy=Strategy.LEXICAL)
+    assert names(lexical)[:2] == ["web_search", "cheap_search"]
     assert names(route(catalogue, task="calculate the average"))[0] == "calculator"
-    assert names(route(catalogue, task="extract text from this document")) == ["file_reader"]
-    assert route(catalogue, task="zzz qqq") == []
+    assert names(route(catalogue, task="extract text from this document"))[0] == "file_reader"
+    assert route(catalogue, task="zzz qqq", strategy=Strategy.LEXICAL) == []
 
 
 def test_capability_filters_and_cost_ranks_within_the_budget(catalogue: ToolRegistry) -> None:
-    by_cost = route(catalogue, task="", strategy="cost", capability="search.web")
+    by_cost = route(catalogue, task="", strategy=Strategy.COST, capability="search.web")
     assert names(by_cost) == ["cheap_search", "web_search"]
     assert "cost 0.001" in by_cost[0].reason
     tight = route(
-        catalogue, task="", strategy="cost", capability="search.web", budget={"remaining": 0.01}
+        catalogue,
+        task="",
+        strategy=Strategy.COST,
+        capability="search.web",
+        budget={"remaining": 0.01},
     )
     assert names(tight) == ["cheap_search"]
     ranked = route(
         catalogue,
         task="",
-        strategy="capability",
+        strategy=Strategy.CAPABILITY,
         capability="search.web",
         success={"web_search": 0.99, "cheap_search": 0.5},
     )
@@ -80,17 +80,20 @@ def test_capability_filters_and_cost_ranks_within_the_budget(catalogue: ToolRegi
 def test_rules_apply_in_priority_order(catalogue: ToolRegistry) -> None:
     rules = parse_rules(RULES, file="catalogue.yaml")
     assert names(
-        route(catalogue, task="calculate today's news sum", strategy="rules", rules=rules)
+        route(catalogue, task="calculate today's news sum", strategy=Strategy.RULES, rules=rules)
     ) == ["web_search", "calculator"]
-    assert route(catalogue, task="hello", strategy="rules", rules=rules) == []
+    assert route(catalogue, task="hello", strategy=Strategy.RULES, rules=rules) == []
     with pytest.raises(ConfigError):
         parse_rules([{"pattern": "(", "tool": "x"}], file="catalogue.yaml")
 
 
-def test_no_strategy_pretends_to_be_a_model(catalogue: ToolRegistry) -> None:
-    for strategy in ("semantic", "llm", "magic"):
-        with pytest.raises(BadRequest):
-            route(catalogue, task="x", strategy=strategy)
+def test_llm_needs_the_ranker_and_unknown_strategies_are_refused(
+    catalogue: ToolRegistry,
+) -> None:
+    with pytest.raises(BadRequest, match="needs the ranker"):
+        route(catalogue, task="x", strategy=Strategy.LLM)
+    with pytest.raises(BadRequest, match="unknown strategy: magic"):
+        strategy_named("magic")
 
 
 def test_a_gated_fallback_is_a_config_error() -> None:
@@ -105,12 +108,35 @@ def test_a_gated_fallback_is_a_config_error() -> None:
 def test_route_endpoint_ranks_the_stack_tools(stack: Stack) -> None:
     with stack.client("agent") as http:
         body = http.post("/v1/route", json={"task": "backup web search"}).json()
-        assert body["ok"] is True and body["strategy"] == "lexical"
+        assert body["ok"] is True and body["strategy"] == "hybrid"
         assert body["candidates"][0]["tool"] == "search_backup"
-        assert {"tool", "score", "reason"} <= set(body["candidates"][0])
+        assert body["candidates"][0]["reason"].startswith("matches backup, search, web; ")
+        for strategy in ("lexical", "semantic"):
+            named = http.post(
+                "/v1/route", json={"task": "backup web search", "strategy": strategy, "limit": 3}
+            ).json()
+            assert named["strategy"] == strategy and len(named["candidates"]) <= 3
+            assert named["candidates"][0]["tool"] == "search_backup"
         refused = http.post("/v1/route", json={"task": "x", "strategy": "llm"})
         assert refused.status_code == 422
-        assert refused.json()["error"].startswith("strategy llm is not available")
+        assert refused.json()["error"] == (
+            "strategy llm is not available: no LLM endpoint is configured"
+            " (TOOLROUTER_ROUTE_LLM_URL)"
+        )
+        unknown = http.post("/v1/route", json={"task": "x", "strategy": "magic"})
+        assert unknown.status_code == 422
+
+
+def test_a_route_by_capability_ranks_as_a_call_by_capability_chooses(stack: Stack) -> None:
+    with stack.client("agent") as http:
+        routed = http.post("/v1/route", json={"capability": "search.web"}).json()
+        explained = http.post(
+            "/v1/calls", json={"capability": "search.web", "args": {"q": "z"}, "dry_run": True}
+        ).json()
+    assert routed["strategy"] == "capability"
+    ranking = [c["tool"] for c in explained["capability"]["ranking"]]
+    assert [c["tool"] for c in routed["candidates"]] == ranking
+    assert set(ranking) >= {"search_primary", "search_backup"}
 
 
 def test_a_failed_call_falls_back_and_names_the_tool_that_answered(stack: Stack) -> None:

@@ -1,0 +1,72 @@
+"""Embedding similarity between a task and each tool's text: the ``semantic`` strategy and
+the other half of ``hybrid``.
+
+The model is WordLlama's ``l2_supercat`` (256 dimensions), whose weights and tokenizer ship
+inside the ``wordllama`` wheel: it loads from the package folder with downloads disabled,
+once per process, and embeds on the CPU in well under a millisecond.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import BadRequest
+from ..registry import Tool
+from .text import tool_text
+
+_MODEL_LOCK = threading.Lock()
+_model: Any = None
+UNAVAILABLE = "strategy semantic is not available: the wordllama package cannot be loaded"
+
+
+def embedding_model() -> Any:
+    """The process's WordLlama model, loaded on first use from the installed wheel only."""
+    global _model
+    with _MODEL_LOCK:
+        if _model is None:
+            try:
+                import wordllama
+                from wordllama import WordLlama
+
+                folder = Path(wordllama.__file__).parent
+                _model = WordLlama.load(disable_download=True, cache_dir=folder)
+            except (ImportError, OSError, ValueError, FileNotFoundError) as exc:
+                raise BadRequest(f"{UNAVAILABLE} ({type(exc).__name__})") from None
+        return _model
+
+
+class Embeddings:
+    """Normalised embeddings by text, so a tool keeps its vector across index rebuilds."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_text: dict[str, np.ndarray] = {}
+
+    def of(self, texts: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            missing = list(dict.fromkeys(t for t in texts if t not in self._by_text))
+            if missing:
+                vectors = embedding_model().embed(missing, norm=True)
+                self._by_text.update(zip(missing, np.asarray(vectors, np.float32), strict=True))
+            return np.stack([self._by_text[t] for t in texts]) if texts else np.zeros((0, 1))
+
+    def query(self, text: str) -> np.ndarray:
+        return np.asarray(embedding_model().embed([text], norm=True)[0], dtype=np.float32)
+
+
+class SemanticIndex:
+    def __init__(self, tools: Sequence[Tool], embeddings: Embeddings) -> None:
+        self.names = [t.name for t in tools]
+        self._embeddings = embeddings
+        self._matrix = embeddings.of([tool_text(t) for t in tools])
+
+    def similarities(self, task: str) -> np.ndarray:
+        """Cosine similarity of ``task`` with each tool, in index order (-1 to 1)."""
+        if not self.names:
+            return np.zeros(0, dtype=np.float32)
+        return self._matrix @ self._embeddings.query(task)
