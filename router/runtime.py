@@ -140,6 +140,7 @@ class Runtime:
             default=Strategy(settings.route_strategy),
             llm=llm,
             shortlist=settings.route_llm_shortlist,
+            clock=self.clock,
         )
 
     @cached_property

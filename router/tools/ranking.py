@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..clock import Clock, wall_clock_ms
 from ..db.store import Store
 from ..errors import BadRequest
 from . import routing, stats
@@ -18,6 +19,7 @@ from .selection.llm import LlmFailed, LlmSelector
 log = logging.getLogger(__name__)
 # Strategies that weigh each tool's measured latency and success rate.
 MEASURED_STRATEGIES = frozenset({Strategy.COST, Strategy.CAPABILITY})
+STATS_TTL_MS = 5000
 LLM_OFF = "strategy llm is not available: no LLM endpoint is configured (TOOLROUTER_ROUTE_LLM_URL)"
 
 
@@ -33,8 +35,12 @@ class Ranker:
         default: Strategy = routing.DEFAULT_STRATEGY,
         llm: LlmSelector | None = None,
         shortlist: int = 20,
+        clock: Clock = wall_clock_ms,
     ) -> None:
         self.store, self.registry, self.rules = store, registry, rules
+        self.clock = clock
+        # Per tool: when its figures were read, its p50 latency and its success rate.
+        self._stats: dict[str, tuple[int, float | None, float | None]] = {}
         self.default, self.llm, self.shortlist = default, llm, shortlist
         self.index = ToolIndex(list(registry))
 
@@ -51,15 +57,24 @@ class Ranker:
         if self.llm is not None:
             self.llm.close()
 
-    def measured(self) -> tuple[dict[str, float | None], dict[str, float | None]]:
-        """Each tool's measured p50 latency and success rate, from the database."""
-        latency: dict[str, float | None] = {}
-        success: dict[str, float | None] = {}
-        with self.store.reading() as conn:
-            for tool in self.registry:
-                row = stats.tool_stats(conn, self.registry, tool.name)
-                latency[tool.name], success[tool.name] = row["latency_p50_s"], row["success_rate"]
-        return latency, success
+    def measured(self, names: list[str]) -> tuple[dict[str, float | None], dict[str, float | None]]:
+        """Each named tool's measured p50 latency and success rate, from the database, at
+        most ``STATS_TTL_MS`` old: they move slowly, and reading them costs two queries a
+        tool."""
+        now = self.clock()
+        stale = [
+            n for n in names if n not in self._stats or now - self._stats[n][0] >= STATS_TTL_MS
+        ]
+        if stale:
+            with self.store.reading() as conn:
+                for name in stale:
+                    row = stats.tool_stats(conn, self.registry, name)
+                    self._stats[name] = (now, row["latency_p50_s"], row["success_rate"])
+        figures = {name: self._stats[name] for name in names}
+        return (
+            {name: latency for name, (_, latency, _) in figures.items()},
+            {name: success for name, (_, _, success) in figures.items()},
+        )
 
     def rank(
         self,
@@ -79,7 +94,12 @@ class Ranker:
             chosen = self.default if strategy is None else routing.strategy_named(strategy)
         if chosen == Strategy.LLM:
             return self._by_llm(task, capability, limit)
-        latency, success = self.measured() if chosen in MEASURED_STRATEGIES else ({}, {})
+        latency: dict[str, float | None] = {}
+        success: dict[str, float | None] = {}
+        if chosen in MEASURED_STRATEGIES:
+            latency, success = self.measured(
+                [t.name for t in self.registry if capability in (None, *t.spec.capabilities)]
+            )
         candidates = routing.route(
             self.registry,
             task=task,

@@ -128,6 +128,7 @@ class ToolRegistry:
         self._tools: dict[str, Tool] = {}
         for tool in tools:
             self._tools[tool.name] = tool
+        self._by_name = sorted(self._tools.values(), key=lambda tool: tool.name)
 
     @classmethod
     def from_config(
@@ -185,7 +186,7 @@ class ToolRegistry:
         return difflib.get_close_matches(name, list(self._tools), n=3, cutoff=0.6)
 
     def __iter__(self) -> Iterator[Tool]:
-        return iter(sorted(self._tools.values(), key=lambda tool: tool.name))
+        return iter(self._by_name)
 
     def __len__(self) -> int:
         return len(self._tools)

@@ -63,10 +63,14 @@ def route(
 ) -> list[Candidate]:
     """Ranked candidates for every strategy but ``llm`` (``Ranker`` wraps that one).
     ``index`` is the registry's text index, built here when not given."""
-    tools = [t for t in registry if capability is None or capability in t.spec.capabilities]
-    allowed = None if capability is None else frozenset(t.name for t in tools)
+    tools = (
+        list(registry)
+        if capability is None
+        else [t for t in registry if capability in t.spec.capabilities]
+    )
     if strategy in (Strategy.LEXICAL, Strategy.SEMANTIC, Strategy.HYBRID):
-        index = index or ToolIndex(list(registry))
+        allowed = None if capability is None else frozenset(t.name for t in tools)
+        index = index or ToolIndex(tools if capability is None else list(registry))
         by_text = {
             Strategy.LEXICAL: index.lexical,
             Strategy.SEMANTIC: index.semantic,

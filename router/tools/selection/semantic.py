@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import threadpoolctl
 
 from ...errors import BadRequest
 from ..registry import Tool
@@ -35,6 +36,9 @@ def embedding_model() -> Any:
 
                 folder = Path(wordllama.__file__).parent
                 _model = WordLlama.load(disable_download=True, cache_dir=folder)
+                # A similarity is one small matrix-vector product: waking BLAS's other
+                # threads for it costs more than it saves when the API's cores are busy.
+                threadpoolctl.threadpool_limits(1, user_api="blas")
             except (ImportError, OSError, ValueError, FileNotFoundError) as exc:
                 raise BadRequest(f"{UNAVAILABLE} ({type(exc).__name__})") from None
         return _model

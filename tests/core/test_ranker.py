@@ -1,0 +1,44 @@
+"""The ranker on a real database: measured figures are read once per tool and reused for a
+few seconds, only for the tools a ranking can return."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from router.clock import FakeClock
+from router.runtime import Runtime
+from router.tools import stats
+from router.tools.ranking import STATS_TTL_MS
+from router.tools.selection.candidates import Strategy
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    seen: list[str] = []
+    real = stats.tool_stats
+
+    def counted(conn: Any, registry: Any, name: str) -> dict[str, Any]:
+        seen.append(name)
+        return real(conn, registry, name)
+
+    monkeypatch.setattr(stats, "tool_stats", counted)
+    return seen
+
+
+def test_measured_figures_are_reused_until_they_are_stale(
+    runtime: Runtime, clock: FakeClock, reads: list[str]
+) -> None:
+    ranker = runtime.ranker
+    everything = sorted(t.name for t in runtime.registry)
+    first = ranker.rank(strategy="cost")
+    assert first.strategy == Strategy.COST and sorted(reads) == everything
+    ranker.rank(strategy="cost")
+    ranker.rank(capability="search.web")
+    assert sorted(reads) == everything
+    clock.advance(STATS_TTL_MS)
+    by_capability = ranker.rank(capability="search.web")
+    assert by_capability.strategy == Strategy.CAPABILITY
+    assert sorted(reads[len(everything) :]) == ["search_backup", "search_primary"]
+    assert {c.tool for c in by_capability.candidates} == {"search_backup", "search_primary"}
