@@ -52,6 +52,14 @@ def test_words_are_split_stemmed_and_stop_words_dropped() -> None:
         "time",
     ]
     assert analyzer.stems("averages") == analyzer.stems("average")
+    # Words of other scripts stay whole rather than split at each non-ASCII letter.
+    assert [t.word for t in analyzer.terms("¿Qué tiempo hace en Zürich?")] == [
+        "qué",
+        "tiempo",
+        "hace",
+        "en",
+        "zürich",
+    ]
 
 
 def test_stop_words_no_longer_rank_a_short_description_first(index: ToolIndex) -> None:

@@ -15,7 +15,8 @@ from bm25s.stopwords import STOPWORDS_EN
 from ..registry import Tool
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
-_WORD = re.compile(r"[a-z0-9]+")
+# Letters and digits of any script; "_" separates, as in identifiers.
+_WORD = re.compile(r"[^\W_]+")
 _STOP = frozenset(STOPWORDS_EN)
 # Parameter names and descriptions from nested schemas count, to this depth.
 _SCHEMA_DEPTH = 3
