@@ -25,6 +25,8 @@ class Params:
     concurrency: int = 2
     # Calls in flight from the Python client during the throughput runs.
     in_flight: int = 64
+    # API processes on the API's port (TOOLROUTER_API_PROCESSES).
+    api_processes: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -45,6 +45,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         "--backends", default="sqlite,postgresql", help="comma-separated: sqlite, postgresql"
     )
     parser.add_argument("--audit-rows", type=int, default=None, help="scale the audit table down")
+    parser.add_argument(
+        "--api-processes", type=int, default=None, help="API processes on its port (1)"
+    )
     parser.add_argument("--output", type=Path, default=None, help="default: bench/results/")
     return parser.parse_args(argv)
 
@@ -116,6 +119,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     params: Params = SMOKE if args.smoke else FULL
     if args.audit_rows is not None:
         params = Params(**{**params.to_dict(), "audit_rows": args.audit_rows})
+    if args.api_processes is not None:
+        params = Params(**{**params.to_dict(), "api_processes": args.api_processes})
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     report: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

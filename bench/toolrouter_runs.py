@@ -28,7 +28,14 @@ QUEUES = "tools.low,tools.medium,tools.high"
 class Stack:
     """One toolrouter: the API, a worker on every tool queue, the approval worker."""
 
-    def __init__(self, database_url: str, redis_url: str, state_dir: Path, concurrency: int):
+    def __init__(
+        self,
+        database_url: str,
+        redis_url: str,
+        state_dir: Path,
+        concurrency: int,
+        api_processes: int = 1,
+    ):
         state_dir.mkdir(parents=True, exist_ok=True)
         self.database_url = database_url
         self.port = free_port()
@@ -40,10 +47,15 @@ class Stack:
             TOOLROUTER_STATE_DIR=str(state_dir),
             TOOLROUTER_CONFIG=str(CONFIG),
             TOOLROUTER_API_PORT=str(self.port),
+            TOOLROUTER_API_PROCESSES=str(api_processes),
             PYTHONPATH=str(REPO),
         )
         self.settings = Settings(
-            database_url=database_url, redis_url=redis_url, state_dir=state_dir, config=CONFIG
+            database_url=database_url,
+            redis_url=redis_url,
+            state_dir=state_dir,
+            config=CONFIG,
+            api_processes=api_processes,
         )
         self.procs = Launcher(state_dir, env)
         self.concurrency = concurrency
@@ -156,7 +168,7 @@ def run_toolrouter(
     params: Params, database_url: str, redis_url: str, state_dir: Path
 ) -> dict[str, Any]:
     """Every toolrouter figure on one database; always stops the processes."""
-    stack = Stack(database_url, redis_url, state_dir, params.concurrency)
+    stack = Stack(database_url, redis_url, state_dir, params.concurrency, params.api_processes)
     stack.start()
     try:
         with stack.client() as agent, stack.client("approver") as approver:

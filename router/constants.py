@@ -52,6 +52,10 @@ RATE_BUCKET = "bucket"
 RESULT_CACHE = "cache"
 # Failed inbox sign-ins, by client address.
 LOGIN_FAILURES = "login-failures"
+# MCP over stateless HTTP: the call each waiting request made (for cancels), and the log
+# level each key set.
+MCP_IN_FLIGHT = "mcp-in-flight"
+MCP_LOG_LEVEL = "mcp-log-level"
 
 # A call whose run has taken its worker down this many times is failed as poison.
 POISON_CAP = 3

@@ -5,6 +5,7 @@ Nothing else in the project reads ``os.environ`` for configuration.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -32,6 +33,9 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     # Port the API listens on.
     api_port: int = 8000
+    # API processes serving that port (uvicorn's workers, sharing its socket); 0: one per
+    # CPU core. Each is a full API: any of them answers any request.
+    api_processes: int = Field(default=0, ge=0, le=64)
     # Address Flower binds to; loopback, since its pages show every task and worker.
     flower_host: str = "127.0.0.1"
     # Port Flower listens on.
@@ -57,8 +61,9 @@ class Settings(BaseSettings):
 
     # How long an inbox session lasts before its approver signs in again.
     ui_session_hours: float = Field(default=8.0, gt=0, le=24 * 7)
-    # Failed inbox sign-ins one client address may make in a minute (counted per API
-    # process) before it is answered 429: guessing keys stays slow.
+    # Failed inbox sign-ins one client address may make in a minute (counted in Redis, shared
+    # by every API process; per process while Redis is down) before it is answered 429:
+    # guessing keys stays slow.
     ui_login_failures_per_minute: int = Field(default=5, ge=1, le=1000)
 
     # Host header values /mcp accepts besides localhost and the API's own host:port
@@ -145,6 +150,10 @@ class Settings(BaseSettings):
     route_llm_timeout_s: float = Field(default=10.0, gt=0, le=120)
     # How many of the default ranking's best candidates the model chooses among.
     route_llm_shortlist: int = Field(default=20, ge=2, le=100)
+
+    @property
+    def resolved_api_processes(self) -> int:
+        return self.api_processes or max(1, os.cpu_count() or 1)
 
     @property
     def resolved_public_url(self) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import secrets
 import threading
 import time
@@ -18,6 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import redis
 from sqlalchemy import and_, select, update
 
 from ..clock import Clock
@@ -25,6 +27,8 @@ from ..db.schema import ui_sessions
 from ..db.store import Store
 from ..trust.keyring import KeyRing, Purpose
 from .keys import Principal, principal_named
+
+log = logging.getLogger(__name__)
 
 COOKIE = "tr_session"
 FLASH_COOKIE = "tr_flash"
@@ -137,26 +141,64 @@ class SessionStore:
             return None
 
 
+# Failed sign-ins of one address, shared by every API process: a sorted set of the Redis
+# server's times in microseconds (the processes' clocks differ), the newest ARGV[1] (the
+# limit) only, expiring on its own. ARGV[3] is 1 to record a failure (member ARGV[4]), 0
+# to only look. Returns the microseconds until fewer than the limit are in the window.
+_SHARED_FAILURES = """
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if ARGV[3] == '1' then
+  redis.call('ZADD', KEYS[1], now, ARGV[4])
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(limit + 1))
+  redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000) + 1000)
+end
+if redis.call('ZCARD', KEYS[1]) < limit then return 0 end
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return math.max(0, tonumber(oldest[2]) + window - now)
+"""
+
+
 class LoginThrottle:
-    """Failed sign-ins per client address over the last minute, in this API process."""
+    """Failed sign-ins per client address over the last minute: counted in this API process
+    and, given a Redis client, in Redis too, where every API process of the deployment
+    shares the count. An address waits for whichever count says longer: Redis is not
+    trusted, and what it says never makes the throttle weaker than this process's own."""
 
     WINDOW_S = 60.0
     MAX_ADDRESSES = 10_000
+    # After Redis failed to answer, how long this process counts alone before asking again:
+    # a Redis that hangs must not make every sign-in wait out its timeout.
+    RETRY_S = 10.0
 
-    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        per_minute: int,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        shared: redis.Redis | None = None,
+        key_prefix: str = "",
+    ) -> None:
         self.per_minute = per_minute
         self.clock = clock
         self._failures: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
+        self._script = shared.register_script(_SHARED_FAILURES) if shared is not None else None
+        self._key_prefix = key_prefix
+        self._retry_at = 0.0
 
     def wait_s(self, address: str) -> float:
         """0 when ``address`` may try now; else how long until it may."""
         now = self.clock()
         with self._lock:
             failures = self._recent(address, now)
-            if len(failures) < self.per_minute:
-                return 0.0
-            return max(0.0, failures[0] + self.WINDOW_S - now)
+            local = 0.0
+            if len(failures) >= self.per_minute:
+                local = max(0.0, failures[0] + self.WINDOW_S - now)
+        return max(local, self._ask_shared(address, record=False))
 
     def failed(self, address: str) -> None:
         now = self.clock()
@@ -164,6 +206,29 @@ class LoginThrottle:
             if len(self._failures) >= self.MAX_ADDRESSES:
                 self._failures.clear()  # many addresses at once: start over
             self._recent(address, now).append(now)
+        self._ask_shared(address, record=True)
+
+    def key(self, address: str) -> str:
+        """The address's count in Redis: hashed, so every key has the same short length."""
+        digest = hashlib.sha256(address.encode("utf-8", "surrogatepass")).hexdigest()
+        return f"{self._key_prefix}:{digest}"
+
+    def _ask_shared(self, address: str, *, record: bool) -> float:
+        """The shared count's wait (recording a failure first if asked); 0 without Redis."""
+        if self._script is None or self.clock() < self._retry_at:
+            return 0.0
+        window_us = int(self.WINDOW_S * 1_000_000)
+        try:
+            answer = self._script(
+                keys=[self.key(address)],
+                args=[self.per_minute, window_us, int(record), secrets.token_hex(8)],
+            )
+            return min(self.WINDOW_S, max(0.0, float(answer) / 1_000_000))
+        except (redis.RedisError, TypeError, ValueError) as exc:
+            # Redis down: fail open to this process's count, as approvers must still sign in.
+            self._retry_at = self.clock() + self.RETRY_S
+            log.warning("sign-in throttle: Redis did not answer (%s); counting per process", exc)
+            return 0.0
 
     def _recent(self, address: str, now: float) -> deque[float]:
         failures = self._failures.setdefault(address, deque())

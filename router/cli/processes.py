@@ -36,6 +36,7 @@ def api_argv(settings: Settings, *, host: str | None = None, port: int | None = 
         "--no-access-log",
         "--timeout-graceful-shutdown",
         "5",
+        *(["--workers", str(count)] if (count := settings.resolved_api_processes) > 1 else []),
     ]
 
 

@@ -9,11 +9,17 @@ Here a thread runs a PASSIVE checkpoint (it waits for no reader or writer) every
 The engine's own threshold is raised to ``AUTOCHECKPOINT_PAGES``, where it only bounds
 the log of a process without this thread (a worker alone, the CLI), or if this thread
 falls behind. PostgreSQL needs none of it.
+
+With several API processes on one database, one of them checkpoints: the one holding an
+exclusive ``flock`` on ``<database>-checkpoints.lock``. The others try for the lock every
+interval, so one takes over when its holder exits (the kernel drops a dead process's lock).
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import sqlite3
 import threading
 
@@ -35,6 +41,8 @@ class WalCheckpointer:
         self._thread: threading.Thread | None = None
         # What this thread's last checkpoint found (``checkpoint``), once it has run.
         self.last: tuple[int, int, int] | None = None
+        # Whether this process holds the lock and so runs the checkpoints.
+        self.holds_lock = False
 
     @classmethod
     def for_engine(cls, engine: Engine) -> WalCheckpointer | None:
@@ -69,12 +77,27 @@ class WalCheckpointer:
         connection = sqlite3.connect(
             self.database_path, timeout=1.0, isolation_level=None, check_same_thread=False
         )
+        lock = os.open(f"{self.database_path}-checkpoints.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             while not self._stopping.wait(self.interval_s):
+                if not self.holds_lock:
+                    self.holds_lock = _try_lock(lock)
+                    if not self.holds_lock:
+                        continue
                 try:
                     self.last = self.checkpoint(connection)
                 except sqlite3.Error as exc:
                     # The next commit over the engine's threshold checkpoints instead.
                     log.warning("WAL checkpoint of %s failed: %s", self.database_path, exc)
         finally:
+            os.close(lock)  # releases the lock, if held
+            self.holds_lock = False
             connection.close()
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True

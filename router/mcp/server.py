@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
+import redis
 from mcp import types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
@@ -86,8 +87,10 @@ class ToolrouterMcp:
         self.call_wait_s = settings.mcp_call_wait_s
         self.max_wait_s = settings.max_wait_s
         self.poll_s = settings.mcp_task_poll_ms / 1000
-        self.in_flight = CallsInFlight()
-        self.log_levels = LogLevels()
+        # Shared by every API process, since any of them may take a key's next request.
+        state = redis.Redis.from_url(runtime.redis_url, socket_timeout=2, socket_connect_timeout=2)
+        self.in_flight = CallsInFlight(state, runtime.namespace)
+        self.log_levels = LogLevels(state, runtime.namespace)
         # Wakes whoever waits for a call this server cancelled, as DELETE /v1/calls does.
         self.notifier = runtime.notifier()
         self.tasks = TaskService(
@@ -170,7 +173,7 @@ class ToolrouterMcp:
         result = await self.runtime.group_commit.submit(
             Submission(who.name, params.name, args, key)
         )
-        reports = CallReports(ctx, who.name, self.log_levels)
+        reports = await CallReports.start(ctx, who.name, self.log_levels)
         if result.call_id is not None:
             await reports.saw(result)
         running = result.status in (CallStatus.QUEUED, CallStatus.RUNNING)
@@ -183,7 +186,7 @@ class ToolrouterMcp:
     ) -> CallResult:
         """Wait the bounded time for the call; with a progress token, look at it every poll
         interval so that ``running`` is reported too."""
-        self.in_flight.add(who.name, ctx.request_id, call_id)
+        await in_thread(self.in_flight.add, who.name, ctx.request_id, call_id)
         deadline = anyio.current_time() + self.call_wait_s
         slice_s = self.poll_s if reports.wants_progress else self.call_wait_s
         result: CallResult | None = None
@@ -198,7 +201,7 @@ class ToolrouterMcp:
             first = False
             await reports.saw(result)
         # Not on cancellation: a notifications/cancelled that follows must find the call.
-        self.in_flight.done(who.name, ctx.request_id, call_id)
+        await in_thread(self.in_flight.done, who.name, ctx.request_id, call_id)
         return result
 
     async def _status(self, who: Principal, args: Any) -> types.CallToolResult:
@@ -275,7 +278,7 @@ class ToolrouterMcp:
 
     async def _set_level(self, ctx: Context, params: types.SetLevelRequestParams) -> HandlerResult:
         who = await self._who(ctx)
-        self.log_levels.set(who.name, params.level)
+        await in_thread(self.log_levels.set, who.name, params.level)
         return types.EmptyResult()
 
     async def _cancelled(self, ctx: Context, params: types.CancelledNotificationParams) -> None:
@@ -287,11 +290,12 @@ class ToolrouterMcp:
             who = await self.identify(ctx)
         except (RequestError, Unavailable):
             return
-        call_id = self.in_flight.take(who.name, params.request_id)
-        if call_id is None:
-            return
         with anyio.CancelScope(shield=True):
+            call_id = await in_thread(self.in_flight.take, who.name, params.request_id)
+            if call_id is None:
+                return
             try:
+                # Key-scoped: a call id planted in Redis cancels none but the key's own.
                 await in_thread(self.runtime.calls.cancel, who, call_id)
                 await in_thread(self.notifier.call_done, call_id)
             except (RequestError, Unavailable) as exc:

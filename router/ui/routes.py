@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import redis
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
@@ -20,6 +21,7 @@ from starlette.datastructures import FormData
 from ..approval.model import Decision
 from ..auth.principal import Principal
 from ..auth.sessions import COOKIE, FLASH_COOKIE, LoginThrottle, Session, SessionStore
+from ..constants import LOGIN_FAILURES
 from ..errors import NotAuthenticated, RequestError, Unavailable
 from ..runtime import Runtime
 from ..status import Role
@@ -44,8 +46,14 @@ def _sessions(request: Request) -> SessionStore:
 def _throttle(request: Request) -> LoginThrottle:
     throttle: LoginThrottle | None = getattr(request.app.state, "login_throttle", None)
     if throttle is None:
-        per_minute = _runtime(request).settings.ui_login_failures_per_minute
-        throttle = request.app.state.login_throttle = LoginThrottle(per_minute)
+        runtime = _runtime(request)
+        # Short timeouts: a sign-in waits on them (in a thread, never on the event loop).
+        shared = redis.Redis.from_url(runtime.redis_url, socket_timeout=1, socket_connect_timeout=1)
+        throttle = request.app.state.login_throttle = LoginThrottle(
+            runtime.settings.ui_login_failures_per_minute,
+            shared=shared,
+            key_prefix=runtime.namespace.key(LOGIN_FAILURES),
+        )
     return throttle
 
 
@@ -153,7 +161,7 @@ async def login(request: Request) -> Response:
     if not _same_origin(request):
         return _page(request, "forbidden.html", 403, reason="Sign in from this site's own page.")
     throttle, address = _throttle(request), _client(request)
-    wait_s = throttle.wait_s(address)
+    wait_s = await in_thread(throttle.wait_s, address)
     if wait_s > 0:
         return _page(
             request,
@@ -167,7 +175,7 @@ async def login(request: Request) -> Response:
     try:
         who = await in_thread(runtime.keys.authenticate, token)
     except NotAuthenticated:
-        throttle.failed(address)
+        await in_thread(throttle.failed, address)
         return _page(request, "login.html", 401, error="That key was not accepted.")
     if not may_use_inbox(who):
         return _page(request, "forbidden.html", 403, who=who)

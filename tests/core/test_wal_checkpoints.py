@@ -49,6 +49,33 @@ def test_commits_leave_checkpoints_to_the_thread_which_copies_the_log(tmp_path: 
     engine.dispose()
 
 
+def test_of_several_processes_one_checkpoints_and_another_takes_over(tmp_path: Path) -> None:
+    """Two checkpointers stand for two API processes: flock locks belong to an open file,
+    so two opens of the lock file compete as two processes would."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)"))
+    first, second = WalCheckpointer.for_engine(engine), WalCheckpointer.for_engine(engine)
+    assert first is not None and second is not None
+    first.interval_s = second.interval_s = 0.02
+    first.start()
+    try:
+        wait_for(lambda: first.holds_lock, 10, "the first to take the lock")
+        second.start()
+        write_rows(engine, 20)
+        wait_for(lambda: all_copied(first, at_least=20), 10, "the holder to copy the log")
+        assert not second.holds_lock and second.last is None
+        first.stop()
+        assert not first.holds_lock
+        write_rows(engine, 20)
+        wait_for(lambda: all_copied(second, at_least=20), 10, "the other to take over")
+        assert second.holds_lock
+    finally:
+        first.stop()
+        second.stop()
+    engine.dispose()
+
+
 def test_only_an_sqlite_file_gets_a_checkpointer(tmp_path: Path) -> None:
     assert WalCheckpointer.for_engine(make_engine("sqlite:///:memory:")) is None
     assert WalCheckpointer.for_engine(make_engine("postgresql://nobody@127.0.0.1/x")) is None

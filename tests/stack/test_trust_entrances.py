@@ -733,29 +733,37 @@ def test_sign_in_is_refused_unless_posted_from_the_inbox_own_origin(stack: Stack
 
 
 def test_repeated_failed_sign_ins_from_one_address_are_throttled(
-    stack: Stack, tmp_path: Path
+    stack: Stack, tmp_path: Path, redis_base: str
 ) -> None:
     backend = backend_of(stack)
     allowed = stack.settings.ui_login_failures_per_minute
     _, token = new_key(stack, "approver")
-    # An API process of its own, so the throttle it fills is nobody else's.
-    with second_api(stack, tmp_path / "api.log") as base_url:
-        failures = [sign_in(base_url, f"trk_guess-{i}").status_code for i in range(allowed)]
-        blocked = sign_in(base_url, token)
-        blocked_bad = sign_in(base_url, "trk_guess-more")
-        # A refused origin is not a failed sign-in and is answered as before.
-        with httpx.Client(base_url=base_url, timeout=30) as http:
-            no_origin = http.post("/ui/login", data={"key": token}).status_code
-        api_still = httpx.get(
-            f"{base_url}/v1/tools", headers={"Authorization": f"Bearer {token}"}, timeout=30
-        ).status_code
+    # An API process of its own on a Redis db of its own (API processes share the count
+    # through Redis), so the throttle it fills is nobody else's.
+    own_redis_url = f"{redis_base}/{TRUST_REDIS_DB}"
+    forget_counts(own_redis_url, stack.settings)
+    try:
+        with second_api(
+            stack, tmp_path / "api.log", TOOLROUTER_REDIS_URL=own_redis_url
+        ) as base_url:
+            failures = [sign_in(base_url, f"trk_guess-{i}").status_code for i in range(allowed)]
+            blocked = sign_in(base_url, token)
+            blocked_bad = sign_in(base_url, "trk_guess-more")
+            # A refused origin is not a failed sign-in and is answered as before.
+            with httpx.Client(base_url=base_url, timeout=30) as http:
+                no_origin = http.post("/ui/login", data={"key": token}).status_code
+            api_still = httpx.get(
+                f"{base_url}/v1/tools", headers={"Authorization": f"Bearer {token}"}, timeout=30
+            ).status_code
+    finally:
+        forget_counts(own_redis_url, stack.settings)
     assert failures == [401] * allowed
     assert blocked.status_code == 429 and SESSION_COOKIE not in blocked.cookies
     assert "Too many failed sign-ins" in blocked.text
     assert blocked_bad.status_code == 429
     assert no_origin == 403
     assert api_still == 200  # the API itself is not throttled
-    # Another API process has its own count: the same key signs in there.
+    # The stack's API counts in its own Redis: the same key signs in there.
     elsewhere = sign_in(stack.base_url, token)
     assert elsewhere.status_code == 303
     print(
@@ -763,6 +771,16 @@ def test_repeated_failed_sign_ins_from_one_address_are_throttled(
         f"-> {blocked.status_code}, a wrong one -> {blocked_bad.status_code}; /v1 with the key "
         f"-> {api_still}"
     )
+
+
+def forget_counts(redis_url: str, settings: Settings) -> None:
+    """Drop a deployment's failed sign-in counts from one Redis db (and nothing else there)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        for key in client.scan_iter(match=derive_namespace(settings) + ":login-failures:*"):
+            client.delete(key)
+    finally:
+        client.close()
 
 
 def test_a_real_browser_signs_in_and_its_sign_out_ends_the_server_session(

@@ -142,6 +142,8 @@ def stack_env(
             "TOOLROUTER_REAPER_INTERVAL_S": "1",
             "TOOLROUTER_RECONCILER_INTERVAL_S": "1",
             "TOOLROUTER_DECISION_TIMEOUT_S": "3",
+            # One API process unless a test asks for more (tests/stack/test_api_processes.py).
+            "TOOLROUTER_API_PROCESSES": "1",
             "PYTHONPATH": str(REPO),
             "PYTHONUNBUFFERED": "1",
         }
