@@ -34,7 +34,8 @@ class Settings(BaseSettings):
     # Port the API listens on.
     api_port: int = 8000
     # API processes serving that port (uvicorn's workers, sharing its socket); 0: one per
-    # CPU core. Each is a full API: any of them answers any request.
+    # two CPU cores, leaving the rest to the workers and the database. Each is a full API:
+    # any of them answers any request.
     api_processes: int = Field(default=0, ge=0, le=64)
     # Address Flower binds to; loopback, since its pages show every task and worker.
     flower_host: str = "127.0.0.1"
@@ -153,7 +154,7 @@ class Settings(BaseSettings):
 
     @property
     def resolved_api_processes(self) -> int:
-        return self.api_processes or max(1, os.cpu_count() or 1)
+        return self.api_processes or max(1, (os.cpu_count() or 1) // 2)
 
     @property
     def resolved_public_url(self) -> str:
