@@ -283,6 +283,9 @@ class DecisionRequest(BaseModel):
     reason: str | None = Field(default=None, max_length=2000)
     wait_s: float | None = Field(default=None, ge=0, description="approve only: wait for the call")
     args: dict[str, Any] | None = Field(default=None, description="approve only: edited arguments")
+    expected_args_sha256: str | None = Field(
+        default=None, description="approve only: 409 unless the arguments still have this hash"
+    )
 
 
 class DecisionAnswer(BaseModel):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -30,9 +31,10 @@ DECISION_ROUTE: dict[str, Any] = {
 }
 
 DECISION_FIELDS = {
-    Decision.APPROVE: frozenset({"reason", "wait_s", "args"}),
+    Decision.APPROVE: frozenset({"reason", "wait_s", "args", "expected_args_sha256"}),
     Decision.DENY: frozenset({"reason"}),
 }
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 REFUSALS = {403: Forbidden, 404: NotFound, 409: Conflict, 413: PayloadTooLarge, 422: BadRequest}
 
 
@@ -70,7 +72,18 @@ async def _decide(
     args = body.get("args")
     if args is not None and not isinstance(args, dict):
         raise BadRequest("args must be a JSON object: the arguments as edited")
+    expected = body.get("expected_args_sha256")
+    if expected is not None and not (isinstance(expected, str) and SHA256_HEX.fullmatch(expected)):
+        raise BadRequest("expected_args_sha256 must be 64 lower-case hex digits")
     await in_thread(runtime.approvals_view.precheck, who, request_id)
+    if expected is not None:
+        # What the approver read must be what stands: another approver may have edited it.
+        current = (await in_thread(runtime.approvals_view.get, who, request_id))["args_sha256"]
+        if current != expected:
+            raise Conflict(
+                f"the arguments changed since you read them (args_sha256 is now {current});"
+                " nothing was decided"
+            )
     answer = await in_thread(runtime.decisions.send, request_id, who.name, decision, reason, args)
     if not answer.get("ok"):
         code = int(answer.get("http_status", 503))

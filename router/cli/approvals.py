@@ -44,6 +44,7 @@ def list_requests(status: str, as_json: bool, key: str | None) -> None:
             f"expires in {item.get('expires_in_ms', 0) // 1000} s"
         )
         click.echo("  args: " + json.dumps(item.get("args"), sort_keys=True))
+        click.echo(f"  args_sha256: {item.get('args_sha256')}")
 
 
 @click.command("approve")
@@ -58,12 +59,25 @@ def list_requests(status: str, as_json: bool, key: str | None) -> None:
     default=None,
     help="Approve these arguments instead (a JSON object); the rules apply to them again",
 )
+@click.option(
+    "--expect-sha256",
+    "expected",
+    default=None,
+    help="Refuse (409) unless the arguments still have this args_sha256 (from `list`)",
+)
 @KEY_OPTION
 def approve(
-    request_id: str, reason: str | None, wait_s: float, edited: str | None, key: str | None
+    request_id: str,
+    reason: str | None,
+    wait_s: float,
+    edited: str | None,
+    expected: str | None,
+    key: str | None,
 ) -> None:
     """Approve one request, optionally with edited arguments."""
     payload: dict[str, object] = {"reason": reason} if reason else {}
+    if expected is not None:
+        payload["expected_args_sha256"] = expected
     if edited is not None:
         try:
             payload["args"] = json.loads(edited)

@@ -214,3 +214,32 @@ def test_an_approver_edits_from_the_command_line(stack: Stack) -> None:
     assert (outcome["value"], outcome["edited"], outcome["edited_by"]) == (edited, True, "approver")
     refused = cli(env, "approvals", "approve", call["request_id"], "--args", "[1]")
     assert refused.returncode != 0 and "must be a JSON object" in refused.stderr
+
+
+def test_an_approval_of_arguments_read_before_an_edit_is_refused(stack: Stack) -> None:
+    """Approver 2 read 20000; approver 1 edited it to 30000 meanwhile. Approver 2's approval
+    names the hash it read, so it is refused rather than counted for arguments unseen."""
+    call = pending_wire(stack, 20000)
+    read = request_detail(stack, call["request_id"])["args_sha256"]
+    assert read == args_digest({"amount": 20000, "to": "bob"})
+    edited = {"amount": 30000, "to": "bob"}
+    assert decide(stack, call["request_id"], args=edited).json()["approvals"] == 1
+    stale = decide(stack, call["request_id"], key="approver2", expected_args_sha256=read)
+    assert stale.status_code == 409, stale.text
+    now = args_digest(edited)
+    assert stale.json()["error"] == (
+        f"the arguments changed since you read them (args_sha256 is now {now}); nothing was decided"
+    )
+    decided = request_detail(stack, call["request_id"])["decisions"]
+    assert [d["approver"] for d in decided] == ["approver"], decided
+    malformed = decide(stack, call["request_id"], key="approver2", expected_args_sha256="x")
+    assert malformed.status_code == 422
+    # From the command line, with the hash `approvals list` shows.
+    env = stack_cli_env(stack, "approver2")
+    listed = cli(env, "approvals", "list")
+    assert f"args_sha256: {now}" in listed.stdout
+    approved = cli(
+        env, "approvals", "approve", call["request_id"], "--expect-sha256", now, "--wait", "20"
+    )
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    assert json.loads(approved.stdout)["value"] == edited
