@@ -22,7 +22,7 @@ from sqlalchemy import text
 from router import metrics
 from router.approval import requests as pending
 from router.approval.binding import binding_verifies, release_text
-from router.approval.model import ApprovalRequest, Decision, RequestStatus
+from router.approval.model import ApprovalRequest, Decision, RequestStatus, changed_since_read
 from router.audit import entries
 from router.auth.keys import principal_named
 from router.canonical import sha256_hex
@@ -107,9 +107,11 @@ class Gate:
         reason: str | None = None,
         deadline_ms: int | None = None,
         args: Any = None,
+        expected_args_sha256: str | None = None,
     ) -> Answer:
         """Apply one decision by the key named ``actor`` (from an authenticated message);
-        an approval with ``args`` edits the arguments first (``approvals.edit``)."""
+        an approval with ``args`` edits the arguments first (``approvals.edit``). With
+        ``expected_args_sha256``, nothing is decided unless the arguments still have it."""
         now = self.clock()
         if deadline_ms is not None and now > deadline_ms:
             # The API has already told the approver this failed; never apply it now.
@@ -146,6 +148,9 @@ class Gate:
             problem = self._unbound(conn, request)
             if problem is not None:
                 return refusal(409, problem)
+            if expected_args_sha256 is not None and expected_args_sha256 != request.args_sha256:
+                # Under the row lock: an edit by another approver cannot slip in between.
+                return refusal(409, changed_since_read(request.args_sha256))
             roles = who.roles
             ids = (request.id, request.call_id)
             if choice is Decision.CANCEL:

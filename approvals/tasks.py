@@ -44,6 +44,7 @@ def decide(body: Any) -> str:
         message.reason,
         message.deadline_ms,
         args=message.args,
+        expected_args_sha256=message.expected_args_sha256,
     )
     client = the_gate.notifier.client
     pipe = client.pipeline()

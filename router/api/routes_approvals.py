@@ -76,15 +76,9 @@ async def _decide(
     if expected is not None and not (isinstance(expected, str) and SHA256_HEX.fullmatch(expected)):
         raise BadRequest("expected_args_sha256 must be 64 lower-case hex digits")
     await in_thread(runtime.approvals_view.precheck, who, request_id)
-    if expected is not None:
-        # What the approver read must be what stands: another approver may have edited it.
-        current = (await in_thread(runtime.approvals_view.get, who, request_id))["args_sha256"]
-        if current != expected:
-            raise Conflict(
-                f"the arguments changed since you read them (args_sha256 is now {current});"
-                " nothing was decided"
-            )
-    answer = await in_thread(runtime.decisions.send, request_id, who.name, decision, reason, args)
+    answer = await in_thread(
+        runtime.decisions.send, request_id, who.name, decision, reason, args, expected
+    )
     if not answer.get("ok"):
         code = int(answer.get("http_status", 503))
         error = str(answer.get("error", "decision failed"))

@@ -22,6 +22,14 @@ class Decision(StrEnum):
     CANCEL = "cancel"
 
 
+def changed_since_read(args_sha256: str) -> str:
+    """The refusal of a decision made on arguments that another approver has since edited."""
+    return (
+        f"the arguments changed since you read them (args_sha256 is now {args_sha256});"
+        " nothing was decided"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ApprovalRequest:
     """One request, as bound at issue time."""

@@ -48,15 +48,18 @@ class DecisionMessage:
     # An approval's edited arguments; the tag covers their hash, checked on arrival.
     args: Any = None
     args_sha256: str | None = None
+    # The hash of the arguments the approver read: refused if they have changed since.
+    expected_args_sha256: str | None = None
     mac: str = ""
 
     def signed_text(self) -> str:
         fields = asdict(self)
         fields.pop("mac")
         fields.pop("args")
-        if fields["args_sha256"] is None:
-            # Absent, not null: a decision without an edit is tagged as it always was.
-            fields.pop("args_sha256")
+        for optional in ("args_sha256", "expected_args_sha256"):
+            if fields[optional] is None:
+                # Absent, not null: a decision without it is tagged as it always was.
+                fields.pop(optional)
         return canonical_json(fields)
 
     @classmethod
@@ -72,6 +75,11 @@ class DecisionMessage:
                 reply_to=str(body["reply_to"]),
                 args=body.get("args"),
                 args_sha256=None if body.get("args_sha256") is None else str(body["args_sha256"]),
+                expected_args_sha256=(
+                    None
+                    if body.get("expected_args_sha256") is None
+                    else str(body["expected_args_sha256"])
+                ),
                 mac=str(body["mac"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
@@ -138,9 +146,11 @@ class DecisionClient:
         decision: str,
         reason: str | None,
         args: dict[str, Any] | None = None,
+        expected_args_sha256: str | None = None,
     ) -> dict[str, Any]:
-        """Publish the decision (an approval may carry edited ``args``) and return the
-        worker's answer; ``Unavailable`` if none came."""
+        """Publish the decision (an approval may carry edited ``args``, and the hash of the
+        arguments it was made on) and return the worker's answer; ``Unavailable`` if none
+        came."""
         reply_to = self.namespace.key(DECISION_REPLY, secrets.token_hex(16))
         draft = DecisionMessage(
             request_id=request_id,
@@ -151,6 +161,7 @@ class DecisionClient:
             reply_to=reply_to,
             args=args,
             args_sha256=None if args is None else sha256_hex(canonical_json(args)),
+            expected_args_sha256=expected_args_sha256,
         )
         message = DecisionMessage(
             **{**asdict(draft), "mac": self.keyring.sign(Purpose.DECISION, draft.signed_text())}

@@ -125,8 +125,15 @@ async def approve(request: Request) -> Response:
         item = await _current(request, who, request_id)
         if _changed(item, form):
             return _redirect_with_flash(request, CHANGED.format(request_id))
+        # The hash reviewed goes along: the approval worker refuses it if an edit came since.
         answer = await in_thread(
-            runtime.decisions.send, request_id, who.name, Decision.APPROVE, reason, edited
+            runtime.decisions.send,
+            request_id,
+            who.name,
+            Decision.APPROVE,
+            reason,
+            edited,
+            item["args_sha256"],
         )
     except (RequestError, Unavailable) as exc:
         return _redirect_with_flash(request, f"{request_id}: {exc}")
