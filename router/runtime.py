@@ -131,6 +131,7 @@ class Runtime:
                     key=settings.route_llm_key.get_secret_value(),
                     model=settings.route_llm_model,
                     timeout_s=settings.route_llm_timeout_s,
+                    concurrency=settings.route_llm_concurrency,
                 )
             )
         return Ranker(

@@ -34,8 +34,8 @@ class Settings(BaseSettings):
     # Port the API listens on.
     api_port: int = 8000
     # API processes serving that port (uvicorn's workers, sharing its socket); 0: one per
-    # two CPU cores, leaving the rest to the workers and the database. Each is a full API:
-    # any of them answers any request.
+    # two CPU cores (at most 8), leaving the rest to the workers and the database. Each is
+    # a full API: any of them answers any request.
     api_processes: int = Field(default=0, ge=0, le=64)
     # Address Flower binds to; loopback, since its pages show every task and worker.
     flower_host: str = "127.0.0.1"
@@ -149,12 +149,15 @@ class Settings(BaseSettings):
     route_llm_model: str = "gpt-4o-mini"
     # Longest the `llm` strategy waits for an answer before ranking by the default instead.
     route_llm_timeout_s: float = Field(default=10.0, gt=0, le=120)
+    # Routes that may wait on the model at once, per API process; more fall back at once.
+    route_llm_concurrency: int = Field(default=4, ge=1, le=64)
     # How many of the default ranking's best candidates the model chooses among.
     route_llm_shortlist: int = Field(default=20, ge=2, le=100)
 
     @property
     def resolved_api_processes(self) -> int:
-        return self.api_processes or max(1, (os.cpu_count() or 1) // 2)
+        # The cores this process may use (a container's or a taskset's), not the host's.
+        return self.api_processes or min(8, max(1, len(os.sched_getaffinity(0)) // 2))
 
     @property
     def resolved_public_url(self) -> str:

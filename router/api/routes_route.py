@@ -29,6 +29,12 @@ async def route(request: Request, who: Principal = Depends(principal)) -> dict[s
     for field in ("task", "capability", "strategy"):
         if body.get(field) is not None and not isinstance(body[field], str):
             raise BadRequest(f"{field} must be a string")
+    task = str(body.get("task") or "")
+    if not task.isascii():
+        try:
+            task.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest("task must be text: it holds a lone surrogate") from None
     if body.get("budget") is not None and not isinstance(body["budget"], dict):
         raise BadRequest("budget must be an object")
     limit = body.get("limit", 10)
@@ -37,7 +43,7 @@ async def route(request: Request, who: Principal = Depends(principal)) -> dict[s
     ranking = await in_thread(
         functools.partial(
             runtime.ranker.rank,
-            task=str(body.get("task") or ""),
+            task=task,
             strategy=body.get("strategy"),
             capability=body.get("capability"),
             budget=body.get("budget"),

@@ -74,10 +74,15 @@ class WalCheckpointer:
         return self._thread is not None and self._thread.is_alive()
 
     def _run(self) -> None:
+        try:
+            lock = os.open(f"{self.database_path}-checkpoints.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            # Commits over the engine's threshold checkpoint instead.
+            log.warning("no WAL checkpoints for %s: %s", self.database_path, exc)
+            return
         connection = sqlite3.connect(
             self.database_path, timeout=1.0, isolation_level=None, check_same_thread=False
         )
-        lock = os.open(f"{self.database_path}-checkpoints.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             while not self._stopping.wait(self.interval_s):
                 if not self.holds_lock:

@@ -15,6 +15,7 @@ from .routing import Rule
 from .selection.candidates import Ranking, Strategy
 from .selection.index import ToolIndex
 from .selection.llm import LlmFailed, LlmSelector
+from .selection.semantic import SemanticUnavailable
 
 log = logging.getLogger(__name__)
 # Strategies that weigh each tool's measured latency and success rate.
@@ -100,34 +101,51 @@ class Ranker:
             latency, success = self.measured(
                 [t.name for t in self.registry if capability in (None, *t.spec.capabilities)]
             )
-        candidates = routing.route(
-            self.registry,
-            task=task,
-            strategy=chosen,
-            capability=capability,
-            budget=budget,
-            rules=self.rules,
-            latency_s=latency,
-            success=success,
-            index=self.index,
-            limit=limit,
-        )
+        try:
+            candidates = routing.route(
+                self.registry,
+                task=task,
+                strategy=chosen,
+                capability=capability,
+                budget=budget,
+                rules=self.rules,
+                latency_s=latency,
+                success=success,
+                index=self.index,
+                limit=limit,
+            )
+        except SemanticUnavailable as exc:
+            if chosen != Strategy.HYBRID:
+                raise
+            lexical = self.index.lexical(
+                task, allowed=_allowed(self.registry, capability), limit=limit
+            )
+            return Ranking(Strategy.LEXICAL, lexical, fallback=f"{exc}; ranked by lexical instead")
         return Ranking(chosen, candidates)
 
     def _by_llm(self, task: str, capability: str | None, limit: int) -> Ranking:
         if self.llm is None:
             raise BadRequest(LLM_OFF)
-        shortlist = self.rank(
-            task=task,
-            strategy=self.default,
-            capability=capability,
-            limit=max(limit, self.shortlist),
-        )
+        # Unnamed, as a route would rank it: by capability when there is no task.
+        shortlist = self.rank(task=task, capability=capability, limit=max(limit, self.shortlist))
         tools = [self.registry.get(c.tool) for c in shortlist.candidates[: self.shortlist]]
+        # Whatever the endpoint sends, the route answers: a hostile model only causes a fallback.
         try:
             chosen = self.llm.rerank(task, [t for t in tools if t is not None])
-        except LlmFailed as exc:
-            reason = f"strategy llm failed: {exc}; ranked by {self.default.value} instead"
-            return Ranking(self.default, shortlist.candidates, fallback=reason)
+        except Exception as exc:
+            why = (
+                str(exc)
+                if isinstance(exc, LlmFailed)
+                else f"unreadable answer ({type(exc).__name__})"
+            )
+            used = shortlist.strategy.value
+            reason = f"strategy llm failed: {why}; ranked by {used} instead"
+            return Ranking(shortlist.strategy, shortlist.candidates, fallback=reason)
         # Past the shortlist, the default's order stands: the model saw none of those.
         return Ranking(Strategy.LLM, chosen + shortlist.candidates[self.shortlist :])
+
+
+def _allowed(registry: ToolRegistry, capability: str | None) -> frozenset[str] | None:
+    if capability is None:
+        return None
+    return frozenset(t.name for t in registry if capability in t.spec.capabilities)

@@ -114,8 +114,12 @@ def _by_cost(
         ceiling = float(budget.get("max", max([t.spec.cost_per_call for t in tools] + [1.0])))
         cost_weight = float(budget.get("cost_weight", 0.5))
         latency_weight = float(budget.get("latency_weight", 0.5))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise BadRequest("budget fields must be numbers") from None
+    if not all(math.isfinite(x) for x in (ceiling, cost_weight, latency_weight)) or math.isnan(
+        remaining
+    ):
+        raise BadRequest("budget fields must be finite numbers (remaining may be omitted)")
     ranked = []
     for tool in tools:
         cost = tool.spec.cost_per_call

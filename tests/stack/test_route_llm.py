@@ -133,3 +133,14 @@ def test_strategy_llm_without_an_endpoint_is_refused(stack: Stack) -> None:
         refused = http.post("/v1/route", json={"task": TASK, "strategy": "llm"})
     assert refused.status_code == 422
     assert refused.json()["error"] == OFF
+
+
+def test_strategy_llm_with_only_a_capability_asks_about_that_capabilitys_tools(
+    chat: ChatServer, llm_stack: Stack
+) -> None:
+    chat.reset(names("search_backup"))
+    answer = route(llm_stack, capability="search.web", strategy="llm")
+    assert answer["strategy"] == "llm" and "fallback" not in answer
+    [prompt] = chat.prompts()
+    assert set(prompt.tool_names) == {"search_primary", "search_backup"}
+    assert tools(answer) == ["search_backup", "search_primary"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from router.errors import BadRequest, ConfigError
@@ -171,3 +173,22 @@ def test_a_call_by_capability_runs_the_best_tool_and_falls_back_along_the_rankin
         assert none["error"].startswith("no tool with capability teleport")
         both = http.post("/v1/calls", json={"capability": "x", "tool": "echo", "args": {}})
         assert both.status_code == 422
+
+
+def test_route_refuses_what_is_not_text_or_not_a_finite_number(stack: Stack) -> None:
+    with stack.client("agent") as http:
+        surrogate = http.post(
+            "/v1/route",
+            content=b'{"task": "weather \\ud800 now"}',
+            headers={"Content-Type": "application/json"},
+        )
+        assert surrogate.status_code == 422, surrogate.text
+        assert surrogate.json()["error"] == "task must be text: it holds a lone surrogate"
+        for budget in ({"cost_weight": "nan"}, {"max": 10**400}, {"latency_weight": 1e308 * 10}):
+            body = json.dumps({"strategy": "cost", "budget": budget})
+            answer = http.post(
+                "/v1/route", content=body, headers={"Content-Type": "application/json"}
+            )
+            assert answer.status_code == 422, (budget, answer.text)
+        # The connection still serves: nothing above broke it.
+        assert http.post("/v1/route", json={"task": "echo"}).status_code == 200

@@ -193,6 +193,9 @@ def test_an_empty_shortlist_asks_nothing(chat: ChatServer) -> None:
         (says('{"tools": ["calculator"'), NOT_A_LIST),
         (raw(json.dumps({"choices": [{"message": {"content": None}}]}).encode()), NOT_A_LIST),
         (raw(json.dumps({"choices": []}).encode()), NOT_A_LIST),
+        (raw(b"[" * 60_000), NOT_A_LIST),
+        (says('{"tools":' + "[" * 30_000), NOT_A_LIST),
+        (says('{"a":' * 5_000), NOT_A_LIST),
         (says('{"tools": []}'), "the model named none of the listed tools"),
         (names("teleport", "summon"), "the model named none of the listed tools"),
     ],
@@ -208,6 +211,9 @@ def test_an_empty_shortlist_asks_nothing(chat: ChatServer) -> None:
         "cut-short",
         "null-content",
         "no-choices",
+        "nested-body",
+        "nested-tools",
+        "nested-objects",
         "empty-list",
         "unlisted-names",
     ],
@@ -257,3 +263,31 @@ def test_the_tool_list_is_found_among_prose_with_braces(
 ) -> None:
     chat.reset(says(content))
     assert rerank(chat, shortlist, "calculate the average")[0].tool == "calculator"
+
+
+def test_the_key_is_never_in_the_endpoints_repr() -> None:
+    endpoint = LlmEndpoint(url="http://127.0.0.1:1/v1", key=KEY)
+    assert KEY not in repr(endpoint) and KEY not in repr(LlmSelector(endpoint).endpoint)
+
+
+def test_a_task_that_is_not_text_fails_before_anything_is_sent(
+    chat: ChatServer, shortlist: list[Tool]
+) -> None:
+    chat.reset()
+    with pytest.raises(LlmFailed, match="cannot be reached"):
+        rerank(chat, shortlist, "weather \ud800 now")
+    assert chat.requests == []
+
+
+def test_routes_past_the_concurrency_limit_fail_at_once(
+    chat: ChatServer, shortlist: list[Tool]
+) -> None:
+    llm = LlmSelector(LlmEndpoint(url=chat.url, key=KEY, concurrency=1))
+    assert llm._slots.acquire(blocking=False)  # one route is asking the model
+    try:
+        with pytest.raises(LlmFailed, match="already asked by 1 routes"):
+            llm.rerank("calculate the average", shortlist)
+    finally:
+        llm._slots.release()
+        llm.close()
+    assert chat.requests == []

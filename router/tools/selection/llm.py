@@ -4,11 +4,13 @@ reason, and the caller ranks by the default strategy instead."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
+import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -21,6 +23,7 @@ _SYSTEM = (
 )
 _DESCRIPTION_CHARS = 300
 _ANSWER_BYTES = 64 * 1024
+_OBJECTS_TRIED = 16
 
 
 class LlmFailed(Exception):
@@ -30,14 +33,18 @@ class LlmFailed(Exception):
 @dataclass(frozen=True, slots=True)
 class LlmEndpoint:
     url: str
-    key: str
-    model: str
-    timeout_s: float
+    key: str = field(repr=False)
+    model: str = "gpt-4o-mini"
+    timeout_s: float = 10.0
+    # Routes asking the model at once; more fall back at once rather than hold threads
+    # every other request needs.
+    concurrency: int = 4
 
 
 class LlmSelector:
     def __init__(self, endpoint: LlmEndpoint) -> None:
         self.endpoint = endpoint
+        self._slots = threading.BoundedSemaphore(endpoint.concurrency)
         headers = {"Authorization": f"Bearer {endpoint.key}"} if endpoint.key else {}
         self._client = httpx.Client(
             base_url=endpoint.url.rstrip("/"),
@@ -51,7 +58,12 @@ class LlmSelector:
         shortlist's order. ``LlmFailed`` when the answer is missing, late or unusable."""
         if not shortlist:
             return []
-        chosen = self._choose(task, shortlist)
+        if not self._slots.acquire(blocking=False):
+            raise LlmFailed(f"the model is already asked by {self.endpoint.concurrency} routes")
+        try:
+            chosen = self._choose(task, shortlist)
+        finally:
+            self._slots.release()
         listed = [t.name for t in shortlist]
         ranked = [
             Candidate(name, 1.0 / rank, f"chosen by the model, {rank} of {len(chosen)}")
@@ -104,7 +116,7 @@ class LlmSelector:
                         raise LlmFailed("the model's answer is longer than 64 KiB")
         except httpx.TimeoutException:
             raise late from None
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, UnicodeError) as exc:
             reason = f"the model endpoint cannot be reached ({type(exc).__name__})"
             raise LlmFailed(reason) from None
         return bytes(received)
@@ -119,15 +131,16 @@ def _names_in(raw: bytes) -> list[str]:
     unusable = LlmFailed("the model's answer is not a chat completion with a tool list")
     try:
         content = json.loads(raw)["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError):
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError):
         raise unusable from None
     if not isinstance(content, str):
         raise unusable
     decoder = json.JSONDecoder()
-    for brace in re.finditer(r"\{", content):
+    # A few objects at most: a hostile answer of many nested braces costs nothing more.
+    for brace in itertools.islice(re.finditer(r"\{", content), _OBJECTS_TRIED):
         try:
             found, _ = decoder.raw_decode(content, brace.start())
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(found, dict) and isinstance(found.get("tools"), list):
             return [n for n in found["tools"] if isinstance(n, str)]

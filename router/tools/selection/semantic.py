@@ -3,7 +3,7 @@ the other half of ``hybrid``.
 
 The model is WordLlama's ``l2_supercat`` (256 dimensions), whose weights and tokenizer ship
 inside the ``wordllama`` wheel: it loads from the package folder with downloads disabled,
-once per process, and embeds on the CPU in well under a millisecond.
+once per process, and embeds on the CPU.
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ _model: Any = None
 UNAVAILABLE = "strategy semantic is not available: the wordllama package cannot be loaded"
 
 
+class SemanticUnavailable(BadRequest):
+    """The embedding model cannot be loaded: ``semantic`` is refused, ``hybrid`` falls back."""
+
+
 def embedding_model() -> Any:
     """The process's WordLlama model, loaded on first use from the installed wheel only."""
     global _model
@@ -40,7 +44,7 @@ def embedding_model() -> Any:
                 # threads for it costs more than it saves when the API's cores are busy.
                 threadpoolctl.threadpool_limits(1, user_api="blas")
             except (ImportError, OSError, ValueError, FileNotFoundError) as exc:
-                raise BadRequest(f"{UNAVAILABLE} ({type(exc).__name__})") from None
+                raise SemanticUnavailable(f"{UNAVAILABLE} ({type(exc).__name__})") from None
         return _model
 
 
@@ -55,12 +59,17 @@ class Embeddings:
         with self._lock:
             missing = list(dict.fromkeys(t for t in texts if t not in self._by_text))
             if missing:
-                vectors = embedding_model().embed(missing, norm=True)
+                vectors = embedding_model().embed([_text(t) for t in missing], norm=True)
                 self._by_text.update(zip(missing, np.asarray(vectors, np.float32), strict=True))
             return np.stack([self._by_text[t] for t in texts]) if texts else np.zeros((0, 1))
 
     def query(self, text: str) -> np.ndarray:
-        return np.asarray(embedding_model().embed([text], norm=True)[0], dtype=np.float32)
+        return np.asarray(embedding_model().embed([_text(text)], norm=True)[0], dtype=np.float32)
+
+
+def _text(text: str) -> str:
+    """A lone surrogate (valid in JSON's escapes) is not text the tokenizer takes."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 class SemanticIndex:
