@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .celery_runs import PAIRED_CELERY_LATENCY
+from .celery_runs import IN_FLIGHT_KEY, PAIRED_CELERY_LATENCY
 
 # (key, label, where the baseline figure is, if there is one)
 ROWS = [
@@ -109,12 +109,7 @@ def table(report: dict[str, Any]) -> str:
                 ratio = ""
             row.append(f"{value:,.1f}{ratio}")
         lines.append(row)
-    widths = [max(len(str(r[i])) for r in [header, *lines]) for i in range(len(header))]
-
-    def fmt(row: list[str]) -> str:
-        return " | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row))
-
-    out = [fmt(header), "-+-".join("-" * w for w in widths), *(fmt(r) for r in lines)]
+    out = grid(header, lines)
     cpu = [("raw Celery", report["baseline"].get("e2e_cpu_ms_per_call"))]
     cpu += [(b, report["toolrouter"][b].get("e2e_cpu_ms_per_call")) for b in backends]
     for who, per_process in cpu:
@@ -122,6 +117,7 @@ def table(report: dict[str, Any]) -> str:
             parts = ", ".join(f"{name} {ms:.2f}" for name, ms in per_process.items())
             total = sum(ms for ms in per_process.values() if ms == ms)  # nan-safe
             out.append(f"CPU ms per end-to-end call, {who}: {parts} (total {total:.2f})")
+    out += ["", *costs_tables(report)]
     runs = report.get("baseline_runs", [])
     if len(runs) > 1:
         out.append(
@@ -156,6 +152,102 @@ def table(report: dict[str, Any]) -> str:
             f"{verdict['backend']:<10} {verdict['target']:<42} {verdict['value']:>10} {mark}"
         )
     return "\n".join(out)
+
+
+def grid(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A header and rows as aligned text lines."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+
+    def fmt(row: list[str]) -> str:
+        return " | ".join(cell.ljust(widths[i]) for i, cell in enumerate(row))
+
+    return [fmt(header), "-+-".join("-" * w for w in widths), *(fmt(r) for r in rows)]
+
+
+# The cost table's rows, and which process of each run they read (raw Celery's worker is
+# ``celery-baseline``).
+COMPONENTS = ("client", "api", "worker", "approvals", "database", "redis")
+
+
+def costs_tables(report: dict[str, Any]) -> list[str]:
+    """Plain clients beside raw Celery, CPU per call per component, resident memory."""
+    backends = [b for b in report["toolrouter"] if "plain_clients" in report["toolrouter"][b]]
+    if not backends:
+        return []
+    out: list[str] = []
+    header = ["end to end, submit-and-wait (calls/s)"]
+    for backend in backends:
+        header += [f"raw Celery ({backend})", f"{backend} httpx", f"{backend} aiohttp"]
+    rows = []
+    for n in report["toolrouter"][backends[0]]["plain_clients"]["httpx"]:
+        row = [f"{n} in flight"]
+        for backend in backends:
+            base = baseline_for(report, backend)
+            same, e2e = base[IN_FLIGHT_KEY][n]["per_s"], base["e2e_throughput_per_s"]
+            row.append(f"{same:,.1f}")
+            plain = report["toolrouter"][backend]["plain_clients"]
+            for client in ("httpx", "aiohttp"):
+                value = plain[client][n]["per_s"]
+                row.append(f"{value:,.1f} ({value / same:.2f}x; {value / e2e:.2f}x e2e)")
+        rows.append(row)
+    out += grid(header, rows)
+    out.append(
+        "ratios: to raw Celery with as many tasks in flight (a window of delay()s, the"
+        " oldest's get() before the next), and ('e2e') to raw Celery's end-to-end figure"
+        " above (every task submitted at once)"
+    )
+    limits = report["toolrouter"][backends[0]]["plain_clients"]["limits"]
+    out.append("connection limits: " + "; ".join(f"{k}: {v}" for k, v in limits.items()))
+
+    columns: list[tuple[str, dict[str, float]]] = [
+        ("raw Celery", _renamed(report["baseline"].get("e2e_cpu_ms_per_call", {})))
+    ]
+    for backend in backends:
+        tr = report["toolrouter"][backend]
+        columns.append((f"{backend} (Python client)", tr["e2e_cpu_ms_per_call"]))
+        for client in ("httpx", "aiohttp"):
+            columns.append(
+                (f"{backend} {client} 64", tr["plain_clients"][client]["64"]["cpu_ms_per_call"])
+            )
+    rows = []
+    for component in COMPONENTS:
+        row = [component]
+        for name, cpu in columns:
+            if component in cpu:
+                row.append(f"{cpu[component]:.2f}")
+            elif component == "database" and name.startswith("sqlite"):
+                row.append("(in api, worker)")
+            else:
+                row.append("—")
+        rows.append(row)
+    totals = [sum(v for v in cpu.values() if v == v) for _, cpu in columns]  # nan-safe
+    rows.append(["total", *(f"{t:.2f}" for t in totals)])
+    out += ["", *grid(["CPU ms per call", *(name for name, _ in columns)], rows)]
+    out.append(
+        "database: the PostgreSQL server's processes (other databases on that server count"
+        " too); redis: the redis-server on the bench's Redis URL (other Redis dbs count too)"
+    )
+
+    header = ["resident memory (MiB)"]
+    for backend in backends:
+        header += [f"{backend} idle", f"{backend} peak under load"]
+    rows = []
+    for process in report["toolrouter"][backends[0]]["rss_mib"]["idle"]:
+        row = [process]
+        for backend in backends:
+            rss = report["toolrouter"][backend]["rss_mib"]
+            row += [f"{rss['idle'][process]:,.1f}", f"{rss['load_peak'][process]:,.1f}"]
+        rows.append(row)
+    out += ["", *grid(header, rows)]
+    out.append(
+        "each process with its children (the API's, the worker's pool); idle after the"
+        " warm-up, peak sampled every 0.1 s during the Python client's throughput runs"
+    )
+    return out
+
+
+def _renamed(cpu: dict[str, float]) -> dict[str, float]:
+    return {("worker" if name == "celery-baseline" else name): ms for name, ms in cpu.items()}
 
 
 def _each(runs: list[dict[str, Any]], dotted: str) -> str:

@@ -46,8 +46,8 @@ def cpu_ms_per_call(
 ) -> dict[str, float]:
     """CPU milliseconds per call of each process between two ``cpu_seconds`` readings.
 
-    Pool processes that were replaced in between (``max_tasks_per_child``) take their time
-    with them, so a figure can only be an underestimate."""
+    A pool process replaced in between (``max_tasks_per_child``) is counted through its
+    parent once reaped; one that exited and is not yet reaped is missed."""
     return {
         name: round((after[name] - before[name]) / calls * 1000, 2)
         for name in after
@@ -61,8 +61,12 @@ def cpu_seconds(processes: Mapping[str, subprocess.Popen[bytes]]) -> dict[str, f
     for name, child in processes.items():
         try:
             root = psutil.Process(child.pid)
-            tree = [root, *root.children(recursive=True)]
-            used[name] = sum(sum(p.cpu_times()[:2]) for p in tree)
+            # Pool processes that exited and were reaped left their time in the root's
+            # children_* fields; the live ones are counted one by one.
+            times = root.cpu_times()
+            reaped = times.children_user + times.children_system
+            live = [root, *root.children(recursive=True)]
+            used[name] = reaped + sum(sum(p.cpu_times()[:2]) for p in live)
         except psutil.Error:
             used[name] = float("nan")
     return used

@@ -15,11 +15,12 @@ from router.runtime import Runtime
 from router.settings import Settings
 from tests.support.launcher import REPO, Launcher, free_port
 
-from . import audit_fill
+from . import audit_fill, costs
 from .celery_runs import PAIRED_CELERY_LATENCY, celery_round_trip, celery_worker
 from .cli_start import cli_start_ms
 from .params import Params
-from .stats import cpu_ms_per_call, cpu_seconds, latency_ms, median_rate, rate
+from .plain_clients import plain_clients
+from .stats import cpu_ms_per_call, latency_ms, median_rate, rate
 
 CONFIG = Path(__file__).resolve().parent / "toolrouter.yaml"
 QUEUES = "tools.low,tools.medium,tools.high"
@@ -60,6 +61,8 @@ class Stack:
         self.procs = Launcher(state_dir, env)
         self.concurrency = concurrency
         self.keys: dict[str, str] = {}
+        # CPU per call counts Redis's and (on PostgreSQL) the database server's too.
+        self.read_cpu = costs.reader(self.procs.processes, costs.servers(redis_url, database_url))
 
     def start(self) -> None:
         runtime = Runtime(self.settings)
@@ -108,15 +111,32 @@ async def _throughput(stack: Stack, count: int, in_flight: int) -> float:
         return rate(count, time.perf_counter() - started)
 
 
-def throughput(stack: Stack, params: Params) -> tuple[list[float], dict[str, float]]:
-    """One rate per run (``params.throughput_runs``), and each process's CPU per call."""
-    before = cpu_seconds(stack.procs.processes)
-    runs = [
-        asyncio.run(_throughput(stack, params.throughput_calls, params.in_flight))
-        for _ in range(params.throughput_runs)
-    ]
+def throughput(
+    stack: Stack, params: Params, memory: dict[str, Any] | None = None
+) -> tuple[list[float], dict[str, float]]:
+    """One rate per run (``params.throughput_runs``), and each process's CPU per call.
+    With ``memory``, each process's peak resident memory meanwhile goes into it."""
+
+    def timed() -> list[float]:
+        return [
+            asyncio.run(_throughput(stack, params.throughput_calls, params.in_flight))
+            for _ in range(params.throughput_runs)
+        ]
+
+    before = stack.read_cpu()
+    sampling_cpu_s = 0.0
+    if memory is None:
+        runs = timed()
+    else:
+        with costs.PeakMemory(stack.procs.processes) as peak:
+            runs = timed()
+        # The sampling thread runs in the client's process: its CPU is not the client's.
+        sampling_cpu_s = peak.cpu_s
+        memory.update(load_peak=peak.mib(), load_samples=peak.samples)
+    after = stack.read_cpu()
+    after["client"] -= sampling_cpu_s
     calls = params.throughput_calls * params.throughput_runs
-    return runs, cpu_ms_per_call(before, cpu_seconds(stack.procs.processes), calls)
+    return runs, cpu_ms_per_call(before, after, calls)
 
 
 def _batch(agent: Client, count: int) -> tuple[float, float]:
@@ -174,11 +194,17 @@ def run_toolrouter(
         with stack.client() as agent, stack.client("approver") as approver:
             for i in range(params.warmup):
                 _ok(agent.call("noop", {"i": i}, wait_s=60), "a warm-up call")
-            runs, cpu = throughput(stack, params)
+            # Resident memory at idle (warmed up), and its peak under the throughput runs.
+            memory: dict[str, Any] = {"idle": costs.rss_mib(stack.procs.processes)}
+            runs, cpu = throughput(stack, params, memory)
             figures: dict[str, Any] = {
                 "e2e_throughput_per_s": median_rate(runs),
                 "e2e_throughput_runs": runs,
                 "e2e_cpu_ms_per_call": cpu,
+                "rss_mib": {**memory, "sample_interval_s": costs.SAMPLE_INTERVAL_S},
+                "plain_clients": plain_clients(
+                    stack.base_url, stack.keys["agent"], params, stack.read_cpu
+                ),
             }
 
             ours, celery = paired_latency(agent, params, redis_url, state_dir)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from bench import costs
+
 from ..support import services
 from ..support.launcher import REPO
 
@@ -34,6 +36,7 @@ def test_bench_smoke_measures_celery_and_toolrouter_and_writes_json(
 ) -> None:
     backends = ["sqlite", "postgresql"] if postgres_answers() else ["sqlite"]
     output = tmp_path / "smoke.json"
+    redis_url = f"{redis_base}/{BENCH_REDIS_DB}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLROUTER_")}
     result = subprocess.run(
         [
@@ -42,7 +45,7 @@ def test_bench_smoke_measures_celery_and_toolrouter_and_writes_json(
             "bench",
             "--smoke",
             "--redis-url",
-            f"{redis_base}/{BENCH_REDIS_DB}",
+            redis_url,
             "--pg-url",
             services.PG_ADMIN_URL,
             "--pg-database",
@@ -118,6 +121,39 @@ def test_bench_smoke_measures_celery_and_toolrouter_and_writes_json(
         assert figures["audit_fill"]["rows_total"] == report["params"]["audit_rows"]
         for command in ("help", "approvals_list"):
             assert figures["cli_start"][command]["median_ms"] > 0
+        # Plain httpx and aiohttp clients at 16 and 64 in flight, each with its CPU per call.
+        plain = figures["plain_clients"]
+        assert set(plain["limits"]) == {"httpx", "aiohttp"}
+        for client in ("httpx", "aiohttp"):
+            for n in ("16", "64"):
+                found = plain[client][n]
+                assert math.isfinite(found["per_s"]) and found["per_s"] > 0, (client, n)
+                assert len(found["runs"]) == report["params"]["throughput_runs"]
+                assert set(found["cpu_ms_per_call"]) == set(figures["e2e_cpu_ms_per_call"])
+        # Resident memory of each process at idle and its peak under load, in MiB.
+        rss = figures["rss_mib"]
+        for when in ("idle", "load_peak"):
+            assert sorted(rss[when]) == ["api", "approvals", "worker"], when
+            assert all(mib > 0 for mib in rss[when].values()), when
+        assert rss["load_samples"] > 0
+    # CPU per call includes Redis's, and on PostgreSQL the database server's, whenever
+    # that server is a process on this machine the bench can see.
+    for backend in backends:
+        cpu = report["toolrouter"][backend]["e2e_cpu_ms_per_call"]
+        database_url = services.PG_ADMIN_URL if backend == "postgresql" else None
+        seen = set(costs.servers(redis_url, database_url))
+        assert set(cpu) == {"client", "api", "worker", "approvals", *seen}, cpu
+        assert all(math.isfinite(ms) and ms >= 0 for ms in cpu.values()), cpu
+    assert ("redis" in baseline["e2e_cpu_ms_per_call"]) == bool(costs.servers(redis_url, None))
+    # Raw Celery end to end with 16 and with 64 in flight, pooled like the other rates.
+    for n in ("16", "64"):
+        pooled = baseline["e2e_in_flight"][n]
+        assert math.isfinite(pooled["per_s"]) and pooled["per_s"] > 0
+        assert sorted(pooled["runs"]) == sorted(
+            rate for run in runs for rate in run["e2e_in_flight"][n]["runs"]
+        )
+    for heading in ("end to end, submit-and-wait", "CPU ms per call", "resident memory (MiB)"):
+        assert heading in result.stdout, heading
     # Six SPEC §15 targets and two for the command line's start, judged per backend.
     assert len(report["targets"]) == 8 * len(backends)
     assert all(math.isfinite(t["value"]) for t in report["targets"])
