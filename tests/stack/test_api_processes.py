@@ -11,12 +11,12 @@ from contextlib import closing
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 
 from router.runtime import Runtime
 
 from ..support import services
+from ..support.api_processes import client_port, serving_pid, serving_processes
 from ..support.stack import Stack, stack_env
 from ..support.waiting import wait_for
 
@@ -53,33 +53,19 @@ def stack(
         databases.close()
 
 
-def servers(stack: Stack) -> list[psutil.Process]:
-    """The API's serving processes: uvicorn's workers under the process it was started as."""
-    parent = psutil.Process(stack.processes["api"].pid)
-    return [p for p in parent.children() if "spawn_main" in " ".join(p.cmdline())]
-
-
-def served_by(stack: Stack, port: int) -> set[int]:
-    """The serving processes holding an open connection to the API's port."""
-    holders = set()
-    for process in servers(stack):
-        for conn in process.net_connections(kind="tcp"):
-            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_ESTABLISHED:
-                holders.add(process.pid)
-    return holders
-
-
 def test_the_port_is_served_by_each_process(stack: Stack) -> None:
-    wait_for(lambda: len(servers(stack)) == PROCESSES, 60, "the API's processes")
-    port = int(stack.base_url.rsplit(":", 1)[1])
+    wait_for(lambda: len(serving_processes(stack)) == PROCESSES, 60, "the API's processes")
     clients: list[httpx.Client] = []
+    seen: set[int | None] = set()
     try:
         # Connections kept open until both processes hold some: each was accepted by one.
-        while len(served_by(stack, port)) < PROCESSES:
+        while len(seen - {None}) < PROCESSES:
             assert len(clients) < 200, "one API process took every connection"
             client = stack.client("agent")
             clients.append(client)
-            assert client.get("/healthz").status_code == 200
+            answer = client.get("/healthz")
+            assert answer.status_code == 200
+            seen.add(serving_pid(stack, client_port(answer)))
     finally:
         for client in clients:
             client.close()
@@ -111,6 +97,6 @@ def test_one_process_runs_the_checkpoints(stack: Stack) -> None:
     lock = Path(f"{database}-checkpoints.lock")
     wait_for(lambda: lock.exists() and bool(flock_holders(lock)), 60, "a checkpointer")
     [holder] = flock_holders(lock)
-    assert holder in {p.pid for p in servers(stack)}
+    assert holder in {p.pid for p in serving_processes(stack)}
     with closing(sqlite3.connect(database)) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)

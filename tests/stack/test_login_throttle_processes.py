@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 import redis
 
@@ -19,6 +18,7 @@ from router.messaging.namespace import Namespace
 from router.runtime import Runtime
 
 from ..support import services
+from ..support.api_processes import client_port, serving_pid
 from ..support.stack import Stack, stack_env
 
 # Redis db of this module's stack (flushed before and after).
@@ -64,29 +64,12 @@ def two_process_api(redis_base: str, tmp_path: Path) -> Iterator[TwoProcessApi]:
         services.flush(redis_url)
 
 
-def serving_process(api: psutil.Process, client_port: int) -> int | None:
-    """The pid of the API process holding the connection from ``client_port``."""
-    for child in api.children(recursive=True):
-        try:
-            connections = child.net_connections(kind="tcp")
-        except psutil.Error:
-            continue
-        if any(c.raddr and c.raddr.port == client_port for c in connections):
-            return child.pid
-    return None
-
-
-def client_port(response: httpx.Response) -> int:
-    return int(response.extensions["network_stream"].get_extra_info("client_addr")[1])
-
-
 class Attempts:
     """Sign-in attempts, each on a new connection, aimed at a chosen API process: new
     connections are opened (and dropped) until the kernel hands one to that process."""
 
     def __init__(self, the_api: TwoProcessApi, timeout_s: float = 120) -> None:
-        self.base_url = the_api.stack.base_url
-        self.api = psutil.Process(the_api.stack.processes["api"].pid)
+        self.stack, self.base_url = the_api.stack, the_api.stack.base_url
         self.timeout_s = timeout_s
         self.served_by: list[tuple[int, int]] = []  # (pid, status) of each attempt
 
@@ -99,7 +82,7 @@ class Attempts:
             probe = http.get("/healthz")
             assert probe.status_code == 200
             port = client_port(probe)
-            pid = serving_process(self.api, port)
+            pid = serving_pid(self.stack, port)
             if pid is not None and to in (None, pid):
                 return http, pid, port
             http.close()

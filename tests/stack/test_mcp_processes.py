@@ -17,12 +17,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import httpx
-import psutil
 import pytest
 
 from router.runtime import Runtime
 
 from ..support import services
+from ..support.api_processes import client_port, serving_pid, serving_processes
 from ..support.calls import result as call_result
 from ..support.stack import Stack, stack_env
 from ..support.waiting import wait_for
@@ -66,35 +66,10 @@ def stack(
         databases.close()
 
 
-def servers(stack: Stack) -> list[psutil.Process]:
-    """The API's serving processes: uvicorn's workers under the process it was started as."""
-    parent = psutil.Process(stack.processes["api"].pid)
-    return [p for p in parent.children() if "spawn_main" in " ".join(p.cmdline())]
-
-
 @pytest.fixture(scope="module")
 def pids(stack: Stack) -> list[int]:
-    wait_for(lambda: len(servers(stack)) == PROCESSES, 60, "the API's processes")
-    return [process.pid for process in servers(stack)]
-
-
-def client_port(response: httpx.Response) -> int:
-    return int(response.extensions["network_stream"].get_extra_info("client_addr")[1])
-
-
-def served_by(stack: Stack, port: int) -> int | None:
-    """The serving process that holds the connection from the test's ``port``."""
-    api_port = int(stack.base_url.rsplit(":", 1)[1])
-    for process in servers(stack):
-        for conn in process.net_connections(kind="tcp"):
-            if (
-                conn.laddr
-                and conn.laddr.port == api_port
-                and conn.raddr
-                and conn.raddr.port == port
-            ):
-                return process.pid
-    return None
+    wait_for(lambda: len(serving_processes(stack)) == PROCESSES, 60, "the API's processes")
+    return [process.pid for process in serving_processes(stack)]
 
 
 class Pinned:
@@ -126,7 +101,7 @@ def pinned(stack: Stack, pid: int) -> Iterator[Pinned]:
         http = stack.client("agent", timeout=180)
         try:
             port = client_port(http.get("/healthz"))
-            if served_by(stack, port) == pid:
+            if serving_pid(stack, port) == pid:
                 yield Pinned(http, pid, port)
                 return
         finally:
