@@ -117,7 +117,7 @@ def table(report: dict[str, Any]) -> str:
             parts = ", ".join(f"{name} {ms:.2f}" for name, ms in per_process.items())
             total = sum(ms for ms in per_process.values() if ms == ms)  # nan-safe
             out.append(f"CPU ms per end-to-end call, {who}: {parts} (total {total:.2f})")
-    out += ["", *costs_tables(report)]
+    out += ["", *costs_tables(report), *up_table(report)]
     runs = report.get("baseline_runs", [])
     if len(runs) > 1:
         out.append(
@@ -243,6 +243,46 @@ def costs_tables(report: dict[str, Any]) -> list[str]:
         "each process with its children (the API's, the worker's pool); idle after the"
         " warm-up, peak sampled every 0.1 s during the Python client's throughput runs"
     )
+    return out
+
+
+def up_table(report: dict[str, Any]) -> list[str]:
+    """``toolrouter up`` (Flower watching) beside raw Celery, per backend."""
+    ups = report.get("up", {})
+    if not ups:
+        return []
+    header = ["toolrouter up, Flower watching"]
+    for backend in ups:
+        header += [f"raw Celery ({backend})", f"up ({backend})"]
+    lines: list[list[str]] = []
+    keys = [
+        ("end to end, Python client, 64 in flight (calls/s)", "e2e_throughput_per_s", None),
+        ("batch submission (calls/s)", "batch_submit_per_s", "submit_rate_per_s"),
+        ("wait_s latency p50 (ms), in pairs", "latency.p50_ms", None),
+        ("wait_s latency p99 (ms), in pairs", "latency.p99_ms", None),
+    ]
+    for label, key, base_key in keys:
+        row = [label]
+        for backend, up in ups.items():
+            base = baseline_for(report, backend)
+            if key.startswith("latency"):
+                base = {"latency": up[PAIRED_CELERY_LATENCY]}
+            reference = _get(base, base_key or key)
+            value = _get(up, key)
+            row += [f"{reference:,.1f}", f"{value:,.1f} ({value / reference:.2f}x)"]
+        lines.append(row)
+    for client in ("httpx", "aiohttp"):
+        for n in ("16", "64"):
+            row = [f"{client}, {n} in flight (calls/s)"]
+            for backend, up in ups.items():
+                same = baseline_for(report, backend)[IN_FLIGHT_KEY][n]["per_s"]
+                value = up["plain_clients"][client][n]["per_s"]
+                row += [f"{same:,.1f}", f"{value:,.1f} ({value / same:.2f}x)"]
+            lines.append(row)
+    out = ["", *grid(header, lines)]
+    for backend, up in ups.items():
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in up["e2e_cpu_ms_per_call"].items())
+        out.append(f"CPU ms per end-to-end call, up ({backend}): {parts}")
     return out
 
 

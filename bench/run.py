@@ -13,6 +13,8 @@ import os
 import platform
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from .celery_runs import pooled, run_baseline, summary
 from .params import FULL, SMOKE, Params
 from .report import judge, table
 from .toolrouter_runs import run_toolrouter
+from .up_runs import run_up
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TEST_DBS = range(10, 16)
@@ -47,6 +50,11 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--audit-rows", type=int, default=None, help="scale the audit table down")
     parser.add_argument(
         "--api-processes", type=int, default=None, help="API processes on its port (1)"
+    )
+    parser.add_argument(
+        "--up",
+        action="store_true",
+        help="also measure `toolrouter up` as a user starts it (Flower included)",
     )
     parser.add_argument("--output", type=Path, default=None, help="default: bench/results/")
     return parser.parse_args(argv)
@@ -115,6 +123,27 @@ def _steal_s() -> float | None:
     return round(int(fields[8]) / os.sysconf("SC_CLK_TCK"), 1) if len(fields) > 8 else None
 
 
+@contextmanager
+def fresh_database(args: argparse.Namespace, backend: str, state: Path) -> Iterator[str]:
+    """An empty database for one part: SQLite in ``state``, or PostgreSQL's bench
+    database created, migrated, and dropped afterwards."""
+    if backend == "sqlite":
+        state.mkdir()
+        yield f"sqlite:///{state / 'bench.db'}"
+        return
+    database = args.pg_database
+    _admin(args.pg_url, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+    _admin(args.pg_url, f"CREATE DATABASE {database}")
+    url = args.pg_url.rsplit("/", 1)[0] + "/" + database
+    try:
+        engine = make_engine(url)
+        upgrade(engine)
+        engine.dispose()
+        yield url
+    finally:
+        _admin(args.pg_url, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     params: Params = SMOKE if args.smoke else FULL
     if args.audit_rows is not None:
@@ -151,23 +180,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             _check_redis(args.redis_url)
             print(f"toolrouter on {backend} …", flush=True)
             report["load"][f"before {backend}"] = load()
-            state = work / backend
-            if backend == "sqlite":
-                url = f"sqlite:///{state / 'bench.db'}"
-                state.mkdir()
-                report["toolrouter"][backend] = run_toolrouter(params, url, args.redis_url, state)
-                continue
-            database = args.pg_database
-            _admin(args.pg_url, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
-            _admin(args.pg_url, f"CREATE DATABASE {database}")
-            url = args.pg_url.rsplit("/", 1)[0] + "/" + database
-            try:
-                engine = make_engine(url)
-                upgrade(engine)
-                engine.dispose()
-                report["toolrouter"][backend] = run_toolrouter(params, url, args.redis_url, state)
-            finally:
-                _admin(args.pg_url, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+            with fresh_database(args, backend, work / backend) as url:
+                report["toolrouter"][backend] = run_toolrouter(
+                    params, url, args.redis_url, work / backend
+                )
+            if args.up:
+                quiet_disk()
+                _check_redis(args.redis_url)
+                print(f"toolrouter up on {backend} …", flush=True)
+                with fresh_database(args, backend, work / f"up-{backend}") as url:
+                    report.setdefault("up", {})[backend] = run_up(
+                        params, url, args.redis_url, work / f"up-{backend}"
+                    )
         baseline("at the end")
         redis.Redis.from_url(args.redis_url).flushdb()
     report["baseline"] = pooled(baselines)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from router.cli import processes
 from router.client import AsyncClient, Client
@@ -97,7 +98,15 @@ def _ok(result: Any, what: str) -> None:
         raise RuntimeError(f"{what} did not succeed: {result}")
 
 
-async def _throughput(stack: Stack, count: int, in_flight: int) -> float:
+class Served(Protocol):
+    """What the throughput runs need of a deployment: a client, and a CPU reading."""
+
+    read_cpu: Callable[[], dict[str, float]]
+
+    def async_client(self, who: str = "agent") -> AsyncClient: ...
+
+
+async def _throughput(stack: Served, count: int, in_flight: int) -> float:
     """Ungated no-op calls through the AsyncClient, ``in_flight`` at a time, each waited on."""
     gate = asyncio.Semaphore(in_flight)
     async with stack.async_client() as client:
@@ -112,7 +121,7 @@ async def _throughput(stack: Stack, count: int, in_flight: int) -> float:
 
 
 def throughput(
-    stack: Stack, params: Params, memory: dict[str, Any] | None = None
+    stack: Served, params: Params, memory: dict[str, Any] | None = None
 ) -> tuple[list[float], dict[str, float]]:
     """One rate per run (``params.throughput_runs``), and each process's CPU per call.
     With ``memory``, each process's peak resident memory meanwhile goes into it."""
@@ -128,6 +137,7 @@ def throughput(
     if memory is None:
         runs = timed()
     else:
+        assert isinstance(stack, Stack)
         with costs.PeakMemory(stack.procs.processes) as peak:
             runs = timed()
         # The sampling thread runs in the client's process: its CPU is not the client's.
@@ -153,6 +163,22 @@ def _batch(agent: Client, count: int) -> tuple[float, float]:
             raise RuntimeError("batch did not finish")
         time.sleep(0.2)
     return rate(count, elapsed), rate(count, time.perf_counter() - started)
+
+
+def batch_runs(agent: Client, params: Params) -> tuple[list[float], list[float]]:
+    """``params.batch_runs`` batches, each worked off before the next: each one's submission
+    rate and its rate from submission to the last result."""
+    submitted, drained = [], []
+    for _ in range(params.batch_runs):
+        submit_rate, drain_rate = _batch(agent, params.batch_calls)
+        submitted.append(submit_rate)
+        drained.append(drain_rate)
+    return submitted, drained
+
+
+def warm_up(agent: Client, params: Params) -> None:
+    for i in range(params.warmup):
+        _ok(agent.call("noop", {"i": i}, wait_s=60), "a warm-up call")
 
 
 def paired_latency(
@@ -192,8 +218,7 @@ def run_toolrouter(
     stack.start()
     try:
         with stack.client() as agent, stack.client("approver") as approver:
-            for i in range(params.warmup):
-                _ok(agent.call("noop", {"i": i}, wait_s=60), "a warm-up call")
+            warm_up(agent, params)
             # Resident memory at idle (warmed up), and its peak under the throughput runs.
             memory: dict[str, Any] = {"idle": costs.rss_mib(stack.procs.processes)}
             runs, cpu = throughput(stack, params, memory)
@@ -230,11 +255,7 @@ def run_toolrouter(
                 params.cli_runs,
             )
 
-            submit_runs, drain_runs = [], []
-            for _ in range(params.batch_runs):
-                submitted, drained = _batch(agent, params.batch_calls)
-                submit_runs.append(submitted)
-                drain_runs.append(drained)
+            submit_runs, drain_runs = batch_runs(agent, params)
             figures["batch_submit_per_s"] = median_rate(submit_runs)
             figures["batch_submit_runs"] = submit_runs
             figures["batch_end_to_end_per_s"] = median_rate(drain_runs)

@@ -41,6 +41,8 @@ def worker_settings(settings: Settings, redis_url: str, namespace: Namespace) ->
             # switches them on (``enable_events``) while it runs, and then shows each task
             # with its call id and tool.
             "worker_send_task_events": False,
+            # While they are on, they go out in timed batches (``workers.task_events``).
+            "worker_consumer": "workers.task_events:BatchedEventsConsumer",
             "task_send_sent_event": True,
             "worker_hijack_root_logger": False,
             "beat_schedule": {

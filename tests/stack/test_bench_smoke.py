@@ -52,6 +52,7 @@ def test_bench_smoke_measures_celery_and_toolrouter_and_writes_json(
             f"toolrouter_bench_smoke_{os.getpid()}",
             "--backends",
             ",".join(backends),
+            "--up",
             "--output",
             str(output),
         ],
@@ -154,6 +155,18 @@ def test_bench_smoke_measures_celery_and_toolrouter_and_writes_json(
         )
     for heading in ("end to end, submit-and-wait", "CPU ms per call", "resident memory (MiB)"):
         assert heading in result.stdout, heading
+    # `toolrouter up` as a user starts it, Flower watching: the same figures against it.
+    assert sorted(report["up"]) == sorted(backends)
+    for up in report["up"].values():
+        for key in ("e2e_throughput_per_s", "batch_submit_per_s"):
+            assert math.isfinite(up[key]) and up[key] > 0, key
+        assert 0 < up["latency"]["p50_ms"] <= up["latency"]["p99_ms"]
+        assert up["celery_latency_paired"]["samples"] == up["latency"]["samples"]
+        for client in ("httpx", "aiohttp"):
+            for n in ("16", "64"):
+                assert up["plain_clients"][client][n]["per_s"] > 0, (client, n)
+        assert {"api", "worker", "flower", "beat"} <= set(up["e2e_cpu_ms_per_call"])
+    assert "toolrouter up, Flower watching" in result.stdout
     # Six SPEC §15 targets and two for the command line's start, judged per backend.
     assert len(report["targets"]) == 8 * len(backends)
     assert all(math.isfinite(t["value"]) for t in report["targets"])
