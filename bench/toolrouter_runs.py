@@ -66,13 +66,7 @@ class Stack:
         self.read_cpu = costs.reader(self.procs.processes, costs.servers(redis_url, database_url))
 
     def start(self) -> None:
-        runtime = Runtime(self.settings)
-        runtime.prepare()
-        self.keys = {
-            "agent": runtime.keys.create("bench-agent", ["agent"]),
-            "approver": runtime.keys.create("bench-approver", ["approver"]),
-        }
-        runtime.close()
+        self.keys = prepare(self.settings)
         self.procs.start("api", processes.api_argv(self.settings, port=self.port))
         for name, queues, concurrency in (
             ("worker", QUEUES, self.concurrency),
@@ -91,6 +85,19 @@ class Stack:
 
     def stop(self) -> None:
         self.procs.stop_all()
+
+
+def prepare(settings: Settings) -> dict[str, str]:
+    """Migrate the database and make the bench's keys: the agent's and the approver's."""
+    runtime = Runtime(settings)
+    try:
+        runtime.prepare()
+        return {
+            "agent": runtime.keys.create("bench-agent", ["agent"]),
+            "approver": runtime.keys.create("bench-approver", ["approver"]),
+        }
+    finally:
+        runtime.close()
 
 
 def _ok(result: Any, what: str) -> None:

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,6 @@ import httpx
 import psutil
 
 from router.client import AsyncClient, Client
-from router.runtime import Runtime
 from router.settings import Settings
 from tests.support.launcher import REPO, free_port
 
@@ -28,7 +28,7 @@ from .celery_runs import PAIRED_CELERY_LATENCY
 from .params import Params
 from .plain_clients import plain_clients
 from .stats import latency_ms, median_rate
-from .toolrouter_runs import CONFIG, batch_runs, paired_latency, throughput, warm_up
+from .toolrouter_runs import CONFIG, batch_runs, paired_latency, prepare, throughput, warm_up
 
 START_TIMEOUT_S = 180
 STOP_TIMEOUT_S = 120
@@ -42,15 +42,23 @@ CHILDREN = {
 }
 
 
-class Processes:
-    """``up``'s children by role, each with its own children (a worker's pool), found by
-    their command lines; the three risk workers count as one ``worker``."""
+class Processes(Mapping[str, Any]):
+    """``up``'s children by role (``worker-0``… for the risk workers), each counted with its
+    own children (a worker's pool), found by their command lines whenever read."""
 
     def __init__(self, up: subprocess.Popen[bytes]) -> None:
         self.up = psutil.Process(up.pid)
 
-    @property
-    def processes(self) -> dict[str, Any]:
+    def __getitem__(self, name: str) -> Any:
+        return self.current()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.current())
+
+    def __len__(self) -> int:
+        return len(self.current())
+
+    def current(self) -> dict[str, Any]:
         found: dict[str, list[psutil.Process]] = {}
         for child in self.up.children():
             try:
@@ -105,16 +113,10 @@ class UpStack:
         self.up: subprocess.Popen[bytes] | None = None
         self.procs: Processes | None = None
         self.read_cpu: Any = None
-        self._servers = costs.servers(redis_url, database_url)
+        self.database_url = database_url
 
     def start(self) -> None:
-        runtime = Runtime(self.settings)
-        runtime.prepare()
-        self.keys = {
-            "agent": runtime.keys.create("bench-agent", ["agent"]),
-            "approver": runtime.keys.create("bench-approver", ["approver"]),
-        }
-        runtime.close()
+        self.keys = prepare(self.settings)
         with self.log.open("wb") as log:
             self.up = subprocess.Popen(
                 [sys.executable, "-m", "router.cli.main", "up"],
@@ -126,15 +128,9 @@ class UpStack:
                 start_new_session=True,
             )
         self.procs = Processes(self.up)
-        procs = self.procs
-
-        def read() -> dict[str, float]:
-            used = costs.cpu_seconds(procs.processes)
-            for name, server in self._servers.items():
-                used[name] = costs.server_cpu_seconds(server)
-            return used
-
-        self.read_cpu = read
+        self.read_cpu = costs.reader(
+            self.procs, costs.servers(self.settings.redis_url, self.database_url)
+        )
         self._wait_ready()
 
     def _wait_ready(self) -> None:
