@@ -36,15 +36,3 @@ def eviction_warning(client: redis.Redis) -> str | None:
         f"Redis maxmemory-policy is {policy!r}, not {SAFE_EVICTION_POLICY!r}: under memory "
         "pressure it may drop queued messages (the reconciler re-publishes them, late)"
     )
-
-
-def warn_if_redis_may_evict(redis_url: str) -> str | None:
-    """Log the eviction warning once, at start-up; returns it (for tests)."""
-    client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
-    try:
-        warning = eviction_warning(client)
-    finally:
-        client.close()
-    if warning is not None:
-        log.warning(warning)
-    return warning

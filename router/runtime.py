@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-import redis
 from celery import Celery
 from sqlalchemy import Engine
 
@@ -37,6 +36,7 @@ from .messaging.decisions import DecisionClient
 from .messaging.namespace import Namespace
 from .messaging.policies import Limiter, ResultCache
 from .messaging.publisher import Publisher
+from .messaging.redis_clients import redis_client
 from .notify.announce import Announcer
 from .notify.courier import Courier
 from .settings import Settings
@@ -194,7 +194,7 @@ class Runtime:
     @cached_property
     def explainer(self) -> Explainer:
         """Dry runs: the dispatcher's checks, and the rate limits and cache asked read-only."""
-        client = redis.Redis.from_url(self.redis_url, socket_timeout=2, socket_connect_timeout=2)
+        client = redis_client(self.redis_url, socket_timeout=2, socket_connect_timeout=2)
         return Explainer(
             self.dispatcher,
             Limiter(client, self.namespace),

@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -24,7 +24,11 @@ class Settings(BaseSettings):
     # Empty: SQLite under the state directory.
     database_url: str = ""
     # Empty: Redis on localhost if one answers, else `toolrouter up` starts a private one.
+    # Or the sentinels of a Redis Sentinel group, joined by `;`, as Celery takes them:
+    # `sentinel://h1:26379;sentinel://h2:26379;sentinel://h3:26379/0`.
     redis_url: str = ""
+    # For a `sentinel://` URL: the name of the primary the sentinels watch (required).
+    redis_sentinel_master: str = ""
     # The tool config (YAML); while the file does not exist the built-in example tools are
     # served, so `toolrouter up` works out of the box.
     config: Path = Path("toolrouter.yaml")
@@ -153,6 +157,15 @@ class Settings(BaseSettings):
     route_llm_concurrency: int = Field(default=4, ge=1, le=64)
     # How many of the default ranking's best candidates the model chooses among.
     route_llm_shortlist: int = Field(default=20, ge=2, le=100)
+
+    @model_validator(mode="after")
+    def _sentinel_needs_a_master(self) -> Settings:
+        if self.redis_url.startswith("sentinel://") and not self.redis_sentinel_master:
+            raise ValueError(
+                "TOOLROUTER_REDIS_URL is a sentinel:// URL: set TOOLROUTER_REDIS_SENTINEL_MASTER"
+                " to the name of the primary the sentinels watch"
+            )
+        return self
 
     @property
     def resolved_api_processes(self) -> int:

@@ -10,9 +10,10 @@ from typing import Any
 
 from celery import signals
 
-from router import guards, metrics
+from router import metrics
 from router.errors import ConfigError
 from router.messaging.completions import Notifier
+from router.messaging.redis_clients import warn_if_redis_may_evict
 from router.runtime import Runtime
 from router.settings import get_settings
 
@@ -72,4 +73,4 @@ def _check_start(**_: Any) -> None:
         raise SystemExit(2) from None
     finally:
         runtime.close()
-    guards.warn_if_redis_may_evict(runtime.redis_url)
+    warn_if_redis_may_evict(runtime.redis_url)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..messaging.redis_clients import redis_client
 from ..metrics import metrics_dir
 
 log = logging.getLogger(__name__)
@@ -26,9 +27,7 @@ class LiveCollector:
             "toolrouter_queue_depth", "Messages waiting per queue", labels=["queue"]
         )
         try:
-            import redis
-
-            client = redis.Redis.from_url(
+            client = redis_client(
                 self.runtime.redis_url, socket_timeout=2, socket_connect_timeout=2
             )
             prefix = self.runtime.namespace.prefix  # kombu's global_keyprefix

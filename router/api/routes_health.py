@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from sqlalchemy import text
 
+from ..messaging.redis_clients import redis_client
 from .deps import in_thread, runtime_of
 from .exposition import exposition
 from .responses import AsciiJSONResponse
@@ -59,9 +59,7 @@ async def readyz(request: Request) -> JSONResponse:
         except Exception as exc:
             problems["database"] = str(exc)
         try:
-            redis.Redis.from_url(
-                runtime.redis_url, socket_timeout=2, socket_connect_timeout=2
-            ).ping()
+            redis_client(runtime.redis_url, socket_timeout=2, socket_connect_timeout=2).ping()
         except Exception as exc:
             problems["redis"] = str(exc)
         return problems

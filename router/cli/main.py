@@ -6,6 +6,7 @@ import os
 import sys
 
 import click
+from pydantic import ValidationError
 
 from ..errors import ToolrouterError
 from ..files import private_dir
@@ -31,6 +32,15 @@ def main() -> None:
     # the console script alone would not, while the processes it starts would.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
+    try:
+        get_settings()
+    except ValidationError as exc:
+        # A setting that cannot be used stops every command, named, without a traceback.
+        for error in exc.errors():
+            field = "".join(str(part) for part in error["loc"])
+            where = f"TOOLROUTER_{field.upper()}: " if field else ""
+            click.echo(f"error: {where}{error['msg'].removeprefix('Value error, ')}", err=True)
+        sys.exit(2)
 
 
 # -- processes ---------------------------------------------------------------------------

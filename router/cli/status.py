@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from ..messaging.redis_clients import redis_client
 from ..settings import Settings, get_settings
 from .children import running_file
 from .common import local_url
@@ -90,9 +91,8 @@ def _database(runtime: Any) -> dict[str, Any]:
 
 
 def _redis(runtime: Any) -> dict[str, Any]:
-    import redis
 
-    client = redis.Redis.from_url(runtime.redis_url, socket_timeout=2, socket_connect_timeout=2)
+    client = redis_client(runtime.redis_url, socket_timeout=2, socket_connect_timeout=2)
     try:
         prefix = runtime.namespace.prefix  # kombu's global_keyprefix
         return {"queue_depths": {queue: client.llen(prefix + queue) for queue in _queues()}}

@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
-import redis
 from mcp import types
 from mcp.server import Server, ServerRequestContext
 from mcp.server.context import CallNext, HandlerResult
@@ -25,6 +24,7 @@ from ..auth.principal import Principal
 from ..dispatch.dispatcher import Submission
 from ..errors import NotFound, RequestError, Unavailable
 from ..messaging.completions import CompletionListener
+from ..messaging.redis_clients import redis_client
 from ..messaging.waiting import wait_for_call
 from ..names import echo_name
 from ..results import CallResult
@@ -88,7 +88,7 @@ class ToolrouterMcp:
         self.max_wait_s = settings.max_wait_s
         self.poll_s = settings.mcp_task_poll_ms / 1000
         # Shared by every API process, since any of them may take a key's next request.
-        state = redis.Redis.from_url(runtime.redis_url, socket_timeout=2, socket_connect_timeout=2)
+        state = redis_client(runtime.redis_url, socket_timeout=2, socket_connect_timeout=2)
         self.in_flight = CallsInFlight(state, runtime.namespace)
         self.log_levels = LogLevels(state, runtime.namespace)
         # Wakes whoever waits for a call this server cancelled, as DELETE /v1/calls does.

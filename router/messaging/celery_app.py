@@ -15,7 +15,8 @@ from kombu import Exchange, Queue
 from ..constants import ALL_QUEUES
 from ..settings import Settings
 from .namespace import Namespace
-from .redis_transport import TRANSPORT
+from .redis_clients import broker_settings, with_master
+from .redis_transport import SENTINEL_TRANSPORT, TRANSPORT
 
 LOCAL_REDIS_URL = "redis://127.0.0.1:6379/0"
 PRIVATE_REDIS_FILE = "redis.url"
@@ -29,9 +30,10 @@ def private_redis_url_file(settings: Settings) -> Path:
 
 
 def resolve_redis_url(settings: Settings) -> str:
-    """The configured URL; else the private Redis of a running `toolrouter up`; else localhost."""
+    """The configured URL (a Sentinel one with its primary's name); else the private Redis
+    of a running `toolrouter up`; else localhost."""
     if settings.redis_url:
-        return settings.redis_url
+        return with_master(settings.redis_url, settings.redis_sentinel_master)
     marker = private_redis_url_file(settings)
     if marker.exists():
         return marker.read_text(encoding="utf-8").strip()
@@ -40,10 +42,11 @@ def resolve_redis_url(settings: Settings) -> str:
 
 def celery_settings(redis_url: str, namespace: Namespace) -> dict[str, Any]:
     """Settings shared by every process that publishes or consumes (one reason per line)."""
+    broker_url, sentinel_options = broker_settings(redis_url)
     return {
-        "broker_url": redis_url,
+        "broker_url": broker_url,
         # kombu's Redis transport, minus a new redis-py client for every publish.
-        "broker_transport": TRANSPORT,
+        "broker_transport": SENTINEL_TRANSPORT if sentinel_options else TRANSPORT,
         # Results live in the database; Celery's result backend would be a second truth.
         "result_backend": None,
         "task_ignore_result": True,
@@ -80,6 +83,9 @@ def celery_settings(redis_url: str, namespace: Namespace) -> dict[str, Any]:
             "ack_emulation": False,
             "socket_timeout": 5.0,
             "socket_connect_timeout": 2.0,
+            # Sentinel: the primary's name, and the sentinels asked with the same patience.
+            **sentinel_options,
+            **({"sentinel_kwargs": {"socket_timeout": 2.0}} if sentinel_options else {}),
         },
     }
 

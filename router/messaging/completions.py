@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import redis
-import redis.asyncio as aioredis
 
 from .. import metrics
 from ..constants import CALL_DONE_CHANNEL, KEYS_CHANGED_CHANNEL
@@ -29,6 +28,7 @@ from ..results import CallResult, content_blocks
 from ..trust.keyring import KeyRing, Purpose
 from . import revocations
 from .namespace import Namespace
+from .redis_clients import async_redis_client, redis_client
 from .revocations import KEYS_ACK_TIMEOUT_S
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ class Notifier:
     """Announces finished calls (workers, the approval worker, the API on cancel)."""
 
     def __init__(self, redis_url: str, namespace: Namespace, keyring: KeyRing) -> None:
-        self.client = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+        self.client = redis_client(redis_url, socket_timeout=2, socket_connect_timeout=2)
         self.namespace, self.keyring = namespace, keyring
         self.channel = namespace.key(CALL_DONE_CHANNEL)
 
@@ -259,7 +259,7 @@ class CompletionListener:
 
     async def _listen(self) -> None:
         while True:
-            client = aioredis.Redis.from_url(self.redis_url)
+            client = async_redis_client(self.redis_url)
             try:
                 async with client.pubsub() as pubsub:
                     await pubsub.subscribe(self.channel, self.keys_channel)

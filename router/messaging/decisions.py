@@ -19,7 +19,6 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import redis
 from celery import Celery
 
 from .. import metrics
@@ -29,6 +28,7 @@ from ..constants import APPROVALS_QUEUE, DECIDE_TASK, DECISION_REPLY
 from ..errors import Unavailable
 from ..trust.keyring import KeyRing, Purpose
 from .namespace import Namespace
+from .redis_clients import redis_client
 
 # The API waits this much longer than the deadline, so an answer committed just before
 # the deadline is still heard.
@@ -135,7 +135,7 @@ class DecisionClient:
     ) -> None:
         self.app, self.clock, self.timeout_s = app, clock, timeout_s
         self.namespace, self.keyring = namespace, keyring
-        self.redis = redis.Redis.from_url(
+        self.redis = redis_client(
             redis_url, socket_connect_timeout=2, socket_timeout=timeout_s + REPLY_MARGIN_S + 5
         )
 

@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 # What ``broker_transport`` names, so every process loads this module by the same path.
 TRANSPORT = "router.messaging.redis_transport:Transport"
+SENTINEL_TRANSPORT = "router.messaging.redis_transport:SentinelTransport"
 
 
 class Channel(kombu_redis.Channel):
@@ -55,3 +56,11 @@ class Channel(kombu_redis.Channel):
 
 class Transport(kombu_redis.Transport):
     Channel = Channel
+
+
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """The same channel, its pool following the primary the sentinels name."""
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    Channel = SentinelChannel

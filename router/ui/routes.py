@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import redis
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
@@ -23,6 +22,7 @@ from ..auth.principal import Principal
 from ..auth.sessions import COOKIE, FLASH_COOKIE, LoginThrottle, Session, SessionStore
 from ..constants import LOGIN_FAILURES
 from ..errors import NotAuthenticated, RequestError, Unavailable
+from ..messaging.redis_clients import redis_client
 from ..runtime import Runtime
 from ..status import Role
 from ..threads import in_thread
@@ -48,7 +48,7 @@ def _throttle(request: Request) -> LoginThrottle:
     if throttle is None:
         runtime = _runtime(request)
         # Short timeouts: a sign-in waits on them (in a thread, never on the event loop).
-        shared = redis.Redis.from_url(runtime.redis_url, socket_timeout=1, socket_connect_timeout=1)
+        shared = redis_client(runtime.redis_url, socket_timeout=1, socket_connect_timeout=1)
         throttle = request.app.state.login_throttle = LoginThrottle(
             runtime.settings.ui_login_failures_per_minute,
             shared=shared,

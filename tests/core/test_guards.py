@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from router import guards
 from router.errors import ConfigError
+from router.messaging.redis_clients import warn_if_redis_may_evict
 from router.runtime import Runtime
 from router.settings import Settings
 
@@ -49,8 +49,8 @@ def evicting_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
 def test_a_redis_that_may_evict_is_reported(
     evicting_redis: PrivateRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="router.guards"):
-        warning = guards.warn_if_redis_may_evict(evicting_redis.url)
+    with caplog.at_level(logging.WARNING, logger="router.messaging.redis_clients"):
+        warning = warn_if_redis_may_evict(evicting_redis.url)
     assert warning is not None and "'allkeys-lru', not 'noeviction'" in warning
     assert [r.getMessage() for r in caplog.records] == [warning]
 
@@ -63,13 +63,13 @@ def test_a_redis_that_never_evicts_is_not_reported(
         client.config_set("maxmemory-policy", "noeviction")
     finally:
         client.close()
-    with caplog.at_level(logging.WARNING, logger="router.guards"):
-        assert guards.warn_if_redis_may_evict(evicting_redis.url) is None
+    with caplog.at_level(logging.WARNING, logger="router.messaging.redis_clients"):
+        assert warn_if_redis_may_evict(evicting_redis.url) is None
     assert caplog.records == []
 
 
 def test_a_redis_that_does_not_answer_is_not_a_start_up_error() -> None:
-    assert guards.warn_if_redis_may_evict("redis://127.0.0.1:1/0") is None
+    assert warn_if_redis_may_evict("redis://127.0.0.1:1/0") is None
 
 
 # -- the worker's start-up ----------------------------------------------------------------

@@ -366,3 +366,25 @@ def test_approvals_without_a_subcommand_shows_help_and_starts_nothing(home: Home
     assert "list" in shown.stdout + shown.stderr and "approve" in shown.stdout + shown.stderr
     assert "Usage" in shown.stdout + shown.stderr
     assert not home.state_dir.exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        (
+            "TOOLROUTER_REDIS_URL",
+            "sentinel://127.0.0.1:26379",
+            "error: TOOLROUTER_REDIS_URL is a sentinel:// URL: set "
+            "TOOLROUTER_REDIS_SENTINEL_MASTER",
+        ),
+        ("TOOLROUTER_API_PORT", "eighty", "error: TOOLROUTER_API_PORT: Input should be"),
+    ],
+)
+def test_a_setting_that_cannot_be_used_is_named_without_a_traceback(
+    tmp_path: Path, setting: str, value: str, message: str
+) -> None:
+    home = Home(tmp_path, **{setting: value})
+    result = home.run("status")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith(message), result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
