@@ -91,7 +91,6 @@ def _database(runtime: Any) -> dict[str, Any]:
 
 
 def _redis(runtime: Any) -> dict[str, Any]:
-
     client = redis_client(runtime.redis_url, socket_timeout=2, socket_connect_timeout=2)
     try:
         prefix = runtime.namespace.prefix  # kombu's global_keyprefix

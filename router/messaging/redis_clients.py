@@ -7,9 +7,9 @@ or the Sentinel form Celery and kombu use, the sentinels' addresses joined by ``
 
 with the name of the primary the sentinels watch in ``TOOLROUTER_REDIS_SENTINEL_MASTER``.
 A password in the first address is the primary's. Every process reaches Redis through
-``connect``, ``connect_async`` and ``broker_settings`` (Celery's transport), so the broker,
-the completion wake-ups, the approval replies, rate limits and caches all follow the
-sentinels to a new primary after a failover.
+``redis_client``, ``async_redis_client`` and ``broker_settings`` (Celery's transport), so
+the broker, the completion wake-ups, the approval replies, rate limits and caches all
+follow the sentinels to a new primary after a failover.
 
 Inside toolrouter the primary's name rides in the URL (``?master_name=``), so whatever
 passes the URL along passes it too; kombu is given its own form.

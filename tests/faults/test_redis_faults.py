@@ -26,7 +26,7 @@ from router.runtime import Runtime
 from router.status import CallStatus
 
 from ..support import services
-from ..support.faults import PrivateRedis, ledger_runs
+from ..support.faults import FAST_RECOVERY, PrivateRedis, ledger_runs
 from ..support.stack import Stack, stack_env, start_with_recovery
 from ..support.waiting import wait_for, wait_until_finished
 
@@ -62,9 +62,7 @@ def redis_fault_stack(
         redis_url=private.url,
         state_dir=state_dir,
         # The reconciler is what heals a Redis that lost its queues: run it often.
-        TOOLROUTER_REQUEUE_AFTER_S="1",
-        TOOLROUTER_RECONCILER_INTERVAL_S="0.5",
-        TOOLROUTER_REAPER_INTERVAL_S="0.5",
+        **FAST_RECOVERY,
     )
     stack = Stack(env=env, state_dir=state_dir)
     runtime = Runtime(stack.settings)

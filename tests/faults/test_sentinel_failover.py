@@ -26,7 +26,7 @@ from router.runtime import Runtime
 from router.status import CallStatus
 
 from ..support import services
-from ..support.faults import ledger_runs
+from ..support.faults import FAST_RECOVERY, ledger_runs
 from ..support.sentinel import MASTER, SentinelGroup, redis_server
 from ..support.stack import Stack, stack_env, start_with_recovery
 from ..support.waiting import wait_for, wait_until_finished
@@ -66,9 +66,7 @@ def sentinel_stack(
         state_dir=state_dir,
         TOOLROUTER_REDIS_SENTINEL_MASTER=MASTER,
         # Messages the replica never received are published again from the database.
-        TOOLROUTER_REQUEUE_AFTER_S="1",
-        TOOLROUTER_RECONCILER_INTERVAL_S="0.5",
-        TOOLROUTER_REAPER_INTERVAL_S="0.5",
+        **FAST_RECOVERY,
     )
     stack = Stack(env=env, state_dir=state_dir)
     runtime = Runtime(stack.settings)

@@ -170,3 +170,41 @@ def test_bench_smoke_measures_celery_and_toolrouter_and_writes_json(
     # Six SPEC §15 targets and two for the command line's start, judged per backend.
     assert len(report["targets"]) == 8 * len(backends)
     assert all(math.isfinite(t["value"]) for t in report["targets"])
+
+
+@pytest.mark.timeout(600)
+def test_capacity_check_measures_both_pools_and_plan_reads_it(
+    redis_base: str, tmp_path: Path
+) -> None:
+    output = tmp_path / "capacity.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLROUTER_")}
+    command = [sys.executable, "-m", "bench.capacity"]
+    small = ["--calls", "200", "--runs", "1", "--output", str(output)]
+    checked = subprocess.run(
+        [*command, "check", "--redis-url", f"{redis_base}/{BENCH_REDIS_DB}", *small],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    found = json.loads(output.read_text(encoding="utf-8"))
+    for pool in ("1", "2"):
+        run = found["runs"][pool]
+        assert run["calls_per_s"] > 0 and run["t_pool_ms"] > 0
+        assert {"api", "worker", "client"} <= set(run["cpu_ms_per_call"])
+        assert run["redis_commands_per_call"] > 0
+    assert (
+        found["predicted_2_from_1"]["rate"] > 0 and "model from the 1-process run" in checked.stdout
+    )
+    planned = subprocess.run(
+        [*command, "plan", "--rate", "5000", "--input", str(output)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert planned.returncode == 0, planned.stderr
+    assert "API processes" in planned.stdout and "worker pool processes" in planned.stdout

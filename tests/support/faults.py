@@ -80,6 +80,15 @@ class PrivateRedis:
         self.process = None
 
 
+# Settings of a stack whose recovery a test waits for: the reconciler publishes a lost
+# message again after a second, the reaper looks for lost runs twice a second.
+FAST_RECOVERY = {
+    "TOOLROUTER_REQUEUE_AFTER_S": "1",
+    "TOOLROUTER_RECONCILER_INTERVAL_S": "0.5",
+    "TOOLROUTER_REAPER_INTERVAL_S": "0.5",
+}
+
+
 def ledger_runs(path: Path) -> dict[str, int]:
     """``call id -> number of runs`` from the ``ledger`` tool's file (one line a run)."""
     runs: dict[str, int] = {}
