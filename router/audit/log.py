@@ -40,8 +40,33 @@ class AuditEntry:
 
 
 def hashed_text(row: dict[str, Any]) -> str:
-    """What a row's hash covers: the canonical JSON of every other field."""
+    """What a row's hash covers: the canonical JSON of every other field.
+
+    Every append and every verification hashes a row, so the row's usual shape (text or
+    null fields, integer ``seq`` and ``at``) is written out directly, with the escaper
+    ``json.dumps`` itself uses, in the key order ``canonical_json`` sorts them into; any
+    other shape goes through ``canonical_json``. Both give the same text.
+    """
+    seq, at = row["seq"], row["at"]
+    if type(seq) is int and type(at) is int:
+        try:
+            return (
+                f'{{"actor":{_text(row["actor"])},"at":{at},"call_id":{_text(row["call_id"])},'
+                f'"detail":{_text(row["detail"])},"event":{_text(row["event"])},'
+                f'"prev_hash":{_text(row["prev_hash"])},"request_id":{_text(row["request_id"])},'
+                f'"seq":{seq},"tool":{_text(row["tool"])}}}'
+            )
+        except TypeError:
+            pass  # a field that is neither text nor null
     return canonical_json({key: row[key] for key in _HASHED_FIELDS})
+
+
+def _text(value: str | None) -> str:
+    # The C escaper behind json.dumps(ensure_ascii=True); it refuses anything but text.
+    return "null" if value is None else _escape_ascii(value)
+
+
+_escape_ascii = json.encoder.encode_basestring_ascii
 
 
 _HASHED_FIELDS = (
