@@ -71,7 +71,7 @@ def measure(args: argparse.Namespace, pool: int, work: Path) -> dict[str, Any]:
 def predict(base: dict[str, Any], pool: int, cores: int) -> dict[str, float]:
     """The rate ``pool`` pool processes reach on ``cores`` cores, from one measured run."""
     by_pool = pool * 1000 / base["t_pool_ms"]
-    by_cpu = cores * 1000 / sum(v for v in base["cpu_ms_per_call"].values() if v == v)
+    by_cpu = cores * 1000 / sum(v for v in base["cpu_ms_per_call"].values() if not math.isnan(v))
     return {"by_pool": round(by_pool, 1), "by_cpu": round(by_cpu, 1), "rate": min(by_pool, by_cpu)}
 
 

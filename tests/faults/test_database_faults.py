@@ -27,7 +27,7 @@ from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 
 from ..support import services
-from ..support.faults import ledger_runs
+from ..support.faults import FAST_RECOVERY, ledger_runs
 from ..support.stack import Stack, stack_env, start_with_recovery
 from ..support.waiting import wait_for, wait_until_finished
 
@@ -78,10 +78,8 @@ def pg_fault_stack(
         database_url=database_url,
         redis_url=redis_url,
         state_dir=state_dir,
-        TOOLROUTER_REQUEUE_AFTER_S="1",
-        TOOLROUTER_RECONCILER_INTERVAL_S="0.5",
-        TOOLROUTER_REAPER_INTERVAL_S="0.5",
         TOOLROUTER_LEASE_GRACE_S="1",
+        **FAST_RECOVERY,
     )
     stack = Stack(env=env, state_dir=state_dir)
     runtime = Runtime(stack.settings)

@@ -31,6 +31,7 @@ from router.status import TERMINAL_STATES, AuditEvent, CallStatus
 from ..support import services
 from ..support.audit import call_audit_events
 from ..support.calls import queue_call
+from ..support.faults import FAST_RECOVERY
 from ..support.stack import Stack, stack_env, start_with_recovery
 from ..support.waiting import wait_until_finished
 
@@ -249,9 +250,7 @@ def fault_stack(
         state_dir=state_dir,
         # Recovery as fast as the settings allow: the kill test waits on leases running out.
         TOOLROUTER_LEASE_GRACE_S="1",
-        TOOLROUTER_REQUEUE_AFTER_S="1",
-        TOOLROUTER_REAPER_INTERVAL_S="0.5",
-        TOOLROUTER_RECONCILER_INTERVAL_S="0.5",
+        **FAST_RECOVERY,
     )
     stack = Stack(env=env, state_dir=state_dir)
     runtime = Runtime(stack.settings)
