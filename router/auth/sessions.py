@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 
 import redis
 from sqlalchemy import and_, select, update
@@ -143,23 +144,47 @@ class SessionStore:
 
 # Failed sign-ins of one address, shared by every API process: a sorted set of the Redis
 # server's times in microseconds (the processes' clocks differ), the newest ARGV[1] (the
-# limit) only, expiring on its own. ARGV[3] is 1 to record a failure (member ARGV[4]), 0
-# to only look. Returns the microseconds until fewer than the limit are in the window.
+# limit) only, expiring on its own. ARGV[3] is 1 to record a failure (member ARGV[4]), 2
+# to record one only if fewer than the limit are in the window (a sign-in about to be
+# tried), 0 to only look. Returns the microseconds until fewer than the limit are in the
+# window; 0 when a mode 2 failure was recorded.
 _SHARED_FAILURES = """
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-if ARGV[3] == '1' then
+local count = redis.call('ZCARD', KEYS[1])
+if ARGV[3] == '1' or (ARGV[3] == '2' and count < limit) then
   redis.call('ZADD', KEYS[1], now, ARGV[4])
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -(limit + 1))
   redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000) + 1000)
+  if ARGV[3] == '2' then return 0 end
 end
 if redis.call('ZCARD', KEYS[1]) < limit then return 0 end
 local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return math.max(0, tonumber(oldest[2]) + window - now)
 """
+
+
+class _Mode(Enum):
+    """What ``_SHARED_FAILURES`` does besides answering (its ARGV[3])."""
+
+    LOOK = 0
+    RECORD = 1
+    RECORD_UNDER_LIMIT = 2
+
+
+@dataclass(frozen=True, slots=True)
+class SignInAttempt:
+    """A sign-in about to be tried (``LoginThrottle.begin``): counted as failed until
+    ``LoginThrottle.succeeded`` takes it back; refused, and counted nowhere, when
+    ``wait_s`` is more than 0."""
+
+    address: str
+    at: float
+    member: str
+    wait_s: float = 0.0
 
 
 class LoginThrottle:
@@ -186,6 +211,7 @@ class LoginThrottle:
         self.clock = clock
         self._failures: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
+        self._shared = shared
         self._script = shared.register_script(_SHARED_FAILURES) if shared is not None else None
         self._key_prefix = key_prefix
         self._retry_at = 0.0
@@ -198,30 +224,55 @@ class LoginThrottle:
             local = 0.0
             if len(failures) >= self.per_minute:
                 local = max(0.0, failures[0] + self.WINDOW_S - now)
-        return max(local, self._ask_shared(address, record=False))
+        return max(local, self._ask_shared(address, mode=_Mode.LOOK))
+
+    def begin(self, address: str) -> SignInAttempt:
+        """Count a sign-in from ``address`` as failed before its key is checked, if the
+        address may try now: sign-ins sent in parallel then cannot all pass the check
+        before the first of them has failed."""
+        now, member = self.clock(), secrets.token_hex(8)
+        with self._lock:
+            failures = self._recent(address, now)
+            if len(failures) >= self.per_minute:
+                return SignInAttempt(address, now, member, failures[0] + self.WINDOW_S - now)
+            self._record_here(address, now)
+        shared = self._ask_shared(address, mode=_Mode.RECORD_UNDER_LIMIT, member=member)
+        if shared > 0:
+            self._forget_here(address, now)
+            return SignInAttempt(address, now, member, shared)
+        return SignInAttempt(address, now, member)
+
+    def succeeded(self, attempt: SignInAttempt) -> None:
+        """The attempt's key was accepted: it no longer counts as a failure."""
+        self._forget_here(attempt.address, attempt.at)
+        if self._shared is None or self.clock() < self._retry_at:
+            return
+        try:
+            self._shared.zrem(self.key(attempt.address), attempt.member)
+        except redis.RedisError as exc:
+            log.warning("sign-in throttle: Redis did not answer (%s)", exc)
 
     def failed(self, address: str) -> None:
         now = self.clock()
         with self._lock:
-            if len(self._failures) >= self.MAX_ADDRESSES:
-                self._failures.clear()  # many addresses at once: start over
-            self._recent(address, now).append(now)
-        self._ask_shared(address, record=True)
+            self._record_here(address, now)
+        self._ask_shared(address, mode=_Mode.RECORD, member=secrets.token_hex(8))
 
     def key(self, address: str) -> str:
         """The address's count in Redis: hashed, so every key has the same short length."""
         digest = hashlib.sha256(address.encode("utf-8", "surrogatepass")).hexdigest()
         return f"{self._key_prefix}:{digest}"
 
-    def _ask_shared(self, address: str, *, record: bool) -> float:
-        """The shared count's wait (recording a failure first if asked); 0 without Redis."""
+    def _ask_shared(self, address: str, *, mode: _Mode, member: str = "") -> float:
+        """The shared count's wait (recording a failure first, as ``mode`` says); 0
+        without Redis."""
         if self._script is None or self.clock() < self._retry_at:
             return 0.0
         window_us = int(self.WINDOW_S * 1_000_000)
         try:
             answer = self._script(
                 keys=[self.key(address)],
-                args=[self.per_minute, window_us, int(record), secrets.token_hex(8)],
+                args=[self.per_minute, window_us, mode.value, member],
             )
             return min(self.WINDOW_S, max(0.0, float(answer) / 1_000_000))
         except (redis.RedisError, TypeError, ValueError) as exc:
@@ -229,6 +280,18 @@ class LoginThrottle:
             self._retry_at = self.clock() + self.RETRY_S
             log.warning("sign-in throttle: Redis did not answer (%s); counting per process", exc)
             return 0.0
+
+    def _record_here(self, address: str, now: float) -> None:
+        # Under the lock.
+        if len(self._failures) >= self.MAX_ADDRESSES:
+            self._failures.clear()  # many addresses at once: start over
+        self._recent(address, now).append(now)
+
+    def _forget_here(self, address: str, at: float) -> None:
+        with self._lock:
+            failures = self._failures.get(address)
+            if failures is not None and at in failures:
+                failures.remove(at)
 
     def _recent(self, address: str, now: float) -> deque[float]:
         failures = self._failures.setdefault(address, deque())

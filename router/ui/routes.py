@@ -160,14 +160,18 @@ async def login(request: Request) -> Response:
     """Sign in with a key: a new session, never the key itself, goes into the cookie."""
     if not _same_origin(request):
         return _page(request, "forbidden.html", 403, reason="Sign in from this site's own page.")
-    throttle, address = _throttle(request), _client(request)
-    wait_s = await in_thread(throttle.wait_s, address)
-    if wait_s > 0:
+    throttle = _throttle(request)
+    # Counted as failed until the key is accepted: parallel guesses cannot all get past
+    # the limit before the first of them fails.
+    attempt = await in_thread(throttle.begin, _client(request))
+    if attempt.wait_s > 0:
         return _page(
             request,
             "login.html",
             429,
-            error=f"Too many failed sign-ins from your address; try again in {wait_s:.0f} s.",
+            error=(
+                f"Too many failed sign-ins from your address; try again in {attempt.wait_s:.0f} s."
+            ),
         )
     form = await request.form()
     token = str(form.get("key") or "").strip()
@@ -175,8 +179,8 @@ async def login(request: Request) -> Response:
     try:
         who = await in_thread(runtime.keys.authenticate, token)
     except NotAuthenticated:
-        await in_thread(throttle.failed, address)
         return _page(request, "login.html", 401, error="That key was not accepted.")
+    await in_thread(throttle.succeeded, attempt)
     if not may_use_inbox(who):
         return _page(request, "forbidden.html", 403, who=who)
     hours = runtime.settings.ui_session_hours

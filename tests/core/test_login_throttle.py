@@ -4,9 +4,11 @@ lies."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis
@@ -160,3 +162,49 @@ def test_what_redis_says_never_weakens_this_process_count_nor_blocks_past_the_wi
     # Failures planted far in the future: the wait is still at most the window.
     client.zadd(throttle.key("198.51.100.1"), {f"m{i}": 1e18 for i in range(LIMIT)})
     assert process(client, prefix).wait_s("198.51.100.1") == LoginThrottle.WINDOW_S
+
+
+def test_sign_ins_begun_in_parallel_in_two_processes_get_past_the_limit_no_more(
+    client: redis.Redis, prefix: str
+) -> None:
+    processes = [process(client, prefix), process(client, prefix)]
+    per_process = 4 * LIMIT
+    start = threading.Barrier(2 * per_process)
+
+    def begin(throttle: LoginThrottle) -> float:
+        start.wait()
+        return throttle.begin(ADDRESS).wait_s
+
+    with ThreadPoolExecutor(2 * per_process) as pool:
+        waits = list(pool.map(begin, [p for p in processes for _ in range(per_process)]))
+    assert sum(1 for wait in waits if wait == 0) == LIMIT, waits
+    assert all(0 < wait <= LoginThrottle.WINDOW_S for wait in waits if wait != 0)
+    # The refused ones count nowhere: the limit's worth of failures, no more.
+    assert client.zcard(processes[0].key(ADDRESS)) == LIMIT
+
+
+def test_a_sign_in_that_succeeds_no_longer_counts(client: redis.Redis, prefix: str) -> None:
+    throttle, other = process(client, prefix), process(client, prefix)
+    for _ in range(3 * LIMIT):
+        attempt = throttle.begin(ADDRESS)
+        assert attempt.wait_s == 0
+        throttle.succeeded(attempt)
+    assert client.zcard(throttle.key(ADDRESS)) == 0
+    # Failed ones (never taken back) count, here and for every other process.
+    for _ in range(LIMIT):
+        assert throttle.begin(ADDRESS).wait_s == 0
+    assert throttle.begin(ADDRESS).wait_s > 0
+    assert other.begin(ADDRESS).wait_s > 0
+    assert client.zcard(throttle.key(ADDRESS)) == LIMIT
+
+
+def test_with_redis_down_sign_ins_begun_count_in_this_process(free_redis_port: int) -> None:
+    clock = Seconds()
+    down = redis.Redis(port=free_redis_port, socket_timeout=1, socket_connect_timeout=1)
+    throttle = LoginThrottle(LIMIT, clock, shared=down, key_prefix="tr-test:login-failures")
+    succeeded = throttle.begin(ADDRESS)
+    throttle.succeeded(succeeded)  # Redis down: taken back here, and never raises
+    assert [throttle.begin(ADDRESS).wait_s for _ in range(LIMIT)] == [0] * LIMIT
+    assert throttle.begin(ADDRESS).wait_s == pytest.approx(LoginThrottle.WINDOW_S)
+    clock.now += LoginThrottle.WINDOW_S
+    assert throttle.begin(ADDRESS).wait_s == 0

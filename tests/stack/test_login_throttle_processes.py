@@ -4,8 +4,10 @@ process each attempt reaches."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,4 +156,40 @@ def test_failed_sign_ins_across_two_api_processes_are_throttled_after_the_limit_
     print(
         f"sign-in throttle, 2 API processes: {allowed} wrong keys in total -> 429 on both; "
         f"statuses by process: {per_process}"
+    )
+
+
+def test_wrong_keys_sent_at_once_to_two_api_processes_get_past_the_limit_no_more(
+    two_process_api: TwoProcessApi,
+) -> None:
+    allowed = two_process_api.stack.settings.ui_login_failures_per_minute
+    sent = 4 * allowed
+    base_url = two_process_api.stack.base_url
+    start = threading.Barrier(sent)
+
+    def guess(i: int) -> tuple[int, int | None]:
+        # A connection of its own, opened before the barrier: the requests go out together.
+        with httpx.Client(base_url=base_url, timeout=60) as http:
+            pid = serving_pid(two_process_api.stack, client_port(http.get("/healthz")))
+            start.wait()
+            response = http.post(
+                "/ui/login", data={"key": f"trk_guess-{i}"}, headers={"Origin": base_url}
+            )
+            return response.status_code, pid
+
+    with ThreadPoolExecutor(sent) as pool:
+        answers = list(pool.map(guess, range(sent)))
+    statuses = sorted(status for status, _ in answers)
+    assert statuses == [401] * allowed + [429] * (sent - allowed), statuses
+    pids = {pid for _, pid in answers}
+    client = redis.Redis.from_url(two_process_api.redis_url)
+    try:
+        counts = Namespace.of(two_process_api.stack.settings).key(LOGIN_FAILURES, "*")
+        (key,) = list(client.scan_iter(match=counts))
+        assert client.zcard(key) == allowed
+    finally:
+        client.close()
+    print(
+        f"sign-in throttle, {sent} wrong keys at once to 2 API processes (reached: {pids}): "
+        f"{statuses.count(401)} tried, {statuses.count(429)} refused"
     )
