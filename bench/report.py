@@ -1,10 +1,11 @@
-"""The figures as ratios to the baseline, judged against SPEC §15, and printed as a table."""
+"""The figures as ratios to the baseline, printed as tables with their verdicts."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from .celery_runs import IN_FLIGHT_KEY, PAIRED_CELERY_LATENCY
+from .targets import target_named
 
 # (key, label, where the baseline figure is, if there is one)
 ROWS = [
@@ -45,46 +46,6 @@ def baseline_for(report: dict[str, Any], backend: str) -> dict[str, Any]:
     if paired is not None:
         base["latency"] = paired
     return base
-
-
-def judge(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """One verdict per SPEC §15 target and backend."""
-    verdicts = []
-    for backend, tr in report["toolrouter"].items():
-        base = baseline_for(report, backend)
-        f = figures(tr)
-        checks = [
-            ("e2e throughput >= 1.0 x Celery", f["e2e"] / base["e2e_throughput_per_s"], ">=", 1.0),
-            ("batch >= 10 x Celery delay() rate", f["batch"] / base["submit_rate_per_s"], ">=", 10),
-            (
-                "latency p50 <= 1.5 x Celery delay().get()",
-                f["latency_p50"] / base["latency"]["p50_ms"],
-                "<=",
-                1.5,
-            ),
-            ("approval to start p50 <= 50 ms", f["approval_p50"], "<=", 50),
-            ("approval to start p99 <= 250 ms", f["approval_p99"], "<=", 250),
-            ("full audit table within 20 %", f["audit"] / f["e2e"], ">=", 0.8),
-        ]
-        cli = tr.get("cli_start")
-        if cli:
-            checks.append(
-                ("toolrouter --help median <= 500 ms", cli["help"]["median_ms"], "<=", 500)
-            )
-            checks.append(
-                ("approvals list median <= 500 ms", cli["approvals_list"]["median_ms"], "<=", 500)
-            )
-        for name, value, op, target in checks:
-            met = value >= target if op == ">=" else value <= target
-            verdicts.append(
-                {
-                    "backend": backend,
-                    "target": name,
-                    "value": round(value, 3),
-                    "met": bool(met),
-                }
-            )
-    return verdicts
 
 
 def table(report: dict[str, Any]) -> str:
@@ -146,12 +107,22 @@ def table(report: dict[str, Any]) -> str:
     if start is not None and end is not None:
         out.append(f"CPU time stolen by the hypervisor during the run: {end - start:.1f} s")
     out.append("")
-    for verdict in report["targets"]:
-        mark = "met" if verdict["met"] else "NOT met"
-        out.append(
-            f"{verdict['backend']:<10} {verdict['target']:<42} {verdict['value']:>10} {mark}"
-        )
+    out += verdict_lines(report["targets"])
     return "\n".join(out)
+
+
+def verdict_lines(verdicts: list[dict[str, Any]]) -> list[str]:
+    """One line per target judged: where, what, the figure, its bound, met or not."""
+    lines = []
+    for verdict in verdicts:
+        where = f"{verdict['deployment']} {verdict['backend']}"
+        op = ">=" if target_named(verdict["target"]).at_least else "<="
+        mark = "met" if verdict["met"] else "NOT met"
+        lines.append(
+            f"{where:<17} {verdict['target']:<46} {verdict['value']:>9} "
+            f"{op} {verdict['bound']:<6} {mark}"
+        )
+    return lines
 
 
 def grid(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -26,7 +26,8 @@ from router.db.migrate import upgrade
 
 from .celery_runs import pooled, run_baseline, summary
 from .params import FULL, SMOKE, Params
-from .report import judge, table
+from .report import table
+from .targets import judge
 from .toolrouter_runs import run_toolrouter
 from .up_runs import run_up
 
@@ -56,7 +57,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="also measure `toolrouter up` as a user starts it (Flower included)",
     )
-    parser.add_argument("--output", type=Path, default=None, help="default: bench/results/")
+    parser.add_argument(
+        "--output", type=Path, default=None, help="a JSON file; default: bench/results/latest.json"
+    )
     return parser.parse_args(argv)
 
 

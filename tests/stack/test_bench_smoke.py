@@ -10,10 +10,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bench import costs
+from bench.medians import medians
+from bench.targets import TARGETS
 
 from ..support import services
 from ..support.launcher import REPO
@@ -90,7 +93,7 @@ def test_bench_smoke_measures_celery_and_toolrouter_and_writes_json(
         assert sorted(around["e2e_throughput_runs"]) == sorted(
             rate for run in runs[i : i + 2] for rate in run["e2e_throughput_runs"]
         )
-        e2e = next(t for t in report["targets"] if t["backend"] == backend and "e2e" in t["target"])
+        e2e = verdict(report, backend, "end to end, Python client, x raw Celery")
         expected = (
             report["toolrouter"][backend]["e2e_throughput_per_s"] / around["e2e_throughput_per_s"]
         )
@@ -103,9 +106,7 @@ def test_bench_smoke_measures_celery_and_toolrouter_and_writes_json(
             == figures["latency"]["samples"]
             == report["params"]["latency_samples"]
         )
-        latency = next(
-            t for t in report["targets"] if t["backend"] == backend and "latency" in t["target"]
-        )
+        latency = verdict(report, backend, "wait_s latency p50, x delay().get() in pairs")
         assert latency["value"] == round(figures["latency"]["p50_ms"] / paired["p50_ms"], 3)
     assert sorted(report["toolrouter"]) == sorted(backends)
     for figures in report["toolrouter"].values():
@@ -167,9 +168,47 @@ def test_bench_smoke_measures_celery_and_toolrouter_and_writes_json(
                 assert up["plain_clients"][client][n]["per_s"] > 0, (client, n)
         assert {"api", "worker", "flower", "beat"} <= set(up["e2e_cpu_ms_per_call"])
     assert "toolrouter up, Flower watching" in result.stdout
-    # Six SPEC §15 targets and two for the command line's start, judged per backend.
-    assert len(report["targets"]) == 8 * len(backends)
+    # Every target on each database it has a bound for, of the bench's deployment and of
+    # `toolrouter up` (the figures `up` is measured on).
+    judged = {(t["deployment"], t["backend"], t["target"]) for t in report["targets"]}
+    expected = {
+        (deployment, backend, target.name)
+        for target in TARGETS
+        for backend in backends
+        if backend in target.bounds
+        for deployment in (["bench", "up"] if target.of_up else ["bench"])
+    }
+    assert judged == expected and len(report["targets"]) == len(expected)
     assert all(math.isfinite(t["value"]) for t in report["targets"])
+    for line in ("bench sqlite", "up postgresql", "httpx, 64 in flight, x raw Celery"):
+        assert line in result.stdout, line
+    # The median of several runs: here the same run twice, so the run's own figures.
+    twice = subprocess.run(
+        [sys.executable, "-m", "bench.medians", str(output), str(output)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert twice.returncode == 0, twice.stderr
+    rows = medians([report, report])
+    assert len(rows) == len(expected)
+    for row in rows:
+        (value,) = set(row["runs"])
+        assert row["median"] == value and len(row["runs"]) == 2
+        judged_once = verdict(report, row["backend"], row["target"], row["deployment"])
+        assert row["met"] == judged_once["met"]
+    assert "smoke runs, too small to judge anything by" in twice.stdout
+
+
+def verdict(
+    report: dict[str, Any], backend: str, target: str, deployment: str = "bench"
+) -> dict[str, Any]:
+    return next(
+        t
+        for t in report["targets"]
+        if (t["deployment"], t["backend"], t["target"]) == (deployment, backend, target)
+    )
 
 
 @pytest.mark.timeout(600)
