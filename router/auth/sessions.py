@@ -177,8 +177,8 @@ class _Mode(Enum):
 
 @dataclass(frozen=True, slots=True)
 class SignInAttempt:
-    """A sign-in about to be tried (``LoginThrottle.begin``): counted as failed until
-    ``LoginThrottle.succeeded`` takes it back; refused, and counted nowhere, when
+    """A sign-in about to be tried (``LoginThrottle.begin``): counted as failed unless
+    ``LoginThrottle.take_back`` is told otherwise; refused, and counted nowhere, when
     ``wait_s`` is more than 0."""
 
     address: str
@@ -242,8 +242,9 @@ class LoginThrottle:
             return SignInAttempt(address, now, member, shared)
         return SignInAttempt(address, now, member)
 
-    def succeeded(self, attempt: SignInAttempt) -> None:
-        """The attempt's key was accepted: it no longer counts as a failure."""
+    def take_back(self, attempt: SignInAttempt) -> None:
+        """The attempt was no wrong key (it was accepted, or could not be checked): it no
+        longer counts as a failure."""
         self._forget_here(attempt.address, attempt.at)
         if self._shared is None or self.clock() < self._retry_at:
             return

@@ -180,7 +180,11 @@ async def login(request: Request) -> Response:
         who = await in_thread(runtime.keys.authenticate, token)
     except NotAuthenticated:
         return _page(request, "login.html", 401, error="That key was not accepted.")
-    await in_thread(throttle.succeeded, attempt)
+    except Exception:
+        # Not a wrong key (the database did not answer): it does not count against anyone.
+        await in_thread(throttle.take_back, attempt)
+        raise
+    await in_thread(throttle.take_back, attempt)
     if not may_use_inbox(who):
         return _page(request, "forbidden.html", 403, who=who)
     hours = runtime.settings.ui_session_hours

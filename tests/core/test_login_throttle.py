@@ -188,7 +188,7 @@ def test_a_sign_in_that_succeeds_no_longer_counts(client: redis.Redis, prefix: s
     for _ in range(3 * LIMIT):
         attempt = throttle.begin(ADDRESS)
         assert attempt.wait_s == 0
-        throttle.succeeded(attempt)
+        throttle.take_back(attempt)
     assert client.zcard(throttle.key(ADDRESS)) == 0
     # Failed ones (never taken back) count, here and for every other process.
     for _ in range(LIMIT):
@@ -202,8 +202,8 @@ def test_with_redis_down_sign_ins_begun_count_in_this_process(free_redis_port: i
     clock = Seconds()
     down = redis.Redis(port=free_redis_port, socket_timeout=1, socket_connect_timeout=1)
     throttle = LoginThrottle(LIMIT, clock, shared=down, key_prefix="tr-test:login-failures")
-    succeeded = throttle.begin(ADDRESS)
-    throttle.succeeded(succeeded)  # Redis down: taken back here, and never raises
+    accepted = throttle.begin(ADDRESS)
+    throttle.take_back(accepted)  # Redis down: taken back here, and never raises
     assert [throttle.begin(ADDRESS).wait_s for _ in range(LIMIT)] == [0] * LIMIT
     assert throttle.begin(ADDRESS).wait_s == pytest.approx(LoginThrottle.WINDOW_S)
     clock.now += LoginThrottle.WINDOW_S
