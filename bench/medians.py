@@ -47,7 +47,7 @@ def medians(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def table(rows: list[dict[str, Any]]) -> list[str]:
     lines = []
     for row in rows:
-        op = ">=" if target_named(row["target"]).at_least else "<="
+        op = target_named(row["target"]).op
         lines.append(
             [
                 row["target"],

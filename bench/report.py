@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .celery_runs import IN_FLIGHT_KEY, PAIRED_CELERY_LATENCY
-from .targets import target_named
+from .targets import baseline_for, target_named
 
 # (key, label, where the baseline figure is, if there is one)
 ROWS = [
@@ -36,16 +36,6 @@ def figures(tr: dict[str, Any]) -> dict[str, float]:
         "approval_p99": tr["approval_to_start"]["p99_ms"],
         "audit": tr["e2e_throughput_full_audit_per_s"],
     }
-
-
-def baseline_for(report: dict[str, Any], backend: str) -> dict[str, Any]:
-    """The baseline a backend is compared with: the Celery runs around it, and for the
-    latency the ``delay().get()`` round trips taken in turn with the backend's own."""
-    base = dict(report.get("baseline_for", {}).get(backend) or report["baseline"])
-    paired = report["toolrouter"].get(backend, {}).get(PAIRED_CELERY_LATENCY)
-    if paired is not None:
-        base["latency"] = paired
-    return base
 
 
 def table(report: dict[str, Any]) -> str:
@@ -116,7 +106,7 @@ def verdict_lines(verdicts: list[dict[str, Any]]) -> list[str]:
     lines = []
     for verdict in verdicts:
         where = f"{verdict['deployment']} {verdict['backend']}"
-        op = ">=" if target_named(verdict["target"]).at_least else "<="
+        op = target_named(verdict["target"]).op
         mark = "met" if verdict["met"] else "NOT met"
         lines.append(
             f"{where:<17} {verdict['target']:<46} {verdict['value']:>9} "

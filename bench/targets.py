@@ -33,6 +33,10 @@ class Target:
     # Judged on ``toolrouter up`` too.
     of_up: bool = False
 
+    @property
+    def op(self) -> str:
+        return ">=" if self.at_least else "<="
+
     def met(self, value: float, backend: str) -> bool:
         bound = self.bounds[backend]
         return value >= bound if self.at_least else value <= bound
@@ -122,9 +126,14 @@ TARGETS = (
 )
 
 
-def _around(report: dict[str, Any], backend: str) -> Figures:
-    """The raw Celery runs a backend is compared with: those just before and after it."""
-    return dict(report.get("baseline_for", {}).get(backend) or report["baseline"])
+def baseline_for(report: dict[str, Any], backend: str) -> dict[str, Any]:
+    """The baseline a backend is compared with: the Celery runs around it, and for the
+    latency the ``delay().get()`` round trips taken in turn with the backend's own."""
+    base = dict(report.get("baseline_for", {}).get(backend) or report["baseline"])
+    paired = report["toolrouter"].get(backend, {}).get(PAIRED_CELERY_LATENCY)
+    if paired is not None:
+        base["latency"] = paired
+    return base
 
 
 def judge(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -133,7 +142,7 @@ def judge(report: dict[str, Any]) -> list[dict[str, Any]]:
     verdicts = []
     for deployment, measured in deployments:
         for backend, tr in measured.items():
-            base = _around(report, backend)
+            base = baseline_for(report, backend)
             for target in TARGETS:
                 if backend not in target.bounds:
                     continue
