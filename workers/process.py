@@ -12,6 +12,7 @@ from celery import signals
 
 from router import metrics
 from router.errors import ConfigError
+from router.heap import freeze_start_up_objects
 from router.messaging.completions import Notifier
 from router.messaging.redis_clients import warn_if_redis_may_evict
 from router.runtime import Runtime
@@ -46,6 +47,7 @@ def current() -> ProcessState:
             runtime.notifier(),
             actor=f"worker@{socket.gethostname()}:{os.getpid()}",
         )
+        freeze_start_up_objects()
     return _state
 
 
@@ -74,3 +76,5 @@ def _check_start(**_: Any) -> None:
     finally:
         runtime.close()
     warn_if_redis_may_evict(runtime.redis_url)
+    # Before the pool forks: its processes inherit the frozen set.
+    freeze_start_up_objects()

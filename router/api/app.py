@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .. import metrics, ui
 from ..db.wal_checkpoints import WalCheckpointer
 from ..errors import RequestError, SchemaOutdated, Unavailable
+from ..heap import freeze_start_up_objects
 from ..mcp import McpEndpoint
 from ..runtime import Runtime
 from ..settings import Settings
@@ -115,6 +116,7 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
             checkpointer.start()
         try:
             async with app.state.mcp.run():
+                freeze_start_up_objects()
                 yield
         finally:
             if checkpointer is not None:
