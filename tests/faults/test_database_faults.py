@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import secrets
 import threading
 import uuid
 from collections.abc import Iterator
@@ -289,6 +290,33 @@ def calls_with_key(stack: Stack, key: str) -> list[Any]:
         runtime.close()
     assert queued == len(rows), "a call without its audit row, or the other way round"
     return [row.id for row in rows]
+
+
+@pytest.mark.postgres
+def test_sign_ins_the_database_could_not_check_do_not_count_against_the_address(
+    pg_fault_stack: PgFaultStack,
+) -> None:
+    """A key that could not be checked is not a wrong key: sign-ins answered 503 during
+    the outage leave the address its full allowance of failures afterwards."""
+    stack = pg_fault_stack.stack
+    allowed = stack.settings.ui_login_failures_per_minute
+
+    def sign_in(http: httpx.Client) -> int:
+        # Well-formed and never issued: only the database can tell it is wrong.
+        key = "trk_" + secrets.token_urlsafe(32)
+        response = http.post("/ui/login", data={"key": key}, headers={"Origin": stack.base_url})
+        return response.status_code
+
+    with httpx.Client(base_url=stack.base_url, timeout=30) as http:
+        pg_fault_stack.outage(True)
+        try:
+            during = [sign_in(http) for _ in range(allowed + 2)]
+        finally:
+            pg_fault_stack.outage(False)
+        wait_for(lambda: http.get("/readyz").status_code == 200, 60, "the API ready again")
+        after = [sign_in(http) for _ in range(allowed + 1)]
+    assert during == [503] * (allowed + 2)
+    assert after == [401] * allowed + [429]
 
 
 @pytest.mark.parametrize("round_", range(3))
