@@ -51,6 +51,7 @@ CORE = {
     "metrics",
     "guards",
     "lazy",
+    "heap",
 }
 
 
