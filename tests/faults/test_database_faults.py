@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import secrets
 import threading
 import uuid
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ import pytest
 from sqlalchemy import create_engine, func, select, text
 
 from router.db.schema import audit_log, calls
+from router.ids import new_token
 from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 
@@ -303,7 +303,7 @@ def test_sign_ins_the_database_could_not_check_do_not_count_against_the_address(
 
     def sign_in(http: httpx.Client) -> int:
         # Well-formed and never issued: only the database can tell it is wrong.
-        key = "trk_" + secrets.token_urlsafe(32)
+        key = new_token()
         response = http.post("/ui/login", data={"key": key}, headers={"Origin": stack.base_url})
         return response.status_code
 
