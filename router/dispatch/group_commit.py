@@ -20,7 +20,10 @@ group is one or two calls: each its own transaction, its own message and a worke
 per-message cost. So while this process has at least ``full`` calls published and not
 finished (``router.dispatch.in_flight``: the workers have that much to do already), a group
 smaller than ``full`` waits until it is full, until enough of those calls finish, or
-``hold_s`` at most. A lone caller never waits: nothing of its own is in flight.
+``hold_s`` at most. A lone caller never waits: nothing of its own is in flight. Nor does
+one caller sending call after call while its earlier calls still run (fire and forget into
+a backlog): a hold that ran out with nothing else arriving gathered nothing, so no group is
+held again until calls arrive together.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ class _Queue:
     draining: asyncio.Task[None] | None = None
     # Set to end a hold early: the group is full, or the workers are running short.
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    # The last hold ran out with nothing else arriving: calls come one at a time.
+    one_at_a_time: bool = False
 
 
 class GroupCommit:
@@ -114,17 +119,19 @@ class GroupCommit:
     def _should_hold(self, queue: _Queue) -> bool:
         return (
             self.hold_s > 0
+            and not queue.one_at_a_time
             and len(queue.waiting) < self.full
             and self.in_flight.count() >= self.full
         )
 
     async def _hold(self, queue: _Queue) -> None:
         queue.wake.clear()
+        held = len(queue.waiting)
         try:
             async with asyncio.timeout(self.hold_s):
                 await queue.wake.wait()
         except TimeoutError:
-            pass
+            queue.one_at_a_time = len(queue.waiting) == held
 
     def _start_draining(self, queue: _Queue, loop: asyncio.AbstractEventLoop) -> None:
         accepting: Waiting = []  # the group in the drain task's hands
@@ -155,6 +162,8 @@ class GroupCommit:
 
     async def _drain(self, queue: _Queue, accepting: Waiting) -> None:
         while queue.waiting:
+            if len(queue.waiting) > 1:
+                queue.one_at_a_time = False  # calls arrive together again: worth holding
             if self._should_hold(queue):
                 await self._hold(queue)
             accepting[:] = group = queue.waiting[: self.max_group]

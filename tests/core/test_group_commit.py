@@ -520,6 +520,48 @@ def test_a_lone_caller_is_never_held(runtime: Runtime) -> None:
     assert [r.status for r in one_after_another(group_commit, 3)] == ["queued"] * 3
 
 
+def counting_holds(group_commit: GroupCommit) -> list[int]:
+    """The size of the group at each hold ``group_commit`` starts."""
+    holds: list[int] = []
+    hold = group_commit._hold
+
+    async def counted(queue: Any) -> None:
+        holds.append(len(queue.waiting))
+        await hold(queue)
+
+    group_commit._hold = counted  # type: ignore[method-assign]
+    return holds
+
+
+def test_one_caller_sending_into_a_backlog_is_held_once_at_most(runtime: Runtime) -> None:
+    """Fire and forget while earlier calls still run: a hold that ran out with nothing
+    else arriving gathered nothing, and the next calls of the same lone caller go at once."""
+    counting = CountingDispatcher(runtime.dispatcher)
+    group_commit = GroupCommit(lambda: counting, hold_s=0.05, full=4)  # type: ignore[arg-type,return-value]
+    holds = counting_holds(group_commit)
+    busy(group_commit, 10)  # no completion will be heard
+
+    assert [r.status for r in one_after_another(group_commit, 5)] == ["queued"] * 5
+    assert holds == [1]
+    assert counting.groups == [1] * 5
+
+
+def test_calls_arriving_together_are_held_again_after_a_lone_caller(runtime: Runtime) -> None:
+    counting = CountingDispatcher(runtime.dispatcher)
+    group_commit = GroupCommit(lambda: counting, hold_s=0.05, full=8)  # type: ignore[arg-type,return-value]
+    holds = counting_holds(group_commit)
+    busy(group_commit, 10)
+    one_after_another(group_commit, 2)  # the first is held, the second is not
+
+    async def together() -> list[CallResult]:
+        calls = [group_commit.submit(Submission("agent", "echo", {"n": n})) for n in range(3)]
+        return await asyncio.wait_for(asyncio.gather(*calls), timeout=30)
+
+    assert [r.status for r in asyncio.run(together())] == ["queued"] * 3
+    assert holds == [1, 3]
+    assert counting.groups == [1, 1, 3]
+
+
 def test_a_shutdown_during_a_hold_leaves_no_caller_hanging(runtime: Runtime) -> None:
     group_commit = GroupCommit(lambda: runtime.dispatcher, hold_s=60, full=4)
     busy(group_commit, 4)
