@@ -161,9 +161,12 @@ class GroupCommit:
                 self._start_draining(queue, loop)
 
     async def _drain(self, queue: _Queue, accepting: Waiting) -> None:
+        groups = 0
         while queue.waiting:
-            if len(queue.waiting) > 1:
-                queue.one_at_a_time = False  # calls arrive together again: worth holding
+            # Calls queued together, or while the last group was accepted: worth holding.
+            if len(queue.waiting) > 1 or groups > 0:
+                queue.one_at_a_time = False
+            groups += 1
             if self._should_hold(queue):
                 await self._hold(queue)
             accepting[:] = group = queue.waiting[: self.max_group]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -551,15 +552,57 @@ def test_calls_arriving_together_are_held_again_after_a_lone_caller(runtime: Run
     group_commit = GroupCommit(lambda: counting, hold_s=0.05, full=8)  # type: ignore[arg-type,return-value]
     holds = counting_holds(group_commit)
     busy(group_commit, 10)
-    one_after_another(group_commit, 2)  # the first is held, the second is not
 
-    async def together() -> list[CallResult]:
+    async def alone_then_together() -> list[CallResult]:
+        # The hold state is the event loop's: one loop throughout.
+        alone = [
+            await asyncio.wait_for(
+                group_commit.submit(Submission("agent", "echo", {"i": i})), timeout=30
+            )
+            for i in range(2)  # the first is held, the second is not
+        ]
         calls = [group_commit.submit(Submission("agent", "echo", {"n": n})) for n in range(3)]
-        return await asyncio.wait_for(asyncio.gather(*calls), timeout=30)
+        return alone + await asyncio.wait_for(asyncio.gather(*calls), timeout=30)
 
-    assert [r.status for r in asyncio.run(together())] == ["queued"] * 3
+    assert [r.status for r in asyncio.run(alone_then_together())] == ["queued"] * 5
     assert holds == [1, 3]
     assert counting.groups == [1, 1, 3]
+
+
+def test_a_call_arriving_while_a_group_is_accepted_turns_holding_back_on(
+    runtime: Runtime,
+) -> None:
+    accepting, release = threading.Event(), threading.Event()
+
+    class Slow(CountingDispatcher):
+        def submit_many(self, items: Sequence[Submission]) -> list[CallResult]:
+            if len(self.groups) == 1:  # the first group after the lone caller's
+                accepting.set()
+                release.wait(30)
+            return super().submit_many(items)
+
+    counting = Slow(runtime.dispatcher)
+    group_commit = GroupCommit(lambda: counting, hold_s=0.05, full=8)  # type: ignore[arg-type,return-value]
+    holds = counting_holds(group_commit)
+    busy(group_commit, 10)
+
+    async def overlapping() -> list[CallResult]:
+        # Held, and nothing came: holding stops (the hold state is the event loop's).
+        alone = await asyncio.wait_for(
+            group_commit.submit(Submission("agent", "echo", {"n": 0})), timeout=30
+        )
+        first = asyncio.ensure_future(group_commit.submit(Submission("agent", "echo", {"n": 1})))
+        while not accepting.is_set():
+            await asyncio.sleep(0.01)
+        second = asyncio.ensure_future(group_commit.submit(Submission("agent", "echo", {"n": 2})))
+        await asyncio.sleep(0)  # the second is queued behind the group being accepted
+        release.set()
+        return [alone, *await asyncio.wait_for(asyncio.gather(first, second), timeout=30)]
+
+    assert [r.status for r in asyncio.run(overlapping())] == ["queued"] * 3
+    # The first went at once; the second came while it was accepted, so it was held.
+    assert holds == [1, 1]
+    assert counting.groups == [1, 1, 1]
 
 
 def test_a_shutdown_during_a_hold_leaves_no_caller_hanging(runtime: Runtime) -> None:
