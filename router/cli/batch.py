@@ -14,16 +14,19 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..client import BatchStatus, Client
 from ..errors import RequestError, Unavailable
-from ..settings import get_settings
-from .common import local_url
+from .common import get_settings, local_url
 from .demo import demo_key
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from ..client import BatchStatus, Client
 
 # Lines per request: each request is stored in one go, so this is the progress step and
 # what an interruption can lose (nothing: a re-run replays what was stored).
@@ -79,6 +82,8 @@ def _client(key: str | None) -> Client:
     token = key or demo_key(settings, "agent")
     if not token:
         raise click.UsageError("no key: pass --key or set TOOLROUTER_KEY")
+    from ..client import Client  # here: --help needs no HTTP library
+
     return Client(local_url(settings.api_host, settings.api_port), token)
 
 
@@ -106,6 +111,8 @@ def submit(file: Path, wait: bool, timeout_s: float, key: str | None) -> None:
     source = BatchFile.read(file)
     if not source.lines:
         _fail(f"{file} has no calls")
+    from rich.console import Console  # here: only a submission draws progress
+
     console = Console(stderr=True)
     accepted = replayed = 0
     rejected: list[tuple[int, str]] = []
@@ -142,6 +149,14 @@ def submit(file: Path, wait: bool, timeout_s: float, key: str | None) -> None:
 
 
 def _progress(console: Console) -> Progress:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),

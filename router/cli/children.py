@@ -12,11 +12,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from ..files import private_dir, private_file
-from ..settings import Settings
 from ..tools.unreachable import MARK as UNREACHABLE_MARK
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 # What a Celery worker logs once it consumes: "celery@host ready."
 READY_MARK = b"ready."

@@ -8,10 +8,28 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from ..errors import ConfigError, SchemaOutdated, Unavailable
-from ..settings import get_settings
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
+    from ..settings import Settings
+
+
+def get_settings() -> Settings:
+    """The shared settings. A setting that cannot be used stops the command, named, without
+    a traceback. Imported on first use: help needs no settings, and pydantic's are the
+    larger part of the command line's start."""
+    from pydantic import ValidationError
+
+    from ..settings import get_settings as shared_settings
+
+    try:
+        return shared_settings()
+    except ValidationError as exc:
+        for error in exc.errors():
+            field = "".join(str(part) for part in error["loc"])
+            where = f"TOOLROUTER_{field.upper()}: " if field else ""
+            click.echo(f"error: {where}{error['msg'].removeprefix('Value error, ')}", err=True)
+        sys.exit(2)
 
 
 def runtime(prepare: bool = True, *, tools: bool = True) -> Runtime:

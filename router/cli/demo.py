@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from ..files import private_dir
 from ..messaging.namespace import Namespace
-from ..settings import Settings
 
 if TYPE_CHECKING:
     from ..auth.keys import KeyStore
+    from ..settings import Settings
 
 DEMO_KEYS = {"agent": ("demo-agent", ["agent"]), "approver": ("demo-approver", ["approver"])}
 

@@ -6,10 +6,8 @@ import sys
 from typing import Any
 
 import click
-import httpx
 
-from ..settings import get_settings
-from .common import local_url
+from .common import get_settings, local_url
 from .demo import demo_key
 
 
@@ -23,6 +21,8 @@ def api_request(
     timeout: float = 30.0,
 ) -> dict[str, Any]:
     """Call the API with ``key`` (else the demo key for ``role``); exits 2 when unreachable."""
+    import httpx  # here: most commands never reach the API
+
     settings = get_settings()
     token = key or demo_key(settings, role)
     if not token:

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..settings import get_settings
-from .common import fail
+from .common import fail, get_settings
 
 FOLLOW_POLL_S = 0.2
 

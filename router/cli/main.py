@@ -6,11 +6,9 @@ import os
 import sys
 
 import click
-from pydantic import ValidationError
 
 from ..errors import ToolrouterError
 from ..files import private_dir
-from ..settings import get_settings
 from . import approvals as approvals_cli
 from . import audit as audit_cli
 from . import batch as batch_cli
@@ -22,7 +20,7 @@ from . import logs as logs_cli
 from . import processes
 from . import status as status_cli
 from . import tools as tools_cli
-from .common import fail, runtime
+from .common import fail, get_settings, runtime
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -32,15 +30,6 @@ def main() -> None:
     # the console script alone would not, while the processes it starts would.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
-    try:
-        get_settings()
-    except ValidationError as exc:
-        # A setting that cannot be used stops every command, named, without a traceback.
-        for error in exc.errors():
-            field = "".join(str(part) for part in error["loc"])
-            where = f"TOOLROUTER_{field.upper()}: " if field else ""
-            click.echo(f"error: {where}{error['msg'].removeprefix('Value error, ')}", err=True)
-        sys.exit(2)
 
 
 # -- processes ---------------------------------------------------------------------------

@@ -8,10 +8,12 @@ import fcntl
 import os
 import socket
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from ..files import private_dir, private_file
-from ..settings import Settings
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 LOCK_FILE = "up.lock"
 

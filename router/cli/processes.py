@@ -9,11 +9,13 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from ..constants import APPROVALS_QUEUE, MAINTENANCE_QUEUE, NOTIFICATIONS_QUEUE, queue_for
 from ..files import private_dir
-from ..settings import Settings
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 CELERY_APP = "workers.app"
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..messaging.redis_clients import redis_client
-from ..settings import Settings, get_settings
 from .children import running_file
-from .common import local_url
+from .common import get_settings, local_url
 from .preflight import up_holds_state_dir
+
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 # How long workers get to answer "which queues do you consume?".
 INSPECT_TIMEOUT_S = 1.5
@@ -91,6 +92,8 @@ def _database(runtime: Any) -> dict[str, Any]:
 
 
 def _redis(runtime: Any) -> dict[str, Any]:
+    from ..messaging.redis_clients import redis_client
+
     client = redis_client(runtime.redis_url, socket_timeout=2, socket_connect_timeout=2)
     try:
         prefix = runtime.namespace.prefix  # kombu's global_keyprefix

@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..settings import Settings
+if TYPE_CHECKING:
+    from ..settings import Settings
 
 
 def derive_namespace(settings: Settings) -> str:
