@@ -21,7 +21,7 @@ def api_request(
     timeout: float = 30.0,
 ) -> dict[str, Any]:
     """Call the API with ``key`` (else the demo key for ``role``); exits 2 when unreachable."""
-    import httpx  # here: most commands never reach the API
+    import urllib3  # here: most commands never reach the API
 
     settings = get_settings()
     token = key or demo_key(settings, role)
@@ -29,18 +29,19 @@ def api_request(
         raise click.UsageError("no key: pass --key or set TOOLROUTER_KEY")
     url = local_url(settings.api_host, settings.api_port) + path
     try:
-        response = httpx.request(
+        response = urllib3.request(
             method,
             url,
             json=json_body,
             timeout=timeout,
+            retries=False,
             headers={"Authorization": f"Bearer {token}"},
         )
-    except httpx.HTTPError as exc:
+    except urllib3.exceptions.HTTPError as exc:
         click.echo(f"error: cannot reach the API at {url}: {exc}", err=True)
         sys.exit(2)
     try:
         body = response.json()
     except ValueError:
-        body = {"ok": False, "error": f"HTTP {response.status_code}"}
+        body = {"ok": False, "error": f"HTTP {response.status}"}
     return body if isinstance(body, dict) else {"ok": False, "error": "unexpected answer"}
