@@ -19,7 +19,7 @@ from router.runtime import Runtime
 from router.settings import Settings
 
 from ..support import services
-from ..support.launcher import stop_group, wait_for_log
+from ..support.launcher import free_port, stop_group, wait_for_log
 from ..support.stack import Stack
 
 EXAMPLE_TOOLS = {"echo", "add", "sleep", "fail", "wire"}
@@ -366,6 +366,16 @@ def test_approvals_without_a_subcommand_shows_help_and_starts_nothing(home: Home
     assert "list" in shown.stdout + shown.stderr and "approve" in shown.stdout + shown.stderr
     assert "Usage" in shown.stdout + shown.stderr
     assert not home.state_dir.exists()
+
+
+def test_a_command_that_cannot_reach_the_api_says_where_it_looked(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens on it
+    home = Home(tmp_path, TOOLROUTER_API_PORT=str(port))
+    result = home.run("approvals", "list", "--key", "trk_unused", timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    where = f"error: cannot reach the API at http://127.0.0.1:{port}/v1/approvals"
+    assert result.stderr.startswith(where), result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
 
 
 @pytest.mark.parametrize(
