@@ -24,9 +24,12 @@ def api_request(
     import urllib3  # here: most commands never reach the API
 
     settings = get_settings()
-    token = key or demo_key(settings, role)
+    # A key read from a file often ends in a line break.
+    token = (key or demo_key(settings, role) or "").strip()
     if not token:
         raise click.UsageError("no key: pass --key or set TOOLROUTER_KEY")
+    if not (token.isascii() and token.isprintable()):
+        raise click.UsageError("the key has characters an HTTP header cannot carry")
     url = local_url(settings.api_host, settings.api_port) + path
     try:
         response = urllib3.request(

@@ -20,10 +20,11 @@ group is one or two calls: each its own transaction, its own message and a worke
 per-message cost. So while this process has at least ``full`` calls published and not
 finished (``router.dispatch.in_flight``: the workers have that much to do already), a group
 smaller than ``full`` waits until it is full, until enough of those calls finish, or
-``hold_s`` at most. A lone caller never waits: nothing of its own is in flight. Nor does
-one caller sending call after call while its earlier calls still run (fire and forget into
-a backlog): a hold that ran out with nothing else arriving gathered nothing, so no group is
-held again until calls arrive together.
+``hold_s`` at most. A lone caller never waits: nothing of its own is in flight. Nor, but
+once a ``quiet_s``, does one caller sending call after call while its earlier calls still
+run (fire and forget into a backlog): a hold that ran out with nothing else arriving
+gathered nothing, so groups are not held for ``quiet_s``, or until calls arrive together
+(two queued at once, or one arriving while a group is accepted).
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ from .in_flight import InFlight
 
 # Calls per transaction at most; more wait for the next group.
 MAX_GROUP = 128
+# After a hold that gathered nothing, how long no group is held (unless calls arrive
+# together): a caller alone pays one hold in this long, a steady load soon holds again.
+QUIET_S = 1.0
 
 
 Waiting = list[tuple[Submission, "asyncio.Future[CallResult]"]]
@@ -55,8 +59,8 @@ class _Queue:
     draining: asyncio.Task[None] | None = None
     # Set to end a hold early: the group is full, or the workers are running short.
     wake: asyncio.Event = field(default_factory=asyncio.Event)
-    # The last hold ran out with nothing else arriving: calls come one at a time.
-    one_at_a_time: bool = False
+    # Until when (event loop time) no group is held: the last hold gathered nothing.
+    quiet_until: float = 0.0
 
 
 class GroupCommit:
@@ -69,12 +73,13 @@ class GroupCommit:
         max_group: int = MAX_GROUP,
         hold_s: float = 0.0,
         full: int = 16,
+        quiet_s: float = QUIET_S,
         heard: Callable[[str], bool] | None = None,
     ):
         # A callable: the dispatcher is built on first use (after start-up checked the config).
         self._dispatcher = dispatcher
         self.max_group = max_group
-        self.hold_s, self.full = hold_s, full
+        self.hold_s, self.full, self.quiet_s = hold_s, full, quiet_s
         # Told of completions by the process's listener (``CompletionListener``); with
         # none, the calls are forgotten after a while and the hold ends by its timeout.
         self.in_flight = InFlight(on_finished=self._workers_short, heard=heard)
@@ -119,7 +124,7 @@ class GroupCommit:
     def _should_hold(self, queue: _Queue) -> bool:
         return (
             self.hold_s > 0
-            and not queue.one_at_a_time
+            and asyncio.get_running_loop().time() >= queue.quiet_until
             and len(queue.waiting) < self.full
             and self.in_flight.count() >= self.full
         )
@@ -131,7 +136,8 @@ class GroupCommit:
             async with asyncio.timeout(self.hold_s):
                 await queue.wake.wait()
         except TimeoutError:
-            queue.one_at_a_time = len(queue.waiting) == held
+            if len(queue.waiting) == held:
+                queue.quiet_until = asyncio.get_running_loop().time() + self.quiet_s
 
     def _start_draining(self, queue: _Queue, loop: asyncio.AbstractEventLoop) -> None:
         accepting: Waiting = []  # the group in the drain task's hands
@@ -165,7 +171,7 @@ class GroupCommit:
         while queue.waiting:
             # Calls queued together, or while the last group was accepted: worth holding.
             if len(queue.waiting) > 1 or groups > 0:
-                queue.one_at_a_time = False
+                queue.quiet_until = 0.0
             groups += 1
             if self._should_hold(queue):
                 await self._hold(queue)

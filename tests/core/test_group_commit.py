@@ -534,24 +534,40 @@ def counting_holds(group_commit: GroupCommit) -> list[int]:
     return holds
 
 
+def backlogged(counting: CountingDispatcher, *, full: int, quiet_s: float) -> GroupCommit:
+    """Short holds, ten calls of this process on the workers that stay counted for the
+    whole test, and ``quiet_s`` after a hold that gathered nothing."""
+    group_commit = GroupCommit(lambda: counting, hold_s=0.05, full=full, quiet_s=quiet_s)  # type: ignore[arg-type,return-value]
+    group_commit.in_flight.forget_after_s = 600
+    busy(group_commit, 10)
+    return group_commit
+
+
 def test_one_caller_sending_into_a_backlog_is_held_once_at_most(runtime: Runtime) -> None:
     """Fire and forget while earlier calls still run: a hold that ran out with nothing
     else arriving gathered nothing, and the next calls of the same lone caller go at once."""
     counting = CountingDispatcher(runtime.dispatcher)
-    group_commit = GroupCommit(lambda: counting, hold_s=0.05, full=4)  # type: ignore[arg-type,return-value]
+    group_commit = backlogged(counting, full=4, quiet_s=600)
     holds = counting_holds(group_commit)
-    busy(group_commit, 10)  # no completion will be heard
 
     assert [r.status for r in one_after_another(group_commit, 5)] == ["queued"] * 5
     assert holds == [1]
     assert counting.groups == [1] * 5
 
 
+def test_holding_resumes_once_the_quiet_time_is_over(runtime: Runtime) -> None:
+    counting = CountingDispatcher(runtime.dispatcher)
+    group_commit = backlogged(counting, full=4, quiet_s=0)
+    holds = counting_holds(group_commit)
+
+    assert [r.status for r in one_after_another(group_commit, 3)] == ["queued"] * 3
+    assert holds == [1, 1, 1]
+
+
 def test_calls_arriving_together_are_held_again_after_a_lone_caller(runtime: Runtime) -> None:
     counting = CountingDispatcher(runtime.dispatcher)
-    group_commit = GroupCommit(lambda: counting, hold_s=0.05, full=8)  # type: ignore[arg-type,return-value]
+    group_commit = backlogged(counting, full=8, quiet_s=600)
     holds = counting_holds(group_commit)
-    busy(group_commit, 10)
 
     async def alone_then_together() -> list[CallResult]:
         # The hold state is the event loop's: one loop throughout.
@@ -582,9 +598,8 @@ def test_a_call_arriving_while_a_group_is_accepted_turns_holding_back_on(
             return super().submit_many(items)
 
     counting = Slow(runtime.dispatcher)
-    group_commit = GroupCommit(lambda: counting, hold_s=0.05, full=8)  # type: ignore[arg-type,return-value]
+    group_commit = backlogged(counting, full=8, quiet_s=600)
     holds = counting_holds(group_commit)
-    busy(group_commit, 10)
 
     async def overlapping() -> list[CallResult]:
         # Held, and nothing came: holding stops (the hold state is the event loop's).
@@ -599,7 +614,11 @@ def test_a_call_arriving_while_a_group_is_accepted_turns_holding_back_on(
         release.set()
         return [alone, *await asyncio.wait_for(asyncio.gather(first, second), timeout=30)]
 
-    assert [r.status for r in asyncio.run(overlapping())] == ["queued"] * 3
+    try:
+        results = asyncio.run(overlapping())
+    finally:
+        release.set()  # never leave the accepting thread waiting
+    assert [r.status for r in results] == ["queued"] * 3
     # The first went at once; the second came while it was accepted, so it was held.
     assert holds == [1, 1]
     assert counting.groups == [1, 1, 1]

@@ -378,6 +378,17 @@ def test_a_command_that_cannot_reach_the_api_says_where_it_looked(tmp_path: Path
     assert "Traceback" not in result.stderr + result.stdout
 
 
+def test_a_key_a_header_cannot_carry_is_refused_by_name(tmp_path: Path) -> None:
+    home = Home(tmp_path, TOOLROUTER_API_PORT=str(free_port()))
+    # A trailing line break, as a key read from a file has, is not part of the key.
+    trailing = home.run("approvals", "list", "--key", "trk_unused\n", timeout=60)
+    assert trailing.stderr.startswith("error: cannot reach the API at"), trailing.stderr
+    inside = home.run("approvals", "list", "--key", "trk_un\nused", timeout=60)
+    assert inside.returncode == 2, inside.stdout + inside.stderr
+    assert "the key has characters an HTTP header cannot carry" in inside.stderr
+    assert "Traceback" not in trailing.stderr + inside.stderr
+
+
 @pytest.mark.parametrize(
     ("setting", "value", "message"),
     [
