@@ -20,7 +20,7 @@ import click
 
 from ..errors import RequestError, Unavailable
 from .common import get_settings, local_url
-from .demo import demo_key
+from .http import api_key
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -79,9 +79,7 @@ class BatchFile:
 
 def _client(key: str | None) -> Client:
     settings = get_settings()
-    token = key or demo_key(settings, "agent")
-    if not token:
-        raise click.UsageError("no key: pass --key or set TOOLROUTER_KEY")
+    token = api_key(settings, key, "agent")
     from ..client import Client  # here: --help needs no HTTP library
 
     return Client(local_url(settings.api_host, settings.api_port), token)

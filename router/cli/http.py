@@ -3,12 +3,26 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from .common import get_settings, local_url
 from .demo import demo_key
+
+if TYPE_CHECKING:
+    from ..settings import Settings
+
+
+def api_key(settings: Settings, key: str | None, role: str) -> str:
+    """``key``, else the demo key for ``role``, as an HTTP header can carry it."""
+    # A key read from a file often ends in a line break.
+    token = (key or demo_key(settings, role) or "").strip()
+    if not token:
+        raise click.UsageError("no key: pass --key or set TOOLROUTER_KEY")
+    if not (token.isascii() and token.isprintable()):
+        raise click.UsageError("the key has characters an HTTP header cannot carry")
+    return token
 
 
 def api_request(
@@ -24,12 +38,7 @@ def api_request(
     import urllib3  # here: most commands never reach the API
 
     settings = get_settings()
-    # A key read from a file often ends in a line break.
-    token = (key or demo_key(settings, role) or "").strip()
-    if not token:
-        raise click.UsageError("no key: pass --key or set TOOLROUTER_KEY")
-    if not (token.isascii() and token.isprintable()):
-        raise click.UsageError("the key has characters an HTTP header cannot carry")
+    token = api_key(settings, key, role)
     url = local_url(settings.api_host, settings.api_port) + path
     try:
         response = urllib3.request(

@@ -20,11 +20,11 @@ group is one or two calls: each its own transaction, its own message and a worke
 per-message cost. So while this process has at least ``full`` calls published and not
 finished (``router.dispatch.in_flight``: the workers have that much to do already), a group
 smaller than ``full`` waits until it is full, until enough of those calls finish, or
-``hold_s`` at most. A lone caller never waits: nothing of its own is in flight. Nor, but
-once a ``quiet_s``, does one caller sending call after call while its earlier calls still
-run (fire and forget into a backlog): a hold that ran out with nothing else arriving
-gathered nothing, so groups are not held for ``quiet_s``, or until calls arrive together
-(two queued at once, or one arriving while a group is accepted).
+``hold_s`` at most. A lone caller never waits: nothing of its own is in flight. One caller
+sending call after call while its earlier calls still run (fire and forget into a backlog)
+waits once per ``quiet_s`` at most: a hold that ran out with nothing else arriving gathered
+nothing, so no group is held for ``quiet_s``, or until calls arrive together (two queued at
+once, or one arriving while a group is accepted).
 """
 
 from __future__ import annotations
