@@ -167,12 +167,12 @@ class GroupCommit:
                 self._start_draining(queue, loop)
 
     async def _drain(self, queue: _Queue, accepting: Waiting) -> None:
-        groups = 0
+        first = True
         while queue.waiting:
             # Calls queued together, or while the last group was accepted: worth holding.
-            if len(queue.waiting) > 1 or groups > 0:
+            if len(queue.waiting) > 1 or not first:
                 queue.quiet_until = 0.0
-            groups += 1
+            first = False
             if self._should_hold(queue):
                 await self._hold(queue)
             accepting[:] = group = queue.waiting[: self.max_group]
