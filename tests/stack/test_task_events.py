@@ -1,4 +1,5 @@
-"""Flower watching a real worker: every task shows, and its events travel in batches.
+"""What a real worker sends and writes per task: Flower sees every task, the task events
+travel in batches, and the worker's log has no line per task.
 
 Flower switches the workers' task events on while it runs. The workers publish them in
 timed batches (``workers.task_events``): with one call at a time, Celery alone would publish
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 from collections.abc import Iterator
 
@@ -140,3 +142,17 @@ def test_flower_shows_every_call_and_events_travel_in_batches(
         assert messages * 2 <= published, (messages, published)
     finally:
         events.close()
+
+
+def test_a_worker_logging_at_info_writes_no_line_per_task(stack: Stack) -> None:
+    """Celery's "received" and "succeeded in" lines are off (the audit log and Flower hold
+    every task); the worker's own lines, such as its start, are still written."""
+    with stack.client("agent") as http:
+        for i in range(3):
+            answer = http.post("/v1/calls", json={"tool": "echo", "args": {"i": i}, "wait_s": 20})
+            assert answer.json()["ok"], answer.text
+    log = stack.log("worker")
+    assert "ready." in log
+    # The main process writes "received" before the task reaches the pool, so before it ran.
+    assert not re.search(r"^\S.*\] received$", log, re.MULTILINE), log[-2000:]
+    assert "succeeded in" not in log, log[-2000:]
