@@ -256,6 +256,30 @@ def _copy(
             copy.write_row(tuple(row[column] for column in columns))
 
 
+def execute_direct_many(
+    conn: Connection, statement: Executable, params: Sequence[Mapping[str, Any]]
+) -> list[DirectResult]:
+    """``execute_direct`` for each of ``params``, in order, in ``conn``'s transaction.
+
+    On PostgreSQL they go out together through psycopg's pipeline: one round trip for all,
+    where one at a time each statement waits for the server's answer to the one before.
+    """
+    compiled = _driver_sql(conn.dialect, cast(ClauseElement, statement))
+    if compiled is None or len(params) < 2 or conn.dialect.name != "postgresql":
+        return [execute_direct(conn, statement, one) for one in params]
+    values = [{**compiled.fixed, **one} for one in params]
+    results: list[DirectResult] = []
+    with _driver_cursor(conn, compiled.sql, values) as cursor:
+        cursor.executemany(compiled.sql, values, returning=True)
+        while True:
+            description = cursor.description
+            rows = cursor.fetchall() if description else []
+            columns = tuple(column[0] for column in description) if description else ()
+            results.append(DirectResult(columns, rows, cursor.rowcount))
+            if not cursor.nextset():
+                return results
+
+
 @contextmanager
 def _driver_cursor(conn: Connection, sql: str, params: Any = None) -> Iterator[Any]:
     """A cursor of the driver's own, in ``conn``'s transaction, closed after use. A

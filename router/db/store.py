@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 
 from ..results import CallResult, content_blocks
 from ..status import CallStatus
-from .engine import execute_direct, insert_rows, translate_errors
+from .engine import execute_direct, execute_direct_many, insert_rows, translate_errors
 from .schema import calls
 
 # The hot path's statements, built once: building a Core statement and its cache key
@@ -125,6 +125,21 @@ class CallRow:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptOutcome:
+    """How attempt ``attempt`` of a call ended, for ``Store.finish``."""
+
+    call_id: str
+    attempt: int
+    status: CallStatus
+    at: int
+    value: str | None = None
+    content: str | None = None
+    error: str | None = None
+    error_type: str | None = None
+    answered_by: str | None = None
+
+
 class Store:
     """Calls in the database. Every method that writes takes the caller's transaction."""
 
@@ -218,43 +233,34 @@ class Store:
 
     def claim(self, conn: Connection, call_id: str, *, now: int, lease_ms: int) -> CallRow | None:
         """``queued -> running`` with attempt + 1; None if someone else has it, or it is done."""
-        claimed = execute_direct(
-            conn, _CLAIM, {"call_id": call_id, "lease_until": now + lease_ms, "now": now}
-        )
-        return CallRow.from_mapping(claimed.first())
+        return self.claim_many(conn, [call_id], now=now, lease_ms=lease_ms)[0]
 
-    def finish(
-        self,
-        conn: Connection,
-        call_id: str,
-        *,
-        attempt: int,
-        status: CallStatus,
-        now: int,
-        value: str | None = None,
-        error: str | None = None,
-        error_type: str | None = None,
-        answered_by: str | None = None,
-        content: str | None = None,
-    ) -> bool:
-        """Record the outcome of attempt ``attempt``; False if that attempt no longer owns it.
-        The value and its content blocks land in one statement: both or neither."""
-        result = execute_direct(
-            conn,
-            _FINISH,
+    def claim_many(
+        self, conn: Connection, call_ids: Sequence[str], *, now: int, lease_ms: int
+    ) -> list[CallRow | None]:
+        """``claim`` of each of ``call_ids`` in turn, sent together."""
+        params = [{"call_id": c, "lease_until": now + lease_ms, "now": now} for c in call_ids]
+        claimed = execute_direct_many(conn, _CLAIM, params)
+        return [CallRow.from_mapping(result.first()) for result in claimed]
+
+    def finish(self, conn: Connection, outcomes: Sequence[AttemptOutcome]) -> list[bool]:
+        """Record each outcome, in turn, sent together; False where its attempt no longer
+        owns the call. A value and its content blocks land in one statement: both or neither."""
+        params = [
             {
-                "call_id": call_id,
-                "fence": attempt,
-                "status": status,
-                "value": value,
-                "content": content,
-                "error": error,
-                "error_type": error_type,
-                "answered_by": answered_by,
-                "now": now,
-            },
-        )
-        return result.rowcount == 1
+                "call_id": o.call_id,
+                "fence": o.attempt,
+                "status": o.status,
+                "value": o.value,
+                "content": o.content,
+                "error": o.error,
+                "error_type": o.error_type,
+                "answered_by": o.answered_by,
+                "now": o.at,
+            }
+            for o in outcomes
+        ]
+        return [result.rowcount == 1 for result in execute_direct_many(conn, _FINISH, params)]
 
     def requeue_lost(self, conn: Connection, call_id: str, *, attempt: int, now: int) -> bool:
         """Put a lost run of an idempotent tool back in the queue (fenced on its attempt)."""

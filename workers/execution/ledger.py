@@ -24,7 +24,7 @@ from router.approval.binding import RunRefusal, run_refusal
 from router.audit import entries
 from router.audit.log import AuditEntry
 from router.auth.keys import principal_named
-from router.db.store import CallRow
+from router.db.store import AttemptOutcome, CallRow
 from router.dispatch.gate import RolesOf, rule_on
 from router.messaging.completions import MAX_RESULT_BYTES, Notifier
 from router.results import CallResult
@@ -75,6 +75,20 @@ class Finished:
             error_type=self.outcome.error_type,
         )
 
+    def attempt_outcome(self) -> AttemptOutcome:
+        outcome = self.outcome
+        return AttemptOutcome(
+            call_id=self.row.id,
+            attempt=self.row.attempt,
+            status=self.status,
+            at=self.at,
+            value=outcome.value_json,
+            content=outcome.content_json,
+            error=outcome.error,
+            error_type=outcome.error_type,
+            answered_by=self.answered_by,
+        )
+
     def result(self) -> CallResult | None:
         """The answer for the call's completion notice; None for a value too large to ride
         (then it is not decoded only to be dropped)."""
@@ -123,10 +137,19 @@ class Ledger:
     def claim(self, conn: Connection, call_id: str, tool_hint: str | None) -> Claim:
         """``call_id``'s row if this process now runs it, with why it must not run, if it
         must not (``router.approval.binding``)."""
-        row = self.store.claim(conn, call_id, now=self.clock(), lease_ms=self.lease_ms(tool_hint))
-        if row is None:
-            return None, None
-        return row, self.refusal(conn, row)
+        return self.claim_many(conn, [call_id], tool_hint)[call_id]
+
+    def claim_many(
+        self, conn: Connection, call_ids: Sequence[str], tool_hint: str | None
+    ) -> dict[str, Claim]:
+        """``claim`` of each of ``call_ids``, the claims sent together."""
+        rows = self.store.claim_many(
+            conn, call_ids, now=self.clock(), lease_ms=self.lease_ms(tool_hint)
+        )
+        return {
+            call_id: (None, None) if row is None else (row, self.refusal(conn, row))
+            for call_id, row in zip(call_ids, rows, strict=True)
+        }
 
     def refusal(self, conn: Connection, row: CallRow) -> RunRefusal | None:
         """Why ``row`` must not run, if it must not: run only what was accepted and, if
@@ -177,12 +200,13 @@ class Ledger:
         whose outcome was fenced off: their attempt lost the call meanwhile."""
         now = self.clock()
         with self.store.transaction() as conn:
-            recorded = [done for done in finished if self._write_outcome(conn, done)]
+            written = self.store.finish(conn, [done.attempt_outcome() for done in finished])
+            recorded = [done for done, ok in zip(finished, written, strict=True) if ok]
             # Before the audit append: the chain's lock, which every append in every
             # process waits for, is then held for the append and the commit alone. And
             # every writer takes its call rows' locks before the chain's, so none waits
             # for a row while holding the chain (a cancel of a call claimed here would).
-            claimed = {call_id: self.claim(conn, call_id, tool_hint) for call_id in claim}
+            claimed = self.claim_many(conn, claim, tool_hint)
             renewed = {row.id: self._renew_lease(conn, row, now) for row in renew}
             self.audit.append(conn, [done.audit_entry(self.actor) for done in recorded], at=now)
         # Only once the transaction is committed: a rolled-back claim is no claim.
@@ -197,22 +221,6 @@ class Ledger:
         for call_id in fenced:
             log.warning("call %s finished after losing its lease; outcome dropped", call_id)
         return fenced
-
-    def _write_outcome(self, conn: Connection, done: Finished) -> bool:
-        """Write ``done`` to its call's row; False if its attempt no longer holds the call."""
-        outcome = done.outcome
-        return self.store.finish(
-            conn,
-            done.row.id,
-            attempt=done.row.attempt,
-            status=done.status,
-            now=done.at,
-            value=outcome.value_json,
-            content=outcome.content_json,
-            error=outcome.error,
-            error_type=outcome.error_type,
-            answered_by=done.answered_by,
-        )
 
     def _renew_lease(self, conn: Connection, row: CallRow, now: int) -> CallRow | None:
         """``row`` with a fresh lease; None if its attempt no longer holds the call."""
