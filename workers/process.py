@@ -60,9 +60,7 @@ def _fresh_after_fork(**_: Any) -> None:
     limits.enable()
 
 
-# Celery's own line for each task received and each task succeeded: every call's story is
-# in the audit log and in Flower already, and writing these lines cost the worker's main
-# process a share of its time comparable to the task events'.
+# Celery's line per task received and succeeded: the audit log and Flower hold every task.
 TASK_LOGGERS = ("celery.worker.strategy", "celery.app.trace")
 
 

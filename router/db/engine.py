@@ -261,11 +261,13 @@ def execute_direct_many(
 ) -> list[DirectResult]:
     """``execute_direct`` for each of ``params``, in order, in ``conn``'s transaction.
 
-    On PostgreSQL they go out together through psycopg's pipeline: one round trip for all,
-    where one at a time each statement waits for the server's answer to the one before.
+    On PostgreSQL they go out together through psycopg's pipeline (the answers, then its
+    sync: two round trips), where one at a time each waits for the answer to the one before.
     """
+    if len(params) < 2 or conn.dialect.name != "postgresql":
+        return [execute_direct(conn, statement, one) for one in params]
     compiled = _driver_sql(conn.dialect, cast(ClauseElement, statement))
-    if compiled is None or len(params) < 2 or conn.dialect.name != "postgresql":
+    if compiled is None:
         return [execute_direct(conn, statement, one) for one in params]
     values = [{**compiled.fixed, **one} for one in params]
     results: list[DirectResult] = []

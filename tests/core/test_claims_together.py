@@ -4,6 +4,10 @@ gets its own answer, in order, on each backend (on PostgreSQL, through the pipel
 from __future__ import annotations
 
 import json
+from typing import cast
+
+import pytest
+from sqlalchemy import exc
 
 from router.db.store import AttemptOutcome
 from router.runtime import Runtime
@@ -67,4 +71,37 @@ def test_outcomes_sent_together_are_each_fenced_on_their_own_attempt(runtime: Ru
         (CallStatus.RUNNING, 1, None),
         (CallStatus.SUCCEEDED, 1, "2"),
         (CallStatus.SUCCEEDED, 1, "3"),
+    ]
+
+
+# SQLite runs them one at a time, and does not refuse an over-long text.
+@pytest.mark.parametrize(
+    "database_url", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
+)
+def test_an_error_amid_outcomes_sent_together_records_none_of_them(runtime: Runtime) -> None:
+    ids = [queue_call(runtime, "echo", {"n": n}) for n in range(3)]
+    with runtime.store.transaction() as conn:
+        assert all(runtime.store.claim_many(conn, ids, now=runtime.clock(), lease_ms=LEASE_MS))
+    outcomes = [
+        AttemptOutcome(
+            call_id=call_id,
+            attempt=1,
+            # The second's status is too long for its column: the server refuses it.
+            status=cast(CallStatus, "x" * 40) if n == 1 else CallStatus.SUCCEEDED,
+            at=runtime.clock(),
+            value=json.dumps(n),
+        )
+        for n, call_id in enumerate(ids)
+    ]
+
+    with pytest.raises(exc.DataError), runtime.store.transaction() as conn:
+        runtime.store.finish(conn, outcomes)
+
+    assert [status_of(runtime, call_id)[0] for call_id in ids] == [CallStatus.RUNNING] * 3
+    with runtime.store.transaction() as conn:  # the pool's connections still serve
+        assert runtime.store.finish(conn, [outcomes[0], outcomes[2]]) == [True, True]
+    assert [status_of(runtime, call_id)[0] for call_id in ids] == [
+        CallStatus.SUCCEEDED,
+        CallStatus.RUNNING,
+        CallStatus.SUCCEEDED,
     ]

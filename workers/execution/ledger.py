@@ -143,6 +143,8 @@ class Ledger:
         self, conn: Connection, call_ids: Sequence[str], tool_hint: str | None
     ) -> dict[str, Claim]:
         """``claim`` of each of ``call_ids``, the claims sent together."""
+        if not call_ids:
+            return {}  # most commits claim nothing
         rows = self.store.claim_many(
             conn, call_ids, now=self.clock(), lease_ms=self.lease_ms(tool_hint)
         )
