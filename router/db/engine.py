@@ -274,10 +274,7 @@ def execute_direct_many(
     with _driver_cursor(conn, compiled.sql, values) as cursor:
         cursor.executemany(compiled.sql, values, returning=True)
         while True:
-            description = cursor.description
-            rows = cursor.fetchall() if description else []
-            columns = tuple(column[0] for column in description) if description else ()
-            results.append(DirectResult(columns, rows, cursor.rowcount))
+            results.append(_result_of(cursor))
             if not cursor.nextset():
                 return results
 
@@ -366,7 +363,12 @@ def execute_direct(
         values = tuple(values[name] for name in compiled.order)
     with _driver_cursor(conn, compiled.sql, values) as cursor:
         cursor.execute(compiled.sql, values)
-        description = cursor.description
-        rows = cursor.fetchall() if description else []
-        columns = tuple(column[0] for column in description) if description else ()
-        return DirectResult(columns, rows, cursor.rowcount)
+        return _result_of(cursor)
+
+
+def _result_of(cursor: Any) -> DirectResult:
+    """The driver cursor's current result, all its rows fetched."""
+    description = cursor.description
+    rows = cursor.fetchall() if description else []
+    columns = tuple(column[0] for column in description) if description else ()
+    return DirectResult(columns, rows, cursor.rowcount)
