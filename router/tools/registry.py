@@ -39,6 +39,8 @@ class Tool:
     python_handler: Handler | None = field(default=None, repr=False)
     # Its conditions, compiled at start-up; None for the usual tool, whose gate is static.
     rules: ToolRules | None = field(default=None, repr=False)
+    # Its schema holds every object valid (``accepts_any_object``).
+    any_object: bool = field(default=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -54,6 +56,8 @@ class Tool:
         Built from the schema, never from the offending value: these messages are audited,
         and arguments may be secrets.
         """
+        if self.any_object and isinstance(args, dict):
+            return None
         error = schema_errors.best_match(self.validator.iter_errors(args))
         if error is None:
             return None
@@ -228,4 +232,22 @@ def build_tool(spec: ToolSpec, *, file: str) -> Tool:
         validator=validator_class(spec.input_schema),
         python_handler=handler,
         rules=rules,
+        any_object=accepts_any_object(spec.input_schema),
+    )
+
+
+# Keywords that describe a schema without narrowing what it accepts.
+_ANNOTATIONS = frozenset(
+    {"$schema", "$id", "$comment", "title", "description", "default", "examples", "deprecated"}
+)
+
+
+def accepts_any_object(schema: dict[str, Any]) -> bool:
+    """Whether every JSON object is valid under ``schema``: ``{"type": "object"}``, with
+    annotations and an empty ``properties`` at most. Such a tool (a Python handler that
+    declares no schema gets this one) needs no validator run for arguments already known
+    to be an object."""
+    narrowing = set(schema) - _ANNOTATIONS - {"type", "properties"}
+    return (
+        schema.get("type") == "object" and not narrowing and schema.get("properties") in (None, {})
     )

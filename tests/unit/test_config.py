@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from router.errors import ConfigError
-from router.tools.config import load_config, parse_config
-from router.tools.registry import ToolRegistry
+from router.tools.config import ToolSpec, load_config, parse_config
+from router.tools.registry import ToolRegistry, build_tool
 
 from ..support.stack import TEST_CONFIG
 
@@ -167,6 +168,41 @@ def test_argument_errors_are_sentences() -> None:
     assert tool.argument_errors({"to": 3}) == 'to: must satisfy type "string"'
     # The offending value never appears: it may be a secret, and the message is audited.
     assert "sk-live" not in (tool.argument_errors({"to": ["sk-live-123"]}) or "sk-live")
+
+
+SCHEMAS_OF_ANY_OBJECT = [
+    {"type": "object"},
+    {"type": "object", "properties": {}},
+    {"type": "object", "title": "t", "description": "d", "$comment": "c", "default": {}},
+    {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"},
+]
+NARROWING_SCHEMAS = [
+    {},
+    {"type": ["object"]},
+    {"type": "object", "properties": {"a": {"type": "string"}}},
+    {"type": "object", "required": ["a"]},
+    {"type": "object", "additionalProperties": False},
+    {"type": "object", "maxProperties": 1},
+    {"type": "object", "propertyNames": {"maxLength": 1}},
+    {"type": "object", "not": {"required": ["a"]}},
+    {"type": "object", "$ref": "#/$defs/o", "$defs": {"o": {"required": ["a"]}}},
+    {"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}},
+]
+INSTANCES = [{}, {"a": 1}, {"a": "x", "b": [1]}, {"ab": None}, [], "x", 1, None]
+
+
+@pytest.mark.parametrize("schema", SCHEMAS_OF_ANY_OBJECT + NARROWING_SCHEMAS, ids=str)
+def test_a_schema_of_any_object_skips_the_validator_and_agrees_with_it(
+    schema: dict[str, Any],
+) -> None:
+    tool = build_tool(
+        ToolSpec(name="t", handler={"python": "tests.fixture_tools:echo"}, input_schema=schema),
+        file="t.yaml",
+    )
+    assert tool.any_object == (schema in SCHEMAS_OF_ANY_OBJECT)
+    for instance in INSTANCES:
+        valid = tool.validator.is_valid(instance)
+        assert (tool.argument_errors(instance) is None) == valid, instance
 
 
 def test_python_tools_share_messages_and_http_tools_go_alone_unless_configured() -> None:
