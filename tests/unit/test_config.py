@@ -175,6 +175,8 @@ SCHEMAS_OF_ANY_OBJECT = [
     {"type": "object", "properties": {}},
     {"type": "object", "title": "t", "description": "d", "$comment": "c", "default": {}},
     {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"},
+    {"$schema": "http://json-schema.org/draft-04/schema#", "type": "object", "examples": [{}]},
+    {"$id": "urn:t", "type": "object", "deprecated": True},
 ]
 NARROWING_SCHEMAS = [
     {},
