@@ -274,7 +274,7 @@ def execute_direct_many(
     with _driver_cursor(conn, compiled.sql, values) as cursor:
         cursor.executemany(compiled.sql, values, returning=True)
         while True:
-            results.append(_result_of(cursor))
+            results.append(_result_of(cursor, compiled.columns))
             if not cursor.nextset():
                 return results
 
@@ -320,6 +320,9 @@ class _DriverSql:
     fixed: dict[str, Any]
     # For a positional paramstyle (SQLite's ``?``): the parameter names in order.
     order: tuple[str, ...] | None
+    # The names of the columns it returns, where the statement says (a ``select`` or
+    # ``returning``); None leaves them to the cursor (a ``text`` statement, no rows).
+    columns: tuple[str, ...] | None
 
 
 @functools.lru_cache(maxsize=256)
@@ -338,7 +341,8 @@ def _driver_sql(dialect: Dialect, statement: ClauseElement) -> _DriverSql | None
         if not bind.required
     }
     order = tuple(compiled.positiontup) if compiled.positional else None
-    return _DriverSql(compiled.string, fixed, order)
+    columns = tuple(column.name for column in compiled._result_columns) or None
+    return _DriverSql(compiled.string, fixed, order, columns)
 
 
 def execute_direct(
@@ -363,12 +367,15 @@ def execute_direct(
         values = tuple(values[name] for name in compiled.order)
     with _driver_cursor(conn, compiled.sql, values) as cursor:
         cursor.execute(compiled.sql, values)
-        return _result_of(cursor)
+        return _result_of(cursor, compiled.columns)
 
 
-def _result_of(cursor: Any) -> DirectResult:
-    """The driver cursor's current result, all its rows fetched."""
-    description = cursor.description
-    rows = cursor.fetchall() if description else []
-    columns = tuple(column[0] for column in description) if description else ()
+def _result_of(cursor: Any, columns: tuple[str, ...] | None) -> DirectResult:
+    """The driver cursor's current result, all its rows fetched. ``columns`` are the
+    statement's own where it knows them: psycopg builds its ``description`` anew, an
+    object per column, each time it is asked for."""
+    if columns is None:
+        description = cursor.description
+        columns = tuple(column[0] for column in description) if description else ()
+    rows = cursor.fetchall() if columns else []
     return DirectResult(columns, rows, cursor.rowcount)
