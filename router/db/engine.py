@@ -231,7 +231,11 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
         # The driver's own cursor, as for ``execute_direct``: ``exec_driver_sql`` costs
         # about as much CPU as the insert itself.
         with _driver_cursor(conn, sql) as cursor:
-            cursor.executemany(sql, params)
+            if len(params) == 1:
+                # psycopg's executemany is a pipeline: three waits on the server for one row.
+                cursor.execute(sql, params[0])
+            else:
+                cursor.executemany(sql, params)
 
 
 @functools.cache
