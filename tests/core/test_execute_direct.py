@@ -57,7 +57,8 @@ def test_rows_and_counts_are_those_conn_execute_gives(runtime: Runtime) -> None:
         fenced = execute_direct(conn, _FINISH, {"call_id": first, "fence": 2, **outcome})
         assert fenced.rowcount == 0 and fenced.rows == []
         landed = execute_direct(conn, _FINISH, {"call_id": first, "fence": 1, **outcome})
-        assert landed.rowcount == 1
+        # A statement that returns no rows names no columns: the cursor says.
+        assert landed.rowcount == 1 and landed.columns == ()
         # The other call was never claimed: the fence on its status holds.
         assert (
             execute_direct(conn, _FINISH, {"call_id": second, "fence": 0, **outcome}).rowcount == 0
