@@ -189,15 +189,22 @@ def test_duplicated_message_runs_the_handler_once(
     stack: Stack, stack_runtime: Runtime, tmp_path: Path
 ) -> None:
     path = tmp_path / "ledger.txt"
-    call_id = queue_call(stack_runtime, "ledger", {"path": str(path), "sleep": 1})
+    # The first run sleeps within the tool's 5 s limit, long enough for the probe below.
+    call_id = queue_call(stack_runtime, "ledger", {"path": str(path), "sleep": 4})
     tool = stack_runtime.registry.get("ledger")
     assert tool is not None
-    # Two more messages for the same call, racing its first run (which sleeps 1 s).
+    # Two more messages for the same call, racing its first run.
     stack_runtime.publisher.publish([message_for(tool, call_id), message_for(tool, call_id)])
     broker = redis.Redis.from_url(stack.settings.redis_url)
     try:
-        # The first run sleeps 1 s, so its message at least is still running: the probe works.
-        assert messages_mentioning(stack_runtime, broker, tool.queue, call_id) >= 1
+        # While the first run sleeps its message is active in a worker: the probe must see
+        # it (each look waits for the workers' replies, which a loaded machine delays).
+        wait_for_run(path, call_id)
+        sleeping_until = deadline_after(4)
+        seen = 0
+        while not seen and time.monotonic() < sleeping_until:
+            seen = messages_mentioning(stack_runtime, broker, tool.queue, call_id)
+        assert seen >= 1
         with stack.client() as http:
             body = http.get(f"/v1/calls/{call_id}", params={"wait_s": 30}).json()
         assert body["status"] == "succeeded", body
