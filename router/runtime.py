@@ -309,3 +309,5 @@ class Runtime:
             self.mcp.close()
         if "ranker" in self.__dict__:
             self.ranker.close()
+        if "publisher" in self.__dict__:
+            self.publisher.close()

@@ -21,6 +21,7 @@ from sqlalchemy.sql.expression import ClauseElement, Executable
 
 from ..errors import StoreUnavailable
 from ..files import private_dir, private_file
+from .durability import begin_statement
 from .wal_checkpoints import AUTOCHECKPOINT_PAGES
 
 # SQLite waits this long for a competing writer before giving up.
@@ -84,7 +85,7 @@ def _postgresql_engine(url: str) -> Engine:
             return  # psycopg begins such a transaction itself
         else:
             try:
-                result = pgconn.exec_(b"BEGIN")
+                result = pgconn.exec_(begin_statement())
                 began = result.status == pq.ExecStatus.COMMAND_OK
                 reason = (result.error_message or b"").decode(errors="replace").strip()
             except Exception as error:  # the driver's error for a connection gone

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from ..results import CallResult, content_blocks
 from ..status import CallStatus
+from .durability import commit_early
 from .engine import execute_direct, execute_direct_many, insert_rows, translate_errors
 from .schema import calls
 
@@ -147,9 +148,11 @@ class Store:
         self.engine = engine
 
     @contextmanager
-    def transaction(self) -> Iterator[Connection]:
-        """A write transaction; ``StoreUnavailable`` when the database does not answer."""
-        with translate_errors(), self.engine.begin() as conn:
+    def transaction(self, *, durable: bool = True) -> Iterator[Connection]:
+        """A write transaction; ``StoreUnavailable`` when the database does not answer.
+        Not ``durable``: a crash of the database may undo it (``durability``)."""
+        early = nullcontext() if durable else commit_early()
+        with translate_errors(), early, self.engine.begin() as conn:
             yield conn
 
     @contextmanager

@@ -41,9 +41,6 @@ if TYPE_CHECKING:
 
 # Messages per LPUSH command.
 PUSH_SIZE = 1000
-# A failed publish is tried again this many times: a duplicated message is harmless (a
-# run starts with a conditional claim), a lost one waits for the reconciler.
-TRIES = 2
 # Placeholders: JSON-safe, and never part of a real call id, task id or tool name.
 _CALL = "toolrouter0call0placeholder"
 _TASK = "toolrouter0task0placeholder"
@@ -224,29 +221,19 @@ def pack(messages: Sequence[RunMessage], spread: int) -> list[tuple[RunMessage, 
     return packed
 
 
-def publish_many(builder: MessageBuilder, messages: Sequence[RunMessage], spread: int = 1) -> None:
-    """Publish ``messages``; raises whatever kombu or redis-py raise when Redis is down."""
-    packed = pack(messages, spread)
-    for attempt in range(TRIES):
-        try:
-            _publish(builder, packed)
-            return
-        except Exception:
-            if attempt == TRIES - 1:
-                raise
-
-
-def _publish(builder: MessageBuilder, packed: Sequence[tuple[RunMessage, list[str]]]) -> None:
-    with builder.app.producer_or_acquire() as producer:
-        channel = producer.channel
-        by_queue: dict[str, list[str]] = {}
-        for message, call_ids in packed:
-            key, payload = builder.build(channel, message, call_ids)
-            by_queue.setdefault(key, []).append(payload)
-        with channel.conn_or_acquire() as client, client.pipeline(transaction=False) as pipe:
-            # One LPUSH of many values per queue and chunk: the worker's BRPOP takes them
-            # in the order given, as if pushed one by one.
-            for key, payloads in by_queue.items():
-                for start in range(0, len(payloads), PUSH_SIZE):
-                    pipe.lpush(key, *payloads[start : start + PUSH_SIZE])
-            pipe.execute()
+def push(
+    builder: MessageBuilder, channel: Any, packed: Sequence[tuple[RunMessage, list[str]]]
+) -> None:
+    """Push the ``pack``ed messages through ``channel``'s client, in one round trip;
+    raises whatever kombu or redis-py raise when Redis is down."""
+    by_queue: dict[str, list[str]] = {}
+    for message, call_ids in packed:
+        key, payload = builder.build(channel, message, call_ids)
+        by_queue.setdefault(key, []).append(payload)
+    with channel.conn_or_acquire() as client, client.pipeline(transaction=False) as pipe:
+        # One LPUSH of many values per queue and chunk: the worker's BRPOP takes them in
+        # the order given, as if pushed one by one.
+        for key, payloads in by_queue.items():
+            for start in range(0, len(payloads), PUSH_SIZE):
+                pipe.lpush(key, *payloads[start : start + PUSH_SIZE])
+        pipe.execute()

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import base64
 import json
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+import redis
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
@@ -162,3 +164,34 @@ def test_many_rows_land_as_given_and_duplicates_are_integrity_errors(
             assert conn.execute(select(func.count()).select_from(calls)).scalar() == count
     finally:
         engine.dispose()
+
+
+def test_publishes_from_many_threads_at_once_all_arrive_in_order(redis_base: str) -> None:
+    """The publisher's one channel serves every thread: no message lost or doubled, and
+    each thread's messages leave in the order it published them."""
+    url = f"{redis_base}/{services.REDIS_DBS['unit']}"
+    services.flush(url)
+    namespace = Namespace("tr-test")
+    publisher = Publisher(make_celery(url, namespace), hard_limit_grace_s=10.0)
+    threads, each = 8, 50
+
+    def publish_from(thread: int) -> None:
+        for i in range(each):
+            call_id = f"call_{thread:02d}{i:030d}"
+            publisher.publish([RunMessage(call_id, "echo", "tools.low", 30.0)])
+
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(publish_from, range(threads)))
+        client = redis.Redis.from_url(url)
+        pushed = client.lrange(namespace.prefix + "tools.low", 0, -1)
+        client.close()
+        # LPUSH puts the newest first: read from the end for the order sent.
+        sent = [json.loads(base64.b64decode(json.loads(p)["body"]))[0][0] for p in pushed[::-1]]
+        assert len(sent) == threads * each == len(set(sent))
+        for thread in range(threads):
+            own = [call_id for call_id in sent if call_id.startswith(f"call_{thread:02d}")]
+            assert own == sorted(own) and len(own) == each
+    finally:
+        publisher.close()
+        services.flush(url)

@@ -16,6 +16,7 @@ from typing import Any
 from router import metrics
 from router.audit import entries
 from router.context import CallContext
+from router.db.durability import commit_durably
 from router.db.store import CallRow
 from router.errors import Unavailable
 from router.messaging.policies import fallback_chain
@@ -61,8 +62,13 @@ class CallRunner:
                 if wait > 0:
                     # Over the limit: the call waits in the broker, not in a worker slot.
                     return self._defer(hinted, call_id, wait)
-            with self.store.transaction() as conn:
+            # An idempotent tool's claim need not wait for the disk: undone by a database
+            # crash, the call is queued again and re-run, as after a lost worker.
+            early = _idempotent(hinted)
+            with self.store.transaction(durable=not early) as conn:
                 row, refusal = self.ledger.claim(conn, call_id, tool_hint)
+                if early and row is not None and not _idempotent(self.registry.get(row.tool)):
+                    commit_durably(conn)  # the message named another tool than the call's
         if row is None:
             # Not queued any more: a duplicate or redelivered message, or a cancelled call.
             return RunOutcome.DROPPED
@@ -206,3 +212,7 @@ class CallRunner:
             # Queued and due at ``due_at``: the reconciler sends it once Redis is back.
             log.warning("retry of %s not published: %s", row.id, exc)
         return RunOutcome.RETRY
+
+
+def _idempotent(tool: Tool | None) -> bool:
+    return tool is not None and tool.spec.idempotent
