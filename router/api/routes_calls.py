@@ -93,7 +93,8 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
         )
     else:
         # Concurrent submissions share a transaction and a publish (router.dispatch.group_commit).
-        result = await runtime.group_commit.submit(Submission(who.name, body["tool"], args, key))
+        submission = Submission(who.name, body["tool"], args, key, waited=wait_s > 0)
+        result = await runtime.group_commit.submit(submission)
     unfinished = result.http_status == 200 and result.status not in TERMINAL_STATES
     if wait_s > 0 and result.call_id is not None and unfinished:
         call_id = result.call_id
@@ -104,6 +105,10 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
             wait_s,
             known_unfinished=True,
         )
+        if result.status not in TERMINAL_STATES:
+            # Not finished in time: the call may have been accepted by a commit that did
+            # not wait for the disk, and is now told as accepted.
+            await in_thread(runtime.store.wait_for_disk)
     return answer(result)
 
 

@@ -41,3 +41,10 @@ def commit_durably(conn: Connection) -> None:
     """Make a transaction begun under ``commit_early`` wait for the disk after all."""
     if conn.dialect.name == "postgresql":
         conn.exec_driver_sql("SET LOCAL synchronous_commit TO on")
+
+
+def flush_earlier_commits(conn: Connection) -> None:
+    """Give ``conn``'s transaction an id of its own, so that its commit is written to the
+    log and waits until the log is on disk up to it: every commit before it with it."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SELECT pg_current_xact_id()")

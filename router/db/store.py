@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 
 from ..results import CallResult, content_blocks
 from ..status import CallStatus
-from .durability import commit_early
+from .durability import commit_early, flush_earlier_commits
 from .engine import execute_direct, execute_direct_many, insert_rows, translate_errors
 from .schema import calls
 
@@ -154,6 +154,11 @@ class Store:
         early = nullcontext() if durable else commit_early()
         with translate_errors(), early, self.engine.begin() as conn:
             yield conn
+
+    def wait_for_disk(self) -> None:
+        """Returns once every commit made so far, durable or not, is on disk."""
+        with self.transaction() as conn:
+            flush_earlier_commits(conn)
 
     @contextmanager
     def reading(self) -> Iterator[Connection]:

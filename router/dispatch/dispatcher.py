@@ -46,6 +46,9 @@ class Submission:
     tool: object
     args: object
     idempotency_key: str | None = None
+    # The caller is told nothing until the call's outcome, which is committed durably, or
+    # until it has waited for the disk (``Store.wait_for_disk``).
+    waited: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +252,7 @@ class Dispatcher:
                 entries = [
                     slot.audit if isinstance(slot, NewCall) else slot for _, slot in together
                 ]
-                with self.store.transaction() as conn:
+                with self.store.transaction(durable=not _told_later(items, together)) as conn:
                     self.store_new(conn, new, entries, at=now)
         except Unavailable as exc:
             for index, _ in together:
@@ -388,3 +391,13 @@ class Dispatcher:
 
 def _fields(item: Submission) -> tuple[str, object, object, str | None]:
     return item.requested_by, item.tool, item.args, item.idempotency_key
+
+
+def _told_later(items: Sequence[Submission], together: Sequence[tuple[int, object]]) -> bool:
+    """Whether nobody learns of the group's commit before a later durable one: every call
+    in it is queued to run (no refusal, no request for approvers) for a waiting caller.
+    Its commit then need not wait for the disk: the log is flushed in order."""
+    return all(
+        isinstance(slot, NewCall) and slot.message is not None and items[index].waited
+        for index, slot in together
+    )

@@ -1,6 +1,8 @@
-"""Which commits wait for the disk (``router.db.durability``): on PostgreSQL, a claim of an
-idempotent tool's call commits without waiting; everything else waits. Real PostgreSQL
-and SQLite, real Redis; the executor in-process, as the Celery task calls it."""
+"""Which commits wait for the disk (``router.db.durability``). On PostgreSQL two commits
+that nobody learns of before a later durable one do not wait: the claim of an idempotent
+tool's call, and the accept of calls whose callers wait for their outcome. Everything
+else waits. Real PostgreSQL and SQLite, real Redis; the dispatcher and the executor
+in-process, as the API and the Celery task call them."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import Connection
 
 from router.db.durability import commit_durably
+from router.dispatch.dispatcher import Submission
 from router.runtime import Runtime
+from router.status import CallStatus
 from workers.execution import Executor
 from workers.execution.run_outcome import RunOutcome
 
@@ -23,13 +27,21 @@ def setting(conn: Connection) -> str:
     return str(conn.execute(text("SHOW synchronous_commit")).scalar())
 
 
+def waits_for_disk(conn: Connection) -> bool:
+    """Whether this transaction's commit waits until the log is on disk up to it: it
+    commits synchronously and has an id (a transaction without one writes no commit
+    record, and its commit waits for nothing)."""
+    has_id = conn.execute(text("SELECT pg_current_xact_id_if_assigned() IS NOT NULL")).scalar()
+    return setting(conn) == "on" and bool(has_id)
+
+
 @pytest.fixture
 def commits(runtime: Runtime) -> Iterator[list[str]]:
     """``synchronous_commit`` as each write transaction of the runtime's engine commits."""
     seen: list[str] = []
 
     def before_commit(conn: Connection) -> None:
-        if conn.dialect.name == "postgresql":
+        if conn.dialect.name == "postgresql" and not conn.get_execution_options().get("readonly"):
             seen.append(setting(conn))
 
     event.listen(runtime.engine, "commit", before_commit)
@@ -100,3 +112,53 @@ def test_only_an_idempotent_tools_claim_commits_without_waiting(
     assert claim == ("on" if claim_waits else "off")
     assert outcome == "on"  # the outcome is told to the caller: it always waits
     assert len((tmp_path / "runs").read_text().splitlines()) == 1
+
+
+WAITED = Submission("agent", "echo", {"n": 1}, waited=True)
+NOT_WAITED = Submission("agent", "echo", {"n": 2})
+GATED_WAITED = Submission("agent", "high_echo", {"n": 3}, waited=True)
+REFUSED_WAITED = Submission("agent", "no-such-tool", {}, waited=True)
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("group", "accept_waits"),
+    [
+        # Each caller waits for the outcome, whose commit waits for the disk.
+        ([WAITED, WAITED], False),
+        ([WAITED, NOT_WAITED], True),  # one caller is told "queued" at once
+        ([WAITED, GATED_WAITED], True),  # approvers are told of the request at once
+        ([WAITED, REFUSED_WAITED], True),  # the refusal is answered, and audited, at once
+    ],
+)
+def test_only_a_group_of_waited_runnable_calls_is_accepted_without_waiting(
+    runtime: Runtime, commits: list[str], group: list[Submission], accept_waits: bool
+) -> None:
+    results = runtime.dispatcher.submit_many(group)
+    assert results[0].status == CallStatus.QUEUED
+    assert commits == ["on" if accept_waits else "off"]
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+@pytest.mark.postgres
+def test_waiting_for_the_disk_commits_a_record_synchronously(runtime: Runtime) -> None:
+    """What a waited call that did not finish in time passes through before its caller is
+    told it was accepted: the log on disk up to a commit after the accept's."""
+    seen: list[bool] = []
+
+    def before_commit(conn: Connection) -> None:
+        seen.append(waits_for_disk(conn))
+
+    runtime.dispatcher.submit_many([WAITED])
+    event.listen(runtime.engine, "commit", before_commit)
+    try:
+        runtime.store.wait_for_disk()
+    finally:
+        event.remove(runtime.engine, "commit", before_commit)
+    assert seen == [True]
+
+
+def test_waiting_for_the_disk_works_on_every_database(runtime: Runtime) -> None:
+    runtime.dispatcher.submit_many([WAITED])
+    runtime.store.wait_for_disk()
