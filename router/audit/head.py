@@ -59,6 +59,9 @@ def current(store: Store, keyring: KeyRing, namespace: str, clock: Clock) -> Sig
     """The chain's head as the database holds it now, signed."""
     with store.reading() as conn:
         seq, last_hash = audit.chain_head(conn)
+    # A signed head leaves the database: every row it covers must be on disk first, or a
+    # crash could undo rows it names and ``verify`` would report them removed.
+    store.wait_for_disk()
     return SignedHead(namespace, seq, last_hash, clock()).signed(keyring)
 
 

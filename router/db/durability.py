@@ -24,7 +24,8 @@ _BEGIN_COMMITTING_EARLY = b"BEGIN; SET LOCAL synchronous_commit TO off"
 
 @contextmanager
 def commit_early() -> Iterator[None]:
-    """Transactions begun inside commit without waiting for the disk (PostgreSQL)."""
+    """Transactions begun inside commit without waiting for the disk (PostgreSQL). Only
+    around a transaction's begin: one begun within its body would commit early too."""
     token = _COMMIT_EARLY.set(True)
     try:
         yield
@@ -38,9 +39,10 @@ def begin_statement() -> bytes:
 
 
 def commit_durably(conn: Connection) -> None:
-    """Make a transaction begun under ``commit_early`` wait for the disk after all."""
+    """Make a transaction begun under ``commit_early`` wait for the disk after all, as the
+    server is configured to (``on``, ``remote_apply`` …)."""
     if conn.dialect.name == "postgresql":
-        conn.exec_driver_sql("SET LOCAL synchronous_commit TO on")
+        conn.exec_driver_sql("SET LOCAL synchronous_commit TO DEFAULT")
 
 
 def flush_earlier_commits(conn: Connection) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,8 +151,9 @@ class Store:
     def transaction(self, *, durable: bool = True) -> Iterator[Connection]:
         """A write transaction; ``StoreUnavailable`` when the database does not answer.
         Not ``durable``: a crash of the database may undo it (``durability``)."""
-        early = nullcontext() if durable else commit_early()
-        with translate_errors(), early, self.engine.begin() as conn:
+        with translate_errors(), ExitStack() as stack:
+            with nullcontext() if durable else commit_early():
+                conn = stack.enter_context(self.engine.begin())
             yield conn
 
     def wait_for_disk(self) -> None:

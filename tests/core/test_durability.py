@@ -6,13 +6,16 @@ in-process, as the API and the Celery task call them."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection
 
+from router.api.app import create_app
 from router.db.durability import commit_durably
 from router.dispatch.dispatcher import Submission
 from router.runtime import Runtime
@@ -60,17 +63,27 @@ def executor(runtime: Runtime) -> Iterator[Executor]:
 @pytest.mark.postgres
 def test_a_transaction_not_durable_commits_early_and_alone(runtime: Runtime) -> None:
     store = runtime.store
+    runtime.engine.dispose()  # one pooled connection from here on, used in turn
+
+    def backend(conn: Connection) -> int:
+        return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
     with store.transaction(durable=False) as conn:
         assert setting(conn) == "off"
         commit_durably(conn)
         assert setting(conn) == "on"
     with store.transaction(durable=False) as conn:
         assert setting(conn) == "off"
-    # The setting ends with its transaction: the pooled connection's next one waits again.
+        early = backend(conn)
+    # The setting ends with its transaction: the connection's next one waits again.
     with store.transaction() as conn:
         assert setting(conn) == "on"
+        assert backend(conn) == early
     with store.reading() as conn:
         assert setting(conn) == "on"
+    # Only the transaction begun early: one begun inside it waits for the disk.
+    with store.transaction(durable=False) as conn, store.transaction() as inner:
+        assert (setting(conn), setting(inner)) == ("off", "on")
 
 
 def test_a_transaction_not_durable_still_commits(runtime: Runtime, tmp_path: Path) -> None:
@@ -162,3 +175,35 @@ def test_waiting_for_the_disk_commits_a_record_synchronously(runtime: Runtime) -
 def test_waiting_for_the_disk_works_on_every_database(runtime: Runtime) -> None:
     runtime.dispatcher.submit_many([WAITED])
     runtime.store.wait_for_disk()
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+@pytest.mark.postgres
+def test_a_waited_call_not_finished_in_time_is_answered_once_on_disk(runtime: Runtime) -> None:
+    """No worker runs: the wait runs out, and the caller is told "queued" only after a
+    commit that waits for the disk, after the accept that did not."""
+    app = create_app(runtime)
+    key = runtime.keys.create("agent", ["agent"])
+    seen: list[bool] = []
+
+    def before_commit(conn: Connection) -> None:
+        if not conn.get_execution_options().get("readonly"):
+            seen.append(waits_for_disk(conn))
+
+    async def submit() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+            return await client.post(
+                "/v1/calls",
+                json={"tool": "echo", "args": {"n": 1}, "wait_s": 0.2},
+                headers={"Authorization": f"Bearer {key}"},
+            )
+
+    event.listen(runtime.engine, "commit", before_commit)
+    try:
+        response = asyncio.run(submit())
+    finally:
+        event.remove(runtime.engine, "commit", before_commit)
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "queued"
+    assert seen == [False, True]  # the accept, then the wait for the disk
