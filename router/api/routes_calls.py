@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from ..auth.principal import Principal
-from ..dispatch.dispatcher import Submission
+from ..dispatch.submission import Submission
 from ..errors import Forbidden
 from ..messaging.waiting import wait_for_call
 from ..results import CallResult, bad_request

@@ -20,7 +20,7 @@ from ..trust.keyring import KeyRing, Purpose
 from .model import ApprovalRequest
 
 if TYPE_CHECKING:
-    from ..db.store import CallRow
+    from ..db.rows import CallRow
 
 
 def binding_text(

@@ -27,8 +27,9 @@ from sqlalchemy.exc import IntegrityError
 from ..audit.log import AuditEntry
 from ..auth.principal import Principal
 from ..clock import Clock, wall_clock_ms
+from ..db.rows import CallRow
 from ..db.schema import batches, calls
-from ..db.store import CallRow, Store
+from ..db.store import Store
 from ..errors import BrokerUnavailable, NotFound
 from ..ids import new_batch_id
 from ..names import echo_name

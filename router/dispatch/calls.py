@@ -7,7 +7,8 @@ from ..audit import entries
 from ..audit.log import AuditLog
 from ..auth.principal import Principal
 from ..clock import Clock, wall_clock_ms
-from ..db.store import CallRow, Store
+from ..db.rows import CallRow
+from ..db.store import Store
 from ..errors import NotCancellable, NotFound, Unavailable
 from ..messaging.decisions import DecisionClient
 from ..results import CallResult

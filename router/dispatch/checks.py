@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from ..audit import entries
 from ..audit.log import AuditEntry
 from ..canonical import canonical_json, nested_deeper_than, sha256_hex, too_deep_message
-from ..db.store import CallRow
+from ..db.rows import CallRow
 from ..names import echo_name
 from ..results import CallResult, bad_request, conflict, error_message, rejected
 from ..status import AuditEvent, CallStatus

@@ -34,21 +34,9 @@ from ..tools.registry import ToolRegistry
 from ..trust.keyring import KeyRing
 from .checks import Checked, Checks, Refused, rejection, replay_of
 from .new_call import NewCall, new_call
+from .submission import Submission, fields, told_later
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Submission:
-    """One caller's call, as ``Dispatcher.submit`` takes it (for ``submit_many``)."""
-
-    requested_by: str
-    tool: object
-    args: object
-    idempotency_key: str | None = None
-    # The caller is told nothing until the call's outcome, which is committed durably, or
-    # until it has waited for the disk (``Store.wait_for_disk``).
-    waited: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +240,7 @@ class Dispatcher:
                 entries = [
                     slot.audit if isinstance(slot, NewCall) else slot for _, slot in together
                 ]
-                with self.store.transaction(durable=not _told_later(items, together)) as conn:
+                with self.store.transaction(durable=not told_later(items, together)) as conn:
                     self.store_new(conn, new, entries, at=now)
         except Unavailable as exc:
             for index, _ in together:
@@ -265,7 +253,7 @@ class Dispatcher:
             alone = {index for index, _ in together}
             for index, item in enumerate(items):
                 if item.idempotency_key is None and (results[index] is None or index in alone):
-                    results[index] = self.submit(*_fields(item))
+                    results[index] = self.submit(*fields(item))
             together, new = [], []
         # Committed: from here on every accepted call is answered, never submitted again,
         # and what goes wrong for one call is that call's answer alone.
@@ -278,7 +266,7 @@ class Dispatcher:
                 )
         for index, item in enumerate(items):
             if item.idempotency_key is not None:
-                results[index] = self.submit(*_fields(item))
+                results[index] = self.submit(*fields(item))
         return [
             result or unavailable("internal error: no answer", tool=echo_name(item.tool))
             for result, item in zip(results, items, strict=True)
@@ -387,17 +375,3 @@ class Dispatcher:
                     at=now,
                 )
         return unavailable(error, tool=tool)
-
-
-def _fields(item: Submission) -> tuple[str, object, object, str | None]:
-    return item.requested_by, item.tool, item.args, item.idempotency_key
-
-
-def _told_later(items: Sequence[Submission], together: Sequence[tuple[int, object]]) -> bool:
-    """Whether nobody learns of the group's commit before a later durable one: every call
-    in it is queued to run (no refusal, no request for approvers) for a waiting caller.
-    Its commit then need not wait for the disk: the log is flushed in order."""
-    return all(
-        isinstance(slot, NewCall) and slot.message is not None and items[index].waited
-        for index, slot in together
-    )

@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 from ..results import CallResult, error_message, unavailable
 from ..status import CallStatus
 from ..threads import in_thread
-from .dispatcher import Dispatcher, Submission
+from .dispatcher import Dispatcher
 from .in_flight import InFlight
+from .submission import Submission
 
 # Calls per transaction at most; more wait for the next group.
 MAX_GROUP = 128

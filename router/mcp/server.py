@@ -21,7 +21,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..auth.principal import Principal
-from ..dispatch.dispatcher import Submission
+from ..dispatch.submission import Submission
 from ..errors import NotFound, RequestError, Unavailable
 from ..messaging.completions import CompletionListener
 from ..messaging.redis_clients import redis_client

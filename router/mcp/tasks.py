@@ -19,8 +19,8 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from ..auth.principal import Principal
-from ..db.store import CallRow
-from ..dispatch.dispatcher import Submission
+from ..db.rows import CallRow
+from ..dispatch.submission import Submission
 from ..errors import NotCancellable, NotFound
 from ..messaging.completions import Notifier
 from ..names import echo_name

@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from ..db.store import CallRow
+from ..db.rows import CallRow
 from ..results import CallResult
 from ..status import TERMINAL_STATES
 from ..threads import in_thread

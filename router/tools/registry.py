@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from jsonschema import exceptions as schema_errors
 from jsonschema import validators
@@ -95,6 +95,11 @@ class Tool:
             "handler_kind": spec.handler.kind,
             "version": spec.version,
         }
+
+
+def is_idempotent(tool: Tool | None) -> TypeGuard[Tool]:
+    """Whether a call of ``tool`` may run again: a tool no longer registered may not."""
+    return tool is not None and tool.spec.idempotent
 
 
 def import_handlers_from(folder: Path) -> None:

@@ -9,7 +9,7 @@ from typing import cast
 import pytest
 from sqlalchemy import exc
 
-from router.db.store import AttemptOutcome
+from router.db.rows import AttemptOutcome
 from router.runtime import Runtime
 from router.status import CallStatus
 

@@ -16,10 +16,12 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import Connection
 
 from router.api.app import create_app
+from router.audit import head as audit_head
 from router.db.durability import commit_durably
-from router.dispatch.dispatcher import Submission
+from router.dispatch.submission import Submission
 from router.runtime import Runtime
 from router.status import CallStatus
+from router.trust.keyring import Purpose
 from workers.execution import Executor
 from workers.execution.run_outcome import RunOutcome
 
@@ -207,3 +209,32 @@ def test_a_waited_call_not_finished_in_time_is_answered_once_on_disk(runtime: Ru
     assert response.status_code == 200, response.text
     assert response.json()["status"] == "queued"
     assert seen == [False, True]  # the accept, then the wait for the disk
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+@pytest.mark.postgres
+def test_a_signed_audit_head_covers_only_rows_on_disk(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An accept that did not wait for the disk, then the head signed: the disk is waited
+    for first, so a crash cannot undo a row the signed head names."""
+    runtime.dispatcher.submit_many([WAITED])
+    seen: list[str] = []
+    sign = runtime.keyring.sign
+
+    def before_commit(conn: Connection) -> None:
+        if not conn.get_execution_options().get("readonly"):
+            seen.append("disk" if waits_for_disk(conn) else "early")
+
+    def signing(purpose: Purpose, data: bytes | str) -> str:
+        seen.append("signed")
+        return sign(purpose, data)
+
+    monkeypatch.setattr(runtime.keyring, "sign", signing)
+    event.listen(runtime.engine, "commit", before_commit)
+    try:
+        head = audit_head.current(runtime.store, runtime.keyring, "test", runtime.clock)
+    finally:
+        event.remove(runtime.engine, "commit", before_commit)
+    assert seen == ["disk", "signed"]
+    assert head.seq >= 1 and head.verifies(runtime.keyring)

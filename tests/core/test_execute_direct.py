@@ -13,7 +13,7 @@ from router.audit.log import _HEAD
 from router.db.engine import execute_direct, normalize_url
 from router.db.schema import calls
 from router.db.store import _CLAIM, _FINISH, _GET
-from router.dispatch.dispatcher import Submission
+from router.dispatch.submission import Submission
 from router.errors import StoreUnavailable
 from router.runtime import Runtime
 from router.status import CallStatus

@@ -23,7 +23,7 @@ from router.audit.log import AuditEntry
 from router.clock import FakeClock
 from router.constants import CALL_DONE_CHANNEL, POISON_CAP
 from router.context import CallContext
-from router.db.store import CallRow
+from router.db.rows import CallRow
 from router.errors import StoreUnavailable
 from router.messaging.completions import parse_completion
 from router.runtime import Runtime

@@ -24,9 +24,10 @@ from router.cli.privredis import free_port
 from router.db.engine import make_engine
 from router.db.schema import audit_log, calls
 from router.db.store import Store
-from router.dispatch.dispatcher import Dispatcher, Submission
+from router.dispatch.dispatcher import Dispatcher
 from router.dispatch.group_commit import GroupCommit
 from router.dispatch.in_flight import InFlight
+from router.dispatch.submission import Submission
 from router.messaging.celery_app import make_celery
 from router.messaging.namespace import Namespace
 from router.messaging.publisher import Publisher

@@ -16,7 +16,7 @@ import redis
 
 from router.audit import log as audit
 from router.clock import wall_clock_ms
-from router.dispatch.dispatcher import Submission
+from router.dispatch.submission import Submission
 from router.messaging.message_builder import pack
 from router.messaging.run_message import RunMessage
 from router.runtime import Runtime

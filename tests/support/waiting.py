@@ -8,7 +8,7 @@ from typing import TypeVar
 
 from sqlalchemy import text
 
-from router.db.store import CallRow
+from router.db.rows import CallRow
 from router.runtime import Runtime
 from router.status import TERMINAL_STATES
 

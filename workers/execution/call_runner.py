@@ -17,12 +17,12 @@ from router import metrics
 from router.audit import entries
 from router.context import CallContext
 from router.db.durability import commit_durably
-from router.db.store import CallRow
+from router.db.rows import CallRow
 from router.errors import Unavailable
 from router.messaging.policies import fallback_chain
 from router.messaging.run_message import message_for
 from router.status import CallStatus
-from router.tools.registry import Tool
+from router.tools.registry import Tool, is_idempotent
 
 from ..call_limits import limits
 from ..handlers import Outcome, invoke
@@ -64,10 +64,10 @@ class CallRunner:
                     return self._defer(hinted, call_id, wait)
             # An idempotent tool's claim need not wait for the disk: undone by a database
             # crash, the call is queued again and re-run, as after a lost worker.
-            early = _idempotent(hinted)
+            early = is_idempotent(hinted)
             with self.store.transaction(durable=not early) as conn:
                 row, refusal = self.ledger.claim(conn, call_id, tool_hint)
-                if early and row is not None and not _idempotent(self.registry.get(row.tool)):
+                if early and row is not None and not is_idempotent(self.registry.get(row.tool)):
                     commit_durably(conn)  # the message named another tool than the call's
         if row is None:
             # Not queued any more: a duplicate or redelivered message, or a cancelled call.
@@ -212,7 +212,3 @@ class CallRunner:
             # Queued and due at ``due_at``: the reconciler sends it once Redis is back.
             log.warning("retry of %s not published: %s", row.id, exc)
         return RunOutcome.RETRY
-
-
-def _idempotent(tool: Tool | None) -> bool:
-    return tool is not None and tool.spec.idempotent

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from router.db.store import CallRow
+from router.db.rows import CallRow
 from router.messaging.completions import Notifier
 from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus

@@ -24,7 +24,7 @@ from router.approval.binding import RunRefusal, run_refusal
 from router.audit import entries
 from router.audit.log import AuditEntry
 from router.auth.keys import principal_named
-from router.db.store import AttemptOutcome, CallRow
+from router.db.rows import AttemptOutcome, CallRow
 from router.dispatch.gate import RolesOf, rule_on
 from router.messaging.completions import MAX_RESULT_BYTES, Notifier
 from router.results import CallResult

@@ -15,11 +15,11 @@ from router import metrics
 from router.approval.binding import may_publish
 from router.audit import entries
 from router.constants import POISON_CAP
-from router.db.store import CallRow
+from router.db.rows import CallRow
 from router.errors import Unavailable
 from router.messaging.run_message import message_for
 from router.status import AuditEvent, CallStatus
-from router.tools.registry import Tool
+from router.tools.registry import Tool, is_idempotent
 
 from ..handlers import Outcome
 from .ledger import Ledger
@@ -50,7 +50,7 @@ class Recovery:
         """A running call whose worker is gone: re-queue, interrupt or fail it as poison."""
         tool = self.registry.get(row.tool)
         now = self.clock()
-        if tool is not None and tool.spec.idempotent and row.attempt < POISON_CAP:
+        if is_idempotent(tool) and row.attempt < POISON_CAP:
             with self.store.transaction() as conn:
                 if not self.store.requeue_lost(conn, row.id, attempt=row.attempt, now=now):
                     return RunOutcome.RACED
@@ -69,7 +69,7 @@ class Recovery:
                 # Queued with no publish time: the reconciler sends it once Redis is back.
                 log.warning("re-queued %s but could not publish it: %s", row.id, exc)
             return RunOutcome.REQUEUED
-        if tool is not None and tool.spec.idempotent:
+        if is_idempotent(tool):
             outcome = Outcome(
                 ok=False,
                 error=f"poison call: its run was lost {row.attempt} times",

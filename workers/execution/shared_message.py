@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-from router.db.store import CallRow
-from router.tools.registry import Tool
+from router.db.rows import CallRow
+from router.tools.registry import Tool, is_idempotent
 
 from ..call_limits import limits
 from ..pace import pace
@@ -52,7 +52,7 @@ class SharedMessageRunner:
         runs a lost call of an idempotent tool again, while one of any other tool would
         become ``interrupted`` although its run had ended. Not for a rate-limited tool,
         whose calls are each claimed on their own."""
-        if tool is None or not tool.spec.idempotent or tool.spec.rate_limit:
+        if not is_idempotent(tool) or tool.spec.rate_limit:
             return 0.0
         return self.runtime.settings.outcome_hold_ms
 
