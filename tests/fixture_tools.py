@@ -88,6 +88,8 @@ def ledger(args: dict[str, Any], ctx: CallContext) -> Any:
         os.kill(os.getpid(), signal.SIGKILL)  # after its run, before its outcome is recorded
     if args.get("sleep"):
         time.sleep(float(args["sleep"]))
+    if args.get("until"):
+        hold({"until": args["until"]}, ctx)  # after its run, until the test releases it
     return {"pid": os.getpid()}
 
 

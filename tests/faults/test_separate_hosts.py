@@ -10,7 +10,6 @@ call the API refused (503) never runs, and nothing answers 500.
 
 from __future__ import annotations
 
-import glob
 import os
 import subprocess
 import tempfile
@@ -33,6 +32,7 @@ from router.status import CallStatus
 from ..support.faults import ledger_runs
 from ..support.launcher import wait_for_http
 from ..support.netns import Host, NamespacesUnavailable, Network
+from ..support.private_postgres import init_cluster, serve
 from ..support.stack import TOOL_QUEUES, Stack, stack_env, worker_argv
 from ..support.waiting import wait_for, wait_until_finished
 
@@ -45,36 +45,14 @@ KINDS = ("ledger", "ledger_idempotent")
 REDIS = ["redis-server", "--port", "6379", "--save", "", "--appendonly", "no"]
 
 
-def postgres_bin(name: str) -> str:
-    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
-    if not found:
-        pytest.skip("PostgreSQL's server binaries are not installed")
-    return found[-1]
-
-
 def start_postgres(host: Host, folder: Path) -> subprocess.Popen[bytes]:
     """A PostgreSQL server of its own on ``host``, trusting every local connection."""
-    folder.mkdir(mode=0o700)
-    subprocess.run(["chown", "-R", "postgres:postgres", str(folder.parent)], check=True)
-    as_postgres = ["runuser", "-u", "postgres", "--"]
-    subprocess.run(
-        [*as_postgres, postgres_bin("initdb"), "-D", str(folder / "data"), "-A", "trust"],
-        check=True,
-        capture_output=True,
-    )
+    data = init_cluster(folder)
     # The other hosts connect over the bridge's subnet (initdb trusts loopback only).
-    with (folder / "data" / "pg_hba.conf").open("a", encoding="utf-8") as hba:
+    with (data / "pg_hba.conf").open("a", encoding="utf-8") as hba:
         hba.write(f"host all all {host.ip.rsplit('.', 1)[0]}.0/24 trust\n")
     options = ["-c", f"listen_addresses={host.ip}", "-c", f"unix_socket_directories={folder}"]
-    with (folder / "server.log").open("ab") as log:
-        return subprocess.Popen(
-            host.run(
-                [*as_postgres, postgres_bin("postgres"), "-D", str(folder / "data"), *options]
-            ),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    return serve(folder, options, host.run)
 
 
 def start_redis(host: Host, folder: Path) -> subprocess.Popen[bytes]:
