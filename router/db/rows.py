@@ -11,6 +11,16 @@ from ..status import CallStatus
 
 
 @dataclass(frozen=True, slots=True)
+class Fence:
+    """Which claim of a call a change belongs to: its attempt number and when it was
+    claimed. A claim undone by a database crash and made again has the same attempt
+    number as the run it left going; the time tells the two apart."""
+
+    attempt: int
+    claimed_at: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class CallRow:
     """A stored call, as read from the database."""
 
@@ -52,6 +62,10 @@ class CallRow:
         return cls(**row) if row is not None else None
 
     @property
+    def fence(self) -> Fence:
+        return Fence(self.attempt, self.started_at)
+
+    @property
     def arguments(self) -> Any:
         return json.loads(self.args)
 
@@ -76,10 +90,10 @@ class CallRow:
 
 @dataclass(frozen=True, slots=True)
 class AttemptOutcome:
-    """How attempt ``attempt`` of a call ended, for ``Store.finish``."""
+    """How the claim ``fence`` of a call ended, for ``Store.finish``."""
 
     call_id: str
-    attempt: int
+    fence: Fence
     status: CallStatus
     at: int
     value: str | None = None

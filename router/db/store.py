@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 from ..status import CallStatus
 from .durability import commit_early, flush_earlier_commits
 from .engine import execute_direct, execute_direct_many, insert_rows, translate_errors
-from .rows import AttemptOutcome, CallRow
+from .rows import AttemptOutcome, CallRow, Fence
 from .schema import calls
 
 # The hot path's statements, built once: building a Core statement and its cache key
@@ -43,7 +43,8 @@ _FINISH = (
         and_(
             calls.c.id == bindparam("call_id"),
             calls.c.status == CallStatus.RUNNING,
-            calls.c.attempt == bindparam("fence"),
+            calls.c.attempt == bindparam("attempt"),
+            calls.c.started_at.is_not_distinct_from(bindparam("claimed_at")),
         )
     )
     .values(
@@ -177,7 +178,8 @@ class Store:
         params = [
             {
                 "call_id": o.call_id,
-                "fence": o.attempt,
+                "attempt": o.fence.attempt,
+                "claimed_at": o.fence.claimed_at,
                 "status": o.status,
                 "value": o.value,
                 "content": o.content,
@@ -190,19 +192,19 @@ class Store:
         ]
         return [result.rowcount == 1 for result in execute_direct_many(conn, _FINISH, params)]
 
-    def requeue_lost(self, conn: Connection, call_id: str, *, attempt: int, now: int) -> bool:
-        """Put a lost run of an idempotent tool back in the queue (fenced on its attempt)."""
-        return self._back_to_queue(conn, call_id, attempt=attempt, now=now, published_at=None)
+    def requeue_lost(self, conn: Connection, call_id: str, *, fence: Fence, now: int) -> bool:
+        """Put a lost run of an idempotent tool back in the queue (fenced on its claim)."""
+        return self._back_to_queue(conn, call_id, fence=fence, now=now, published_at=None)
 
     def retry_later(
-        self, conn: Connection, call_id: str, *, attempt: int, now: int, due_at: int
+        self, conn: Connection, call_id: str, *, fence: Fence, now: int, due_at: int
     ) -> bool:
-        """``running -> queued`` after a retryable failure (fenced on the attempt); the
+        """``running -> queued`` after a retryable failure (fenced on the claim); the
         publish time is set to when it is due, so the reconciler leaves it alone until then."""
         return self._back_to_queue(
             conn,
             call_id,
-            attempt=attempt,
+            fence=fence,
             now=now,
             published_at=due_at,
             error=None,
@@ -214,17 +216,17 @@ class Store:
         conn: Connection,
         call_id: str,
         *,
-        attempt: int,
+        fence: Fence,
         now: int,
         published_at: int | None,
         **values: Any,
     ) -> bool:
-        """``running -> queued``, fenced on the attempt that was running."""
+        """``running -> queued``, fenced on the claim that was running."""
         return self._move(
             conn,
             call_id,
             CallStatus.RUNNING,
-            attempt=attempt,
+            fence=fence,
             status=CallStatus.QUEUED,
             lease_until=None,
             published_at=published_at,
@@ -233,12 +235,10 @@ class Store:
         )
 
     def renew_lease(
-        self, conn: Connection, call_id: str, *, attempt: int, lease_until: int
+        self, conn: Connection, call_id: str, *, fence: Fence, lease_until: int
     ) -> bool:
-        """Move the lease of attempt ``attempt``, still running, to ``lease_until``."""
-        return self._move(
-            conn, call_id, CallStatus.RUNNING, attempt=attempt, lease_until=lease_until
-        )
+        """Move the lease of the claim ``fence``, still running, to ``lease_until``."""
+        return self._move(conn, call_id, CallStatus.RUNNING, fence=fence, lease_until=lease_until)
 
     def defer(self, conn: Connection, call_id: str, *, due_at: int) -> None:
         """A queued call held back (rate limit): tell the reconciler when it is due."""
@@ -262,7 +262,7 @@ class Store:
             conn,
             call_id,
             CallStatus.QUEUED,
-            attempt=0,
+            fence=Fence(0, None),  # never claimed
             status=CallStatus.FAILED,
             error=error,
             error_type="Unavailable",
@@ -313,14 +313,15 @@ class Store:
         call_id: str,
         from_status: CallStatus,
         *,
-        attempt: int | None = None,
+        fence: Fence | None = None,
         **values: Any,
     ) -> bool:
         """Set ``values`` on the call only if it is still in ``from_status`` (and, when
-        given, still on ``attempt``): every state change is conditional, so of two racing
-        changes one wins and the other learns it lost. True if this one won."""
+        given, still held by the claim ``fence``): every state change is conditional, so
+        of two racing changes one wins and the other learns it lost. True if this one won."""
         where = [calls.c.id == call_id, calls.c.status == from_status]
-        if attempt is not None:
-            where.append(calls.c.attempt == attempt)
+        if fence is not None:
+            where.append(calls.c.attempt == fence.attempt)
+            where.append(calls.c.started_at.is_not_distinct_from(fence.claimed_at))
         result = conn.execute(update(calls).where(and_(*where)).values(**values))
         return result.rowcount == 1

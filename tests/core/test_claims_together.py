@@ -9,7 +9,7 @@ from typing import cast
 import pytest
 from sqlalchemy import exc
 
-from router.db.rows import AttemptOutcome
+from router.db.rows import AttemptOutcome, Fence
 from router.runtime import Runtime
 from router.status import CallStatus
 
@@ -46,12 +46,13 @@ def test_outcomes_sent_together_are_each_fenced_on_their_own_attempt(runtime: Ru
     ids = [queue_call(runtime, "echo", {"n": n}) for n in range(4)]
     with runtime.store.transaction() as conn:
         rows = runtime.store.claim_many(conn, ids, now=runtime.clock(), lease_ms=LEASE_MS)
-    assert all(rows)
+    claimed_at = {row.id: row.started_at for row in rows if row is not None}
+    assert len(claimed_at) == len(ids)
     outcomes = [
         AttemptOutcome(
             call_id=call_id,
-            # The second names an attempt that no longer holds its call.
-            attempt=2 if n == 1 else 1,
+            # The second names a claim that no longer holds its call.
+            fence=Fence(2 if n == 1 else 1, claimed_at[call_id]),
             status=CallStatus.SUCCEEDED,
             at=runtime.clock(),
             value=json.dumps(n),
@@ -85,7 +86,7 @@ def test_an_error_amid_outcomes_sent_together_records_none_of_them(runtime: Runt
     outcomes = [
         AttemptOutcome(
             call_id=call_id,
-            attempt=1,
+            fence=Fence(1, runtime.clock()),
             # The second's status is too long for its column: the server refuses it.
             status=cast(CallStatus, "x" * 40) if n == 1 else CallStatus.SUCCEEDED,
             at=runtime.clock(),

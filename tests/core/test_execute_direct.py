@@ -54,15 +54,17 @@ def test_rows_and_counts_are_those_conn_execute_gives(runtime: Runtime) -> None:
             "answered_by": None,
             "now": 8,
         }
-        fenced = execute_direct(conn, _FINISH, {"call_id": first, "fence": 2, **outcome})
-        assert fenced.rowcount == 0 and fenced.rows == []
-        landed = execute_direct(conn, _FINISH, {"call_id": first, "fence": 1, **outcome})
+        for attempt, claimed_at in ((2, 7), (1, 6), (1, None)):  # another claim's outcome
+            fence = {"attempt": attempt, "claimed_at": claimed_at}
+            fenced = execute_direct(conn, _FINISH, {"call_id": first, **fence, **outcome})
+            assert fenced.rowcount == 0 and fenced.rows == []
+        fence = {"attempt": 1, "claimed_at": 7}
+        landed = execute_direct(conn, _FINISH, {"call_id": first, **fence, **outcome})
         # A statement that returns no rows names no columns: the cursor says.
         assert landed.rowcount == 1 and landed.columns == ()
         # The other call was never claimed: the fence on its status holds.
-        assert (
-            execute_direct(conn, _FINISH, {"call_id": second, "fence": 0, **outcome}).rowcount == 0
-        )
+        never = {"attempt": 0, "claimed_at": None}
+        assert execute_direct(conn, _FINISH, {"call_id": second, **never, **outcome}).rowcount == 0
     stored = runtime.store
     with stored.reading() as conn:
         done = stored.get(conn, first)

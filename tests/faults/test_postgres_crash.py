@@ -109,8 +109,9 @@ def test_a_crash_undoes_an_idempotent_claim_and_the_call_runs_again(
     tmp_path: Path,
 ) -> None:
     """Both runs are under way when the server dies. The claim that waited for the disk
-    is still there and its run's outcome lands; the idempotent tool's claim is undone,
-    its run's outcome is fenced off, and the reconciler sends the call again."""
+    is still there and its run's outcome lands. The idempotent tool's claim is undone and
+    the reconciler sends the call again; its second run has the attempt number of the
+    first, still going, whose outcome is fenced off by the claim's time."""
     release = tmp_path / "release"
     runs = {tool: tmp_path / f"runs-{tool}" for tool in ("ledger", "ledger_idempotent")}
     calls = {
@@ -119,28 +120,37 @@ def test_a_crash_undoes_an_idempotent_claim_and_the_call_runs_again(
     }
     server.hold_log()
     outcomes: dict[str, RunOutcome] = {}
-    threads = [
-        threading.Thread(target=lambda t=tool: outcomes.update({t: executor.run(calls[t], t)}))
-        for tool in calls
-    ]
-    for thread, path in zip(threads, runs.values(), strict=True):
+
+    def run(name: str, tool: str) -> threading.Thread:
+        thread = threading.Thread(
+            target=lambda: outcomes.update({name: executor.run(calls[tool], tool)})
+        )
         thread.start()
-        wait_for_run(path)  # claimed, and running until released
+        return thread
+
+    threads = []
+    for tool, path in runs.items():
+        threads.append(run(tool, tool))
+        wait_for_runs(path, 1)  # claimed, and running until released
     crash_and_restart(server, runtime)
 
     durable, undone = stored(runtime, calls["ledger"]), stored(runtime, calls["ledger_idempotent"])
     assert durable is not None and (durable.status, durable.attempt) == (CallStatus.RUNNING, 1)
     assert undone is not None and (undone.status, undone.attempt) == (CallStatus.QUEUED, 0)
 
+    clock.advance(int(runtime.settings.requeue_after_s * 1000) + 1)
+    assert executor.reconcile() == 1
+    threads.append(run("again", "ledger_idempotent"))
+    wait_for_runs(runs["ledger_idempotent"], 2)
     release.touch()
     for thread in threads:
         thread.join(timeout=120)
         assert not thread.is_alive()
-    assert outcomes == {"ledger": RunOutcome.OK, "ledger_idempotent": RunOutcome.FENCED}
-
-    clock.advance(int(runtime.settings.requeue_after_s * 1000) + 1)
-    assert executor.reconcile() == 1
-    assert executor.run(calls["ledger_idempotent"], "ledger_idempotent") == RunOutcome.OK
+    assert outcomes == {
+        "ledger": RunOutcome.OK,
+        "ledger_idempotent": RunOutcome.FENCED,
+        "again": RunOutcome.OK,
+    }
     for tool, call_id in calls.items():
         row = stored(runtime, call_id)
         assert row is not None and (row.status, row.attempt) == (CallStatus.SUCCEEDED, 1), tool
@@ -149,9 +159,13 @@ def test_a_crash_undoes_an_idempotent_claim_and_the_call_runs_again(
     assert verifies(runtime)
     print(
         "[postgresql] crash during two runs: durable claim kept, its outcome recorded;"
-        f" idempotent claim undone, outcome fenced, republished, runs={ran['ledger_idempotent']}"
+        f" idempotent claim undone, republished, runs={ran['ledger_idempotent']},"
+        " the first run's outcome fenced"
     )
 
 
-def wait_for_run(path: Path) -> None:
-    wait_for(lambda: path.exists() and path.read_text().count("\n") >= 1, 60, f"a run in {path}")
+def wait_for_runs(path: Path, count: int) -> None:
+    def started() -> bool:
+        return path.exists() and path.read_text().count("\n") >= count
+
+    wait_for(started, 60, f"{count} runs in {path}")

@@ -186,9 +186,7 @@ class CallRunner:
         delay = backoff_s(tool, row.attempt, outcome)
         due_at = now + int(delay * 1000)
         with self.store.transaction() as conn:
-            if not self.store.retry_later(
-                conn, row.id, attempt=row.attempt, now=now, due_at=due_at
-            ):
+            if not self.store.retry_later(conn, row.id, fence=row.fence, now=now, due_at=due_at):
                 return RunOutcome.FENCED
             self.audit.append(
                 conn,

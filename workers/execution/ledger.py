@@ -79,7 +79,7 @@ class Finished:
         outcome = self.outcome
         return AttemptOutcome(
             call_id=self.row.id,
-            attempt=self.row.attempt,
+            fence=self.row.fence,
             status=self.status,
             at=self.at,
             value=outcome.value_json,
@@ -227,7 +227,7 @@ class Ledger:
     def _renew_lease(self, conn: Connection, row: CallRow, now: int) -> CallRow | None:
         """``row`` with a fresh lease; None if its attempt no longer holds the call."""
         lease_until = now + self.lease_ms(row.tool)
-        if self.store.renew_lease(conn, row.id, attempt=row.attempt, lease_until=lease_until):
+        if self.store.renew_lease(conn, row.id, fence=row.fence, lease_until=lease_until):
             return dataclasses.replace(row, lease_until=lease_until)
         return None
 

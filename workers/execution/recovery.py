@@ -52,7 +52,7 @@ class Recovery:
         now = self.clock()
         if is_idempotent(tool) and row.attempt < POISON_CAP:
             with self.store.transaction() as conn:
-                if not self.store.requeue_lost(conn, row.id, attempt=row.attempt, now=now):
+                if not self.store.requeue_lost(conn, row.id, fence=row.fence, now=now):
                     return RunOutcome.RACED
                 self.audit.append(
                     conn,

@@ -206,5 +206,5 @@ class SharedMessageRunner:
         for row, _ in list(claimed_ahead.values()):
             if row is not None:
                 with self.store.transaction() as conn:
-                    self.store.requeue_lost(conn, row.id, attempt=row.attempt, now=now)
+                    self.store.requeue_lost(conn, row.id, fence=row.fence, now=now)
         claimed_ahead.clear()
