@@ -89,7 +89,9 @@ def ledger(args: dict[str, Any], ctx: CallContext) -> Any:
     if args.get("sleep"):
         time.sleep(float(args["sleep"]))
     if args.get("until"):
-        hold({"until": args["until"]}, ctx)  # after its run, until the test releases it
+        # After its run, until the test releases it: run N waits for the file ``until.N``.
+        runs = Path(args["path"]).read_text(encoding="utf-8").count("\n")
+        hold({"until": f"{args['until']}.{runs}"}, ctx)
     return {"pid": os.getpid()}
 
 

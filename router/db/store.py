@@ -2,7 +2,7 @@
 
 Concurrency rests on these conditions, not on locks held in Python: a claim moves a call
 ``queued -> running`` only if it is still queued, and a completion lands only if the
-call is still ``running`` under the same attempt number (the fence).
+call is still ``running`` under the same claim: attempt number and claim time (the fence).
 """
 
 from __future__ import annotations
@@ -173,8 +173,8 @@ class Store:
         return [CallRow.from_mapping(result.first()) for result in claimed]
 
     def finish(self, conn: Connection, outcomes: Sequence[AttemptOutcome]) -> list[bool]:
-        """Record each outcome, in turn, sent together; False where its attempt no longer
-        owns the call. A value and its content blocks land in one statement: both or neither."""
+        """Record each outcome, in turn, sent together; False where its claim no longer
+        holds the call. A value and its content blocks land in one statement: both or neither."""
         params = [
             {
                 "call_id": o.call_id,

@@ -10,6 +10,7 @@ them, on a fake clock for the reconciler.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -39,12 +40,16 @@ pytestmark = pytest.mark.postgres
 @pytest.fixture
 def server() -> Iterator[CrashablePostgres]:
     # PostgreSQL's own user must reach its folder: not under the tests' 0700 tree.
-    server = CrashablePostgres(Path(tempfile.mkdtemp(prefix="tr-crash-pg-")) / "pg", free_port())
+    folder = Path(tempfile.mkdtemp(prefix="tr-crash-pg-"))
+    server: CrashablePostgres | None = None
     try:
+        server = CrashablePostgres(folder / "pg", free_port())
         server.start()
         yield server
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
@@ -112,7 +117,7 @@ def test_a_crash_undoes_an_idempotent_claim_and_the_call_runs_again(
     is still there and its run's outcome lands. The idempotent tool's claim is undone and
     the reconciler sends the call again; its second run has the attempt number of the
     first, still going, whose outcome is fenced off by the claim's time."""
-    release = tmp_path / "release"
+    release = tmp_path / "release"  # run N of a call waits for release.N
     runs = {tool: tmp_path / f"runs-{tool}" for tool in ("ledger", "ledger_idempotent")}
     calls = {
         tool: queue_call(runtime, tool, {"path": str(path), "until": str(release)})
@@ -128,29 +133,36 @@ def test_a_crash_undoes_an_idempotent_claim_and_the_call_runs_again(
         thread.start()
         return thread
 
-    threads = []
-    for tool, path in runs.items():
-        threads.append(run(tool, tool))
-        wait_for_runs(path, 1)  # claimed, and running until released
-    crash_and_restart(server, runtime)
+    def released(number: int, threads: list[threading.Thread]) -> None:
+        Path(f"{release}.{number}").touch()
+        for thread in threads:
+            thread.join(timeout=120)
+            assert not thread.is_alive()
 
-    durable, undone = stored(runtime, calls["ledger"]), stored(runtime, calls["ledger_idempotent"])
-    assert durable is not None and (durable.status, durable.attempt) == (CallStatus.RUNNING, 1)
-    assert undone is not None and (undone.status, undone.attempt) == (CallStatus.QUEUED, 0)
+    first = []
+    try:
+        for tool, path in runs.items():
+            first.append(run(tool, tool))
+            wait_for_runs(path, 1)  # claimed, and running until released
+        crash_and_restart(server, runtime)
 
-    clock.advance(int(runtime.settings.requeue_after_s * 1000) + 1)
-    assert executor.reconcile() == 1
-    threads.append(run("again", "ledger_idempotent"))
-    wait_for_runs(runs["ledger_idempotent"], 2)
-    release.touch()
-    for thread in threads:
-        thread.join(timeout=120)
-        assert not thread.is_alive()
-    assert outcomes == {
-        "ledger": RunOutcome.OK,
-        "ledger_idempotent": RunOutcome.FENCED,
-        "again": RunOutcome.OK,
-    }
+        durable = stored(runtime, calls["ledger"])
+        undone = stored(runtime, calls["ledger_idempotent"])
+        assert durable is not None and (durable.status, durable.attempt) == (CallStatus.RUNNING, 1)
+        assert undone is not None and (undone.status, undone.attempt) == (CallStatus.QUEUED, 0)
+
+        clock.advance(int(runtime.settings.requeue_after_s * 1000) + 1)
+        assert executor.reconcile() == 1
+        again = run("again", "ledger_idempotent")
+        wait_for_runs(runs["ledger_idempotent"], 2)
+        # The first runs end while the second holds the call under the same attempt.
+        released(1, first)
+        assert outcomes == {"ledger": RunOutcome.OK, "ledger_idempotent": RunOutcome.FENCED}
+        released(2, [again])
+        assert outcomes["again"] == RunOutcome.OK
+    finally:
+        for number in (1, 2):  # no thread outlives the test
+            Path(f"{release}.{number}").touch()
     for tool, call_id in calls.items():
         row = stored(runtime, call_id)
         assert row is not None and (row.status, row.attempt) == (CallStatus.SUCCEEDED, 1), tool

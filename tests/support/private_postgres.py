@@ -81,7 +81,11 @@ class CrashablePostgres:
             *("-c", f"unix_socket_directories={self.folder}", "-c", "autovacuum=off"),
         ]
         self.process = serve(self.folder, options)
-        wait_for(self._answers, 60, f"PostgreSQL on port {self.port}")
+        try:
+            wait_for(self._answers, 60, f"PostgreSQL on port {self.port}")
+        except BaseException:
+            print((self.folder / "server.log").read_text(errors="replace")[-4000:])
+            raise
 
     def _answers(self) -> bool:
         engine = create_engine(self.url("postgres"))
@@ -112,7 +116,10 @@ class CrashablePostgres:
         from now on a commit that does not wait for the disk stays in memory."""
         stopped = []
         for process in self._processes():
-            title = " ".join(process.cmdline())
+            try:
+                title = " ".join(process.cmdline())
+            except (psutil.NoSuchProcess, psutil.ZombieProcess):
+                continue  # a backend that was ending
             if any(f"postgres: {name}" in title for name in LOG_WRITERS):
                 process.send_signal(signal.SIGSTOP)
                 stopped.append(title)

@@ -17,7 +17,7 @@ from router import metrics
 from router.audit import entries
 from router.context import CallContext
 from router.db.durability import commit_durably
-from router.db.rows import CallRow
+from router.db.rows import CallRow, Fence
 from router.errors import Unavailable
 from router.messaging.policies import fallback_chain
 from router.messaging.run_message import message_for
@@ -46,9 +46,9 @@ class CallRunner:
         client = ledger.notifier.client
         self.limiter = Limiter(client, runtime.namespace)
         self.cache = ResultCache(client, runtime.namespace, runtime.keyring)
-        # The call (id, attempt) this runner claimed last: a timeout is recorded against
-        # that attempt alone.
-        self.last_claim: tuple[str, int] | None = None
+        # The call this runner claimed last, and its claim: a timeout is recorded against
+        # that claim alone.
+        self.last_claim: tuple[str, Fence] | None = None
 
     def run(self, call_id: str, tool_hint: str | None = None) -> RunOutcome:
         """Run one call if it is still queued. Returns what happened, for the worker log.
@@ -72,7 +72,7 @@ class CallRunner:
         if row is None:
             # Not queued any more: a duplicate or redelivered message, or a cancelled call.
             return RunOutcome.DROPPED
-        self.last_claim = (row.id, row.attempt)
+        self.last_claim = (row.id, row.fence)
         tool = self.registry.get(row.tool)
         if refusal is not None:
             # Run only what was accepted and, if gated, released for exactly this call.
@@ -107,15 +107,15 @@ class CallRunner:
                 return self.ledger.finish(row, outcome, answered_by=answered_by)
         return self.ledger.finish(row, outcome)
 
-    def fail_hard_timeout(self, call_id: str, attempt: int | None = None) -> None:
+    def fail_hard_timeout(self, call_id: str, fence: Fence | None = None) -> None:
         """The handler ignored its soft limit and was killed: fail the call as timed out
-        (only attempt ``attempt`` of it, when given)."""
+        (only while the claim ``fence`` holds it, when given)."""
         with self.store.reading() as conn:
             row = self.store.get(conn, call_id)
         tool = self.registry.get(row.tool) if row else None
         if row is None or row.status != CallStatus.RUNNING:
             return
-        if attempt is not None and row.attempt != attempt:
+        if fence is not None and row.fence != fence:
             return
         self.ledger.finish(row, Outcome.timed_out(timeout_of(tool)))
 

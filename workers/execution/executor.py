@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from router.db.rows import CallRow
+from router.db.rows import CallRow, Fence
 from router.messaging.completions import Notifier
 from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
@@ -40,9 +40,9 @@ class Executor:
         """Run the calls of one shared message in turn (``SharedMessageRunner.run_many``)."""
         return self.shared.run_many(call_ids, tool_hint)
 
-    def fail_hard_timeout(self, call_id: str, attempt: int | None = None) -> None:
+    def fail_hard_timeout(self, call_id: str, fence: Fence | None = None) -> None:
         """Fail a call whose handler was killed at its hard time limit as timed out."""
-        self.calls.fail_hard_timeout(call_id, attempt)
+        self.calls.fail_hard_timeout(call_id, fence)
 
     def finish(
         self,

@@ -1,11 +1,11 @@
-"""The database side of a run: claim a call, record its outcome fenced on the attempt.
+"""The database side of a run: claim a call, record its outcome fenced on the claim.
 
 A claim gives this process one attempt of a call, under a lease; an outcome is written
-only while that attempt still holds the call, so a run the reaper has taken back cannot
-overwrite what came after it. In a shared message (``shared_message``) outcomes may be
-held and committed together, in the transaction that also claims the calls ahead and
-renews their leases; that state lives here, where the single run and the shared message
-meet.
+only while that claim (``rows.Fence``) still holds the call, so a run the reaper has taken
+back cannot overwrite what came after it. In a shared message (``shared_message``)
+outcomes may be held and committed together, in the transaction that also claims the calls
+ahead and renews their leases; that state lives here, where the single run and the shared
+message meet.
 """
 
 from __future__ import annotations

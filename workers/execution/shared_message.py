@@ -194,11 +194,11 @@ class SharedMessageRunner:
         """Fail ``call_id`` as timed out if this process's claim of it still holds."""
         last_claim = self.calls.last_claim
         if last_claim is not None and last_claim[0] == call_id:
-            self.calls.fail_hard_timeout(call_id, attempt=last_claim[1])
+            self.calls.fail_hard_timeout(call_id, fence=last_claim[1])
 
     def _requeue_claimed_ahead(self) -> None:
         """A call claimed with the last outcome but not started goes back to ``queued``
-        (its attempt fenced), so the process's end does not leave it for the reaper."""
+        (fenced on its claim), so the process's end does not leave it for the reaper."""
         claimed_ahead = self.ledger.claimed_ahead
         if not claimed_ahead:
             return
