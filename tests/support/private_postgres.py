@@ -9,6 +9,7 @@ import signal
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import psutil
 import pytest
@@ -25,18 +26,22 @@ LOG_WRITERS = ("walwriter", "background writer", "checkpointer")
 def postgres_bin(name: str) -> str:
     found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
     if not found:
-        pytest.skip("PostgreSQL's server binaries are not installed")
+        _cannot_run("PostgreSQL's server binaries are not installed")
     return found[-1]
+
+
+def _cannot_run(reason: str) -> NoReturn:
+    """Skip where this machine cannot start a server of its own; under CI it must."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
 
 
 def init_cluster(folder: Path) -> Path:
     """A new cluster in ``folder`` (which must not exist), trusting local connections; its
     data directory. PostgreSQL's own user must reach ``folder``'s parent."""
     if os.geteuid() != 0:
-        reason = "a server of the test's own runs as PostgreSQL's user: root is needed"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        _cannot_run("a server of the test's own runs as PostgreSQL's user: root is needed")
     folder.mkdir(mode=0o700)
     subprocess.run(["chown", "-R", "postgres:postgres", str(folder.parent)], check=True)
     data = folder / "data"
