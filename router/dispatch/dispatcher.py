@@ -34,7 +34,7 @@ from ..tools.registry import ToolRegistry
 from ..trust.keyring import KeyRing
 from .checks import Checked, Checks, Refused, rejection, replay_of
 from .new_call import NewCall, new_call
-from .submission import Submission, fields, told_later
+from .submission import Submission, told_later
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +253,7 @@ class Dispatcher:
             alone = {index for index, _ in together}
             for index, item in enumerate(items):
                 if item.idempotency_key is None and (results[index] is None or index in alone):
-                    results[index] = self.submit(*fields(item))
+                    results[index] = self.submit(*item.fields)
             together, new = [], []
         # Committed: from here on every accepted call is answered, never submitted again,
         # and what goes wrong for one call is that call's answer alone.
@@ -266,7 +266,7 @@ class Dispatcher:
                 )
         for index, item in enumerate(items):
             if item.idempotency_key is not None:
-                results[index] = self.submit(*fields(item))
+                results[index] = self.submit(*item.fields)
         return [
             result or unavailable("internal error: no answer", tool=echo_name(item.tool))
             for result, item in zip(results, items, strict=True)

@@ -20,9 +20,10 @@ class Submission:
     # until it has waited for the disk (``Store.wait_for_disk``).
     waited: bool = False
 
-
-def fields(item: Submission) -> tuple[str, object, object, str | None]:
-    return item.requested_by, item.tool, item.args, item.idempotency_key
+    @property
+    def fields(self) -> tuple[str, object, object, str | None]:
+        """``Dispatcher.submit``'s arguments for this call."""
+        return self.requested_by, self.tool, self.args, self.idempotency_key
 
 
 def told_later(items: Sequence[Submission], together: Sequence[tuple[int, object]]) -> bool:
