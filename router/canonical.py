@@ -15,6 +15,18 @@ def canonical_json(value: Any) -> str:
     )
 
 
+def storable_text(text: str) -> str:
+    """``text`` as every database stores it: NULs and lone surrogates (which PostgreSQL and
+    SQLite's UTF-8 refuse) written out as their escapes, everything else unchanged."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

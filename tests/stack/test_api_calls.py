@@ -140,6 +140,28 @@ def test_handler_raising_value_error_fails_with_its_own_message(stack: Stack) ->
     assert body["error_type"] == "ValueError"
 
 
+@pytest.mark.parametrize(
+    ("message", "stored"),
+    [
+        ("\x00boom", "\\x00boom"),
+        ("\ud800x", "\\ud800x"),
+        ("caf\u00e9 \U0001f600", "caf\u00e9 \U0001f600"),
+    ],
+)
+def test_handler_message_no_database_stores_fails_the_call_escaped(
+    stack: Stack, message: str, stored: str
+) -> None:
+    # Stored as raised, a NUL (PostgreSQL) or a lone surrogate (both) lost the outcome: the
+    # call stayed running until the reaper called it interrupted.
+    with stack.client() as http:
+        body = run(http, "value_error", {"message": message})
+        assert body["status"] == "failed", body
+        assert body["error"] == stored
+        again = http.get(f"/v1/calls/{body['call_id']}").json()
+    assert again["status"] == "failed"
+    assert again["error"] == stored
+
+
 def test_handler_raising_key_error_fails_with_the_key(stack: Stack) -> None:
     with stack.client() as http:
         body = run(http, "key_error")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from router.canonical import canonical_json, nested_deeper_than, too_deep_message
+from router.canonical import canonical_json, nested_deeper_than, storable_text, too_deep_message
 from router.results import error_message
 
 
@@ -22,6 +22,14 @@ class Outcome:
     retryable: bool = False
     # From a 429/503's Retry-After: how long the service asked us to wait.
     retry_after_s: float | None = None
+
+    def __post_init__(self) -> None:
+        # A handler's message may hold what no database stores (a NUL, a lone surrogate):
+        # stored as is, the outcome would be lost and the call shown as interrupted.
+        for name in ("error", "error_type"):
+            text = getattr(self, name)
+            if text is not None and (clean := storable_text(text)) is not text:
+                object.__setattr__(self, name, clean)
 
     @classmethod
     def of_value(
