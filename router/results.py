@@ -164,6 +164,12 @@ def conflict(error: str, *, tool: str | None = None) -> CallResult:
     return CallResult(status=Refusal.CONFLICT, tool=tool, error=error, http_status=409)
 
 
+def internal_error(exc: BaseException) -> str:
+    """What a caller is told of a bug: its class alone. Its message may hold SQL, values
+    or paths; the log has the traceback."""
+    return f"internal error ({type(exc).__name__})"
+
+
 def error_message(exc: BaseException) -> str:
     """The raiser's own message: ``str(exc)``, a ``KeyError``'s key, else the class name."""
     if isinstance(exc, KeyError) and len(exc.args) == 1:

@@ -33,7 +33,7 @@ from ..db.store import Store
 from ..errors import BrokerUnavailable, NotFound
 from ..ids import new_batch_id
 from ..names import echo_name
-from ..results import Refusal
+from ..results import Refusal, internal_error
 from ..status import ACTIVE_STATES, CallStatus
 from .checks import Checked, Refused, replay_of
 from .dispatcher import Dispatcher
@@ -197,7 +197,13 @@ class BatchService:
             if isinstance(parsed, str):
                 refused.append(Rejection(index, parsed))
                 continue
-            checked = self.dispatcher.check(requested_by, *parsed)
+            try:
+                checked = self.dispatcher.check(requested_by, *parsed)
+            except Exception as exc:
+                # A bug in one item's checks refuses that item, not the batch around it.
+                log.exception("checking item %d of batch %s failed unexpectedly", index, batch_id)
+                refused.append(Rejection(index, f"unavailable: {internal_error(exc)}"))
+                continue
             if isinstance(checked, Refused):
                 refused.append(Rejection(index, str(checked.result.error)))
                 if checked.audit is not None:

@@ -28,7 +28,7 @@ from ..messaging.publisher import Publisher
 from ..names import echo_name
 from ..notify.announce import Announced, Announcer
 from ..notify.model import NotifyEvent
-from ..results import CallResult, error_message, unavailable
+from ..results import CallResult, internal_error, unavailable
 from ..status import AuditEvent
 from ..tools.registry import ToolRegistry
 from ..trust.keyring import KeyRing
@@ -93,7 +93,7 @@ class Dispatcher:
             return unavailable(str(exc), tool=echo_name(tool))
         except Exception as exc:
             log.exception("dispatch failed unexpectedly")
-            return unavailable(f"internal error: {error_message(exc)}", tool=echo_name(tool))
+            return unavailable(internal_error(exc), tool=echo_name(tool))
 
     def _submit(
         self,
@@ -284,7 +284,7 @@ class Dispatcher:
             return {message.call_id: str(exc) for message in messages}
         except Exception as exc:
             log.exception("publishing a group failed unexpectedly")
-            error = f"unavailable: internal error: {error_message(exc)}"
+            error = f"unavailable: {internal_error(exc)}"
             return {message.call_id: error for message in messages}
         return {}
 
@@ -303,7 +303,7 @@ class Dispatcher:
             return unavailable(str(exc), tool=result.tool)
         except Exception as exc:
             log.exception("failing an unpublished call failed unexpectedly")
-            return unavailable(f"internal error: {error_message(exc)}", tool=result.tool)
+            return unavailable(internal_error(exc), tool=result.tool)
 
     def submit_by_capability(
         self,

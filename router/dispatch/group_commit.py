@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..results import CallResult, error_message, unavailable
+from ..results import CallResult, internal_error, unavailable
 from ..status import CallStatus
 from ..threads import in_thread
 from .dispatcher import Dispatcher
@@ -189,7 +189,7 @@ class GroupCommit:
                     r.call_id for r in results if r.status == CallStatus.QUEUED and r.call_id
                 )
             except Exception as exc:  # submit_many never raises; the thread pool might
-                failed = unavailable(f"internal error: {error_message(exc)}")
+                failed = unavailable(internal_error(exc))
                 answers = [(future, failed) for _, future in group]
             for future, result in answers:
                 if not future.done():  # cancelled: its caller went away

@@ -84,10 +84,20 @@ class ToolRules:
     uses_roles: bool
 
 
+# Why every condition that reads ``args`` fails when CEL cannot hold them.
+ARGS_NOT_CEL = "the arguments hold a value CEL cannot (an integer beyond 64 bits)"
+
+
 def context_of(args: Any, caller: str, roles: Iterable[str]) -> dict[str, Any]:
-    """The names an expression reads, as CEL values."""
+    """The names an expression reads, as CEL values. Arguments CEL cannot hold become an
+    error value: each condition reading them fails, and a failed condition is strict."""
+    cel_args: Any
+    try:
+        cel_args = celpy.json_to_cel(args)
+    except (ValueError, OverflowError, TypeError):
+        cel_args = celpy.CELEvalError(ARGS_NOT_CEL)
     return {
-        "args": celpy.json_to_cel(args),
+        "args": cel_args,
         "caller": celtypes.StringType(caller),
         "roles": celpy.json_to_cel(sorted(roles)),
     }

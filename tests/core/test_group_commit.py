@@ -223,7 +223,7 @@ def test_one_call_failing_after_the_commit_fails_alone(
     assert (first.status, first.tool, first.error) == (
         "unavailable",
         "echo",
-        "unavailable: internal error: a bug on one call",
+        "unavailable: internal error (RuntimeError)",
     )
     assert (unknown.status, unknown.http_status) == ("rejected", 200)
     assert second.http_status == 503 and str(second.error).startswith("unavailable: broker: ")

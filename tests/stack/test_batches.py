@@ -230,6 +230,20 @@ def test_an_over_large_call_is_rejected_alone(stack: Stack) -> None:
     assert receipt["accepted"] == 1
 
 
+def test_an_item_the_rules_cannot_read_is_gated_and_the_rest_run(stack: Stack) -> None:
+    # An integer beyond CEL's 64 bits once broke the whole batch: HTTP 500, a batch row
+    # counting calls it never stored.
+    calls = [
+        {"tool": "echo", "args": {"ok": 1}},
+        {"tool": "rule_wire", "args": {"amount": 1, "to": "bob", "x": 2**63}},
+    ]
+    with stack.client() as http:
+        receipt = submit(http, calls)
+        assert (receipt["accepted"], receipt["rejected"]) == (2, []), receipt
+        counts = settled(http, receipt["batch_id"], pending=1, succeeded=1)
+    assert (counts["total"], counts["submitted"]) == (2, 2)
+
+
 @pytest.mark.parametrize(
     ("content", "code", "fragment"),
     [

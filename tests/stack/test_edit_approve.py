@@ -108,6 +108,18 @@ def test_an_edit_that_deny_if_refuses_is_refused(stack: Stack) -> None:
     assert request_detail(stack, call["request_id"])["decisions"] == []
 
 
+def test_an_edit_the_rules_cannot_read_needs_the_most_approvers(stack: Stack) -> None:
+    # An integer beyond CEL's 64 bits once crashed the approval worker's task: the approver
+    # waited for its time-out and was told 503.
+    call = pending_wire(stack, 5000)
+    edited = {"amount": 2**63, "to": "bob"}
+    first = decide(stack, call["request_id"], args=edited)
+    assert first.status_code == 200, first.text
+    answer = first.json()
+    assert (answer["approvals"], answer["approvals_required"], answer["released"]) == (1, 2, False)
+    assert call_status(stack, call["call_id"])["args"] == edited
+
+
 def test_an_edit_past_the_threshold_needs_a_second_approver(stack: Stack) -> None:
     call = pending_wire(stack, 5000)
     edited = {"amount": 50000, "to": "bob"}
