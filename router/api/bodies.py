@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any
 
 from ..errors import BadRequest, NotFound, PayloadTooLarge
+from ..ids import is_call_id
 from ..names import echo_name
-
-CALL_ID_RE = re.compile(r"^call_[0-9a-f]{32}$")
 
 
 def _no_constants(name: str) -> Any:
@@ -79,6 +77,6 @@ def optional_string(body: dict[str, Any], field: str, *, max_len: int) -> str | 
 
 def check_call_id(call_id: str) -> str:
     """Anything that is not shaped like a call id names no call."""
-    if not CALL_ID_RE.match(call_id):
+    if not is_call_id(call_id):
         raise NotFound(f"unknown call: {echo_name(call_id)}")
     return call_id

@@ -10,7 +10,9 @@ from ..clock import Clock, wall_clock_ms
 from ..db.rows import CallRow
 from ..db.store import Store
 from ..errors import NotCancellable, NotFound, Unavailable
+from ..ids import is_call_id
 from ..messaging.decisions import DecisionClient
+from ..names import echo_name
 from ..results import CallResult
 from ..status import CallStatus
 
@@ -30,6 +32,8 @@ class CallService:
 
     def get(self, principal: Principal, call_id: str) -> CallRow:
         """The call, or ``NotFound`` (also for calls the key may not see: no existence leak)."""
+        if not is_call_id(call_id):  # from any entrance: MCP, the CLI, the Python API
+            raise NotFound(f"unknown call: {echo_name(call_id)}")
         with self.store.reading() as conn:
             row = self.store.get(conn, call_id)
         if row is None or not (row.requested_by == principal.name or principal.is_operator):
@@ -38,6 +42,8 @@ class CallService:
 
     def read(self, call_id: str) -> CallRow:
         """The call, for components that have already checked who may see it."""
+        if not is_call_id(call_id):
+            raise NotFound(f"unknown call: {echo_name(call_id)}")
         with self.store.reading() as conn:
             row = self.store.get(conn, call_id)
         if row is None:

@@ -81,11 +81,15 @@ class Checks:
             )
         assert canonical is not None
         if idempotency_key is not None and (
-            not idempotency_key or len(idempotency_key) > IDEMPOTENCY_KEY_MAX
+            not idempotency_key
+            or len(idempotency_key) > IDEMPOTENCY_KEY_MAX
+            # A NUL or lone surrogate no database stores; every entrance refuses them alike.
+            or not idempotency_key.isprintable()
         ):
             return Refused(
                 bad_request(
-                    f"idempotency key must be 1-{IDEMPOTENCY_KEY_MAX} characters", tool=tool.name
+                    f"idempotency key must be 1-{IDEMPOTENCY_KEY_MAX} printable characters",
+                    tool=tool.name,
                 )
             )
         ruling = rule_on(tool, args, requested_by, self.roles_of)

@@ -17,6 +17,7 @@ from ..clock import Clock
 from ..db.schema import calls, mcp_tasks
 from ..db.store import Store
 from ..errors import RequestError
+from ..ids import is_call_id
 from ..status import ACTIVE_STATES
 
 # Cursors hold a creation time in ms: anything outside this is not one of ours.
@@ -72,6 +73,8 @@ class TaskLedger:
 
     def owned(self, owner: str, task_id: str) -> TaskEntry | None:
         """The task, if ``owner`` made it; ``expired`` says whether its TTL has run out."""
+        if not is_call_id(task_id):  # a task's id is its call's
+            return None
         with self.store.reading() as conn:
             row = conn.execute(
                 select(mcp_tasks).where(

@@ -204,6 +204,11 @@ def test_tasks_belong_to_the_key_that_made_them(stack: Stack) -> None:
                     await attempt(theirs, some)
             with pytest.raises(MCPError, match="invalid cursor"):
                 await list_tasks(theirs, cursor="not a cursor")
+            # Ids no database stores (a NUL on PostgreSQL) once answered "internal error".
+            for made_up in ("a\x00", "call_" + "0" * 31 + "\x00", "x" * 10_000):
+                for attempt in (get_task, task_result, cancel_task):
+                    with pytest.raises(MCPError, match="unknown task"):
+                        await attempt(theirs, made_up)
 
     run(scenario)
 
@@ -324,6 +329,20 @@ def test_an_idempotency_key_in_meta_makes_a_retry_the_same_call(
     bad = anyio.run(not_a_string)
     assert bad.is_error is True
     assert bad.content[0].text == f"_meta.{IDEMPOTENCY} must be a string"  # type: ignore[union-attr]
+
+    async def unprintable() -> list[types.CallToolResult]:
+        async with session(stack) as client:
+            return [
+                await client.call_tool("echo", {}, meta={IDEMPOTENCY: text})
+                for text in ("a\x00", "d\x7f", "")
+            ]
+
+    # On PostgreSQL a NUL once reached the key's lookup, whose error quoted the SQL.
+    for refused in anyio.run(unprintable):
+        assert refused.is_error is True
+        assert refused.content[0].text == (  # type: ignore[union-attr]
+            "idempotency key must be 1-256 printable characters"
+        )
 
 
 @pytest.mark.parametrize("transport", ["http", "stdio"])
