@@ -41,6 +41,11 @@ class Settings(BaseSettings):
     # two CPU cores (at most 8), leaving the rest to the workers and the database. Each is
     # a full API: any of them answers any request.
     api_processes: int = Field(default=0, ge=0, le=64)
+    # The reverse proxies in front of the API whose `X-Forwarded-For` and
+    # `X-Forwarded-Proto` are believed (addresses or networks, comma-separated; `*` for
+    # any). Empty: none, so a client is the address it connects from, which is what the
+    # inbox's sign-in throttle counts; a local client could otherwise name any address.
+    trusted_proxies: str = ""
     # Address Flower binds to; loopback, since its pages show every task and worker.
     flower_host: str = "127.0.0.1"
     # Port Flower listens on.

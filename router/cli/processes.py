@@ -38,6 +38,11 @@ def api_argv(settings: Settings, *, host: str | None = None, port: int | None = 
         "--no-access-log",
         "--timeout-graceful-shutdown",
         "5",
+        *(
+            ["--proxy-headers", "--forwarded-allow-ips", settings.trusted_proxies]
+            if settings.trusted_proxies
+            else ["--no-proxy-headers"]
+        ),
         *(["--workers", str(count)] if (count := settings.resolved_api_processes) > 1 else []),
     ]
 

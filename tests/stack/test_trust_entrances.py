@@ -179,6 +179,32 @@ def browser_headers(stack: Stack) -> dict[str, str]:
     return {"Origin": stack.base_url, "Sec-Fetch-Site": "same-origin"}
 
 
+def test_behind_a_trusted_proxy_sign_ins_are_counted_by_the_forwarded_address(
+    stack: Stack, tmp_path: Path, redis_base: str
+) -> None:
+    allowed = stack.settings.ui_login_failures_per_minute
+    _, token = new_key(stack, "approver")
+    own_redis_url = f"{redis_base}/{TRUST_REDIS_DB}"
+    forget_counts(own_redis_url, stack.settings)
+    guesser, approver = {"X-Forwarded-For": "10.9.9.9"}, {"X-Forwarded-For": "10.8.8.8"}
+    try:
+        with second_api(
+            stack,
+            tmp_path / "api.log",
+            TOOLROUTER_REDIS_URL=own_redis_url,
+            TOOLROUTER_TRUSTED_PROXIES="127.0.0.1",
+        ) as base_url:
+            failures = [
+                sign_in(base_url, f"trk_guess-{i}", guesser).status_code for i in range(allowed)
+            ]
+            blocked = sign_in(base_url, token, guesser).status_code
+            other_client = sign_in(base_url, token, approver).status_code
+    finally:
+        forget_counts(own_redis_url, stack.settings)
+    assert failures == [401] * allowed
+    assert (blocked, other_client) == (429, 303)
+
+
 def sign_in(base_url: str, token: str, headers: dict[str, str] | None = None) -> httpx.Response:
     with httpx.Client(base_url=base_url, timeout=30) as http:
         return http.post(
@@ -226,7 +252,13 @@ def second_api(stack: Stack, log: Path, **env: str) -> Iterator[str]:
     port = free_port()
     with log.open("wb") as handle:
         api = subprocess.Popen(
-            processes.api_argv(stack.settings, port=port),
+            # The command line is the parent's to choose from its settings, as `up` does.
+            processes.api_argv(
+                stack.settings.model_copy(
+                    update={"trusted_proxies": env.get("TOOLROUTER_TRUSTED_PROXIES", "")}
+                ),
+                port=port,
+            ),
             env={**stack.env, **env},
             cwd=REPO,
             stdout=handle,
@@ -749,6 +781,11 @@ def test_repeated_failed_sign_ins_from_one_address_are_throttled(
             failures = [sign_in(base_url, f"trk_guess-{i}").status_code for i in range(allowed)]
             blocked = sign_in(base_url, token)
             blocked_bad = sign_in(base_url, "trk_guess-more")
+            # A client naming another address is still the address it connects from.
+            spoofed = [
+                sign_in(base_url, key, {"X-Forwarded-For": f"10.1.1.{i}"}).status_code
+                for i, key in enumerate((token, "trk_guess-spoofed"))
+            ]
             # A refused origin is not a failed sign-in and is answered as before.
             with httpx.Client(base_url=base_url, timeout=30) as http:
                 no_origin = http.post("/ui/login", data={"key": token}).status_code
@@ -761,6 +798,7 @@ def test_repeated_failed_sign_ins_from_one_address_are_throttled(
     assert blocked.status_code == 429 and SESSION_COOKIE not in blocked.cookies
     assert "Too many failed sign-ins" in blocked.text
     assert blocked_bad.status_code == 429
+    assert spoofed == [429, 429]
     assert no_origin == 403
     assert api_still == 200  # the API itself is not throttled
     # The stack's API counts in its own Redis: the same key signs in there.
