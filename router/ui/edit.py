@@ -28,6 +28,7 @@ from .routes import (
     _runtime,
     approver_form,
     outcome_line,
+    reason_of,
 )
 
 router = APIRouter(prefix="/ui/edit", include_in_schema=False)
@@ -120,7 +121,10 @@ async def approve(request: Request) -> Response:
     edited = parse_args(str(form.get("args") or ""), TEXT_MARGIN + runtime.settings.max_args_bytes)
     if isinstance(edited, str):
         return _redirect_with_flash(request, f"{request_id}: {edited} Nothing was sent.")
-    reason = str(form.get("reason") or "").strip()[:2000] or None
+    try:
+        reason = reason_of(form)
+    except ValueError as exc:
+        return _redirect_with_flash(request, f"{request_id}: {exc}")
     try:
         item = await _current(request, who, request_id)
         if _changed(item, form):

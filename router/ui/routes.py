@@ -248,7 +248,10 @@ async def decide(request: Request) -> Response:
     request_ids = [str(value) for value in form.getlist("request_id")][:MAX_SELECTED]
     if not request_ids:
         return _redirect_with_flash(request, "Select at least one request.")
-    reason = str(form.get("reason") or "").strip()[:2000] or None
+    try:
+        reason = reason_of(form)
+    except ValueError as exc:
+        return _redirect_with_flash(request, str(exc))
     runtime = _runtime(request)
     lines = []
     for request_id in request_ids:
@@ -260,6 +263,20 @@ async def decide(request: Request) -> Response:
             continue
         lines.append(outcome_line(request_id, answer))
     return _redirect_with_flash(request, "\n".join(lines))
+
+
+# The decision's reason in a flash, when the form's cannot be kept.
+UNSTORABLE_REASON = "The reason holds control characters; remove them. Nothing was sent."
+
+
+def reason_of(form: FormData) -> str | None:
+    """The form's reason, its lines and runs of spaces joined by single spaces (as the API
+    takes it: printable, at most 2000 characters); ``ValueError`` if it holds anything
+    else (a NUL, which no database stores)."""
+    reason = " ".join(str(form.get("reason") or "").split())[:2000]
+    if not reason.isprintable():
+        raise ValueError(UNSTORABLE_REASON)
+    return reason or None
 
 
 def outcome_line(request_id: str, answer: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import html
 import json
 import os
 import re
@@ -55,6 +56,7 @@ from router.trust.keyring import key_file
 
 from ..conftest import BACKENDS
 from ..support import services
+from ..support.calls import submit_pending
 from ..support.launcher import REPO, free_port, stop_group, wait_for_http
 from ..support.stack import Stack, stack_env
 from .test_mcp_server import mcp_session, run, text_of
@@ -203,6 +205,41 @@ def test_behind_a_trusted_proxy_sign_ins_are_counted_by_the_forwarded_address(
         forget_counts(own_redis_url, stack.settings)
     assert failures == [401] * allowed
     assert (blocked, other_client) == (429, 303)
+
+
+def test_an_inbox_reason_is_kept_on_one_line_and_one_no_database_stores_is_refused(
+    stack: Stack,
+) -> None:
+    refused_call = submit_pending(stack, "high_echo", args={"n": 1})
+    kept_call = submit_pending(stack, "high_echo", args={"n": 2})
+    with httpx.Client(base_url=stack.base_url, timeout=30) as http:
+        assert sign_in_with(http, stack.keys["approver"]).status_code == 303
+        form = {"decision": "deny", "csrf": csrf_of(http.get("/ui/"))}
+        # A NUL reached the approval worker, whose write failed on PostgreSQL: the
+        # approver waited for its time-out and was told the decision was not applied.
+        refused = http.post(
+            "/ui/decide",
+            data={**form, "request_id": refused_call["request_id"], "reason": "a\x00b"},
+        )
+        assert refused.status_code == 303
+        assert "control characters" in html.unescape(http.get("/ui/").text)
+        kept = http.post(
+            "/ui/decide",
+            data={**form, "request_id": kept_call["request_id"], "reason": " wrong\r\n  payee "},
+        )
+        assert kept.status_code == 303
+    with stack.client("operator") as http:
+        untouched, decided = (
+            http.get(f"/v1/approvals/{call['request_id']}").json()["request"]
+            for call in (refused_call, kept_call)
+        )
+    assert (untouched["status"], untouched["decisions"]) == ("pending", [])
+    assert decided["status"] == "denied", decided
+    assert [d["reason"] for d in decided["decisions"]] == ["wrong payee"]
+
+
+def sign_in_with(http: httpx.Client, token: str) -> httpx.Response:
+    return http.post("/ui/login", data={"key": token}, headers={"Origin": str(http.base_url)})
 
 
 def sign_in(base_url: str, token: str, headers: dict[str, str] | None = None) -> httpx.Response:
