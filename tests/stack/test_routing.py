@@ -157,6 +157,16 @@ def test_a_failed_call_falls_back_and_names_the_tool_that_answered(stack: Stack)
         ("ok", "search_backup"),
     ]
     assert rows[1]["detail"]["fallback"] == "search_backup"
+    # Each tool's figures are its own runs: the call's success is the backup's, not the
+    # primary's, which would otherwise stay first in every ranking by success.
+    with stack.client("agent") as http:
+        primary, backup = (
+            http.get(f"/v1/tools/{name}/stats").json()["stats"]
+            for name in ("search_primary", "search_backup")
+        )
+    assert primary["success_rate"] == 0 and primary["errors_by_type"]["ValueError"] >= 1
+    assert primary["latency_p50_s"] is None  # it answered no call
+    assert backup["success_rate"] == 1 and backup["latency_p50_s"] is not None
 
 
 def test_a_call_by_capability_runs_the_best_tool_and_falls_back_along_the_ranking(
