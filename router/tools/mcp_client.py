@@ -62,12 +62,19 @@ ServerSpec = StdioServer | HttpServer
 
 
 def parse_servers(raw: dict[str, Any], *, file: str) -> dict[str, ServerSpec]:
+    """The config's servers. A command runs in the config's folder, or in its ``cwd``
+    taken from there: relative paths mean the same from wherever a process starts (an MCP
+    client starts ``toolrouter mcp`` in a folder of its own)."""
     servers: dict[str, ServerSpec] = {}
+    folder = Path(file).resolve().parent
     for name, entry in raw.items():
         if not isinstance(entry, dict):
             raise ConfigError(f"mcp server {name!r} must be a mapping", file=file)
         try:
-            servers[name] = (HttpServer if "url" in entry else StdioServer).model_validate(entry)
+            spec = (HttpServer if "url" in entry else StdioServer).model_validate(entry)
+            if isinstance(spec, StdioServer):
+                spec = spec.model_copy(update={"cwd": str(folder / (spec.cwd or "."))})
+            servers[name] = spec
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])

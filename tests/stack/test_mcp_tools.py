@@ -295,6 +295,55 @@ def test_a_claude_desktop_json_file_is_a_config(tmp_path: Path) -> None:
         runtime.close()
 
 
+TINY_SERVER = """
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("tiny")
+
+
+@server.tool()
+def hello() -> str:
+    return "hello"
+
+
+server.run("stdio")
+"""
+
+
+@pytest.mark.parametrize("cwd", [None, "servers"])
+def test_a_servers_relative_paths_are_read_from_the_configs_folder(
+    tmp_path: Path, cwd: str | None
+) -> None:
+    # An MCP client starts `toolrouter mcp` in a folder of its own: a path relative to the
+    # process's folder made the whole config unreadable there.
+    folder = tmp_path / "config"
+    (folder / "servers").mkdir(parents=True)
+    (folder / (cwd or ".") / "tiny.py").write_text(TINY_SERVER, encoding="utf-8")
+    config = folder / "toolrouter.yaml"
+    server = {"command": sys.executable, "args": ["tiny.py"], **({"cwd": cwd} if cwd else {})}
+    config.write_text(json.dumps({"mcp_servers": {"tiny": server}, "tools": []}))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TOOLROUTER_")}
+    env.update(
+        TOOLROUTER_CONFIG=str(config),
+        TOOLROUTER_STATE_DIR=str(tmp_path / "state"),
+        TOOLROUTER_SECRETS_DIR=os.environ["TOOLROUTER_SECRETS_DIR"],
+        PYTHONPATH=str(REPO),
+    )
+    listed = subprocess.run(
+        [sys.executable, "-m", "router.cli.main", "tools"],
+        env=env,
+        cwd=elsewhere,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "tiny.hello" in listed.stdout
+
+
 def test_an_imported_servers_stderr_goes_to_its_log_not_into_command_output(
     tmp_path: Path,
 ) -> None:
