@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import json
 import sys
+from urllib.parse import quote
 
 import click
 
 from .http import api_request
+
+key_option = click.option(
+    "--key",
+    envvar="TOOLROUTER_KEY",
+    default=None,
+    help="Bearer key (default: $TOOLROUTER_KEY, else the demo agent key)",
+)
 
 
 @click.command()
 @click.argument("tool")
 @click.option("--args", "args_json", default="{}", help="Arguments as one JSON object")
 @click.option("--wait", "wait_s", type=float, default=0.0, help="Seconds to wait for the outcome")
-@click.option(
-    "--key",
-    envvar="TOOLROUTER_KEY",
-    default=None,
-    help="Bearer key (default: $TOOLROUTER_KEY, else the demo agent key)",
-)
+@key_option
 @click.option("--idempotency-key", default=None)
 @click.option(
     "--dry-run",
@@ -62,3 +65,14 @@ def call(
     if dry_run:
         sys.exit(0 if result.get("dry_run") is True and not refused else 1)
     sys.exit(0 if result.get("ok") else 1)
+
+
+@click.command()
+@click.argument("call_id")
+@key_option
+def cancel(call_id: str, key: str | None) -> None:
+    """Cancel one of your calls while it is queued or pending, as DELETE /v1/calls/{id}
+    does; print the answer as JSON; exit 0 only if the call is cancelled."""
+    result = api_request("DELETE", f"/v1/calls/{quote(call_id, safe='')}", key=key, role="agent")
+    click.echo(json.dumps(result, indent=2))
+    sys.exit(0 if result.get("status") == "cancelled" else 1)

@@ -143,6 +143,7 @@ main.add_command(audit_cli.audit)
 # -- calls through the HTTP API -------------------------------------------------------------
 
 main.add_command(calls_cli.call)
+main.add_command(calls_cli.cancel)
 main.add_command(batch_cli.batch)
 
 

@@ -335,6 +335,21 @@ def test_call_prints_the_result_json_and_exits_0(stack: Stack, tmp_path: Path) -
     assert body["value"] == {"a": 1, "b": 2}
 
 
+def test_cancel_cancels_a_pending_call_once(stack: Stack, tmp_path: Path) -> None:
+    with stack.client() as http:
+        call = http.post("/v1/calls", json={"tool": "high_echo", "args": {"to": "cli"}}).json()
+    assert call["status"] == "pending", call
+    env = stack_cli_env(stack, TOOLROUTER_KEY=stack.keys["agent"])
+    cancelled = toolrouter("cancel", call["call_id"], env=env, cwd=tmp_path)
+    assert json.loads(ok(cancelled))["status"] == "cancelled"
+    again = toolrouter("cancel", call["call_id"], env=env, cwd=tmp_path)
+    assert again.returncode == 1
+    assert json.loads(again.stdout)["error"].startswith("call is cancelled")
+    unknown = toolrouter("cancel", "call_nope", env=env, cwd=tmp_path)
+    assert unknown.returncode == 1
+    assert json.loads(unknown.stdout)["error"].startswith("unknown call")
+
+
 def test_call_takes_the_key_from_toolrouter_key(stack: Stack, tmp_path: Path) -> None:
     env = stack_cli_env(stack, TOOLROUTER_KEY=stack.keys["agent"])
     result = toolrouter(
