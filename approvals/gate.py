@@ -28,6 +28,7 @@ from router.auth.keys import principal_named
 from router.canonical import sha256_hex
 from router.messaging.completions import Notifier
 from router.messaging.run_message import message_for
+from router.metrics import Tampered
 from router.notify.announce import Announced
 from router.notify.model import NotifyEvent
 from router.runtime import Runtime
@@ -289,7 +290,7 @@ class Gate:
         """Why no decision may touch this request, if none may: its binding was not sealed
         by an API process of this deployment, or its call is no longer what was bound."""
         if not binding_verifies(request, self.keyring):
-            metrics.tampered("approval_request")
+            metrics.tampered(Tampered.APPROVAL_REQUEST)
             log.error("request %s: its sealed binding does not verify; refused", request.id)
             return f"request {request.id} does not verify: it was changed outside toolrouter"
         call = self.store.get(conn, request.call_id)
@@ -301,7 +302,7 @@ class Gate:
             or call.args_sha256 != request.args_sha256
             or sha256_hex(call.args) != request.args_sha256
         ):
-            metrics.tampered("call")
+            metrics.tampered(Tampered.CALL)
             log.error("request %s: its call no longer matches the binding; refused", request.id)
             return f"the call of {request.id} changed after the request was issued"
         return None
@@ -312,7 +313,7 @@ class Gate:
         recorded = pending.decisions(conn, request.id)
         sealed = pending.decisions(conn, request.id, keyring=self.keyring, request=request)
         if len(sealed) != len(recorded):
-            metrics.tampered("approval_decision")
+            metrics.tampered(Tampered.APPROVAL_DECISION)
             log.error("request %s has decisions this worker did not seal; ignored", request.id)
         return len({d["approver"] for d in sealed if d["decision"] == Decision.APPROVE})
 

@@ -10,6 +10,7 @@ from router import metrics
 from router.audit import head as audit_head
 from router.constants import DECIDE_TASK, EXPIRE_TASK, SIGN_AUDIT_HEAD_TASK
 from router.messaging.decisions import DecisionMessage, sealed_reply
+from router.metrics import Untrusted
 from workers import process
 from workers.app import app
 
@@ -34,7 +35,7 @@ def decide(body: Any) -> str:
     runtime = the_gate.runtime
     message = DecisionMessage.parse(body)
     if message is None or not message.verifies(runtime.keyring, runtime.namespace):
-        metrics.untrusted("decision")
+        metrics.untrusted(Untrusted.DECISION)
         log.warning("ignored a decision message that no API process made")
         return "untrusted"
     answer = the_gate.decide(

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
+from enum import StrEnum
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,24 @@ log = logging.getLogger(__name__)
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 86400)
+
+
+class Untrusted(StrEnum):
+    """What a message from Redis that failed its tag was."""
+
+    COMPLETION = "completion"
+    CACHED_RESULT = "cached_result"
+    KEY_ACK = "key_ack"
+    DECISION = "decision"
+    DECISION_REPLY = "decision_reply"
+
+
+class Tampered(StrEnum):
+    """What a database row whose tag did not verify was."""
+
+    CALL = "call"
+    APPROVAL_REQUEST = "approval_request"
+    APPROVAL_DECISION = "approval_decision"
 
 
 def metrics_dir(settings: Settings) -> Path:
@@ -99,7 +119,23 @@ def call_finished(tool: str, outcome: str, duration_s: float | None, cost: float
         log.debug("metric not recorded", exc_info=True)
 
 
-def untrusted(kind: str) -> None:
+def show_zeros(notifications: Iterable[tuple[str, str]]) -> None:
+    """Expose the counters to alert on at 0 from the start, every label they can take:
+    a series that first appears at 1 shows no increase, and a panel of none shows no data.
+    ``notifications``: the (channel type, outcome) pairs there can be."""
+    try:
+        instruments = _instruments()
+        for message in Untrusted:
+            instruments["untrusted"].labels(message).inc(0)
+        for row in Tampered:
+            instruments["tampered"].labels(row).inc(0)
+        for channel_type, outcome in notifications:
+            instruments["notifications"].labels(channel_type, outcome).inc(0)
+    except Exception:
+        log.debug("metrics not set up", exc_info=True)
+
+
+def untrusted(kind: Untrusted) -> None:
     """A message from Redis failed its tag: counted, and logged by the caller."""
     try:
         _instruments()["untrusted"].labels(kind).inc()
@@ -107,7 +143,7 @@ def untrusted(kind: str) -> None:
         log.debug("metric not recorded", exc_info=True)
 
 
-def tampered(kind: str) -> None:
+def tampered(kind: Tampered) -> None:
     """A database row failed its tag: counted, and logged by the caller."""
     try:
         _instruments()["tampered"].labels(kind).inc()

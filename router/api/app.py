@@ -18,8 +18,11 @@ from ..db.wal_checkpoints import WalCheckpointer
 from ..errors import RequestError, SchemaOutdated, Unavailable
 from ..heap import freeze_start_up_objects
 from ..mcp import McpEndpoint
+from ..notify.announce import ANY_CHANNEL
+from ..notify.model import Outcome as NotifyOutcome
 from ..runtime import Runtime
 from ..settings import Settings
+from ..tools.notify_config import ChannelType
 from ..ui.headers import InboxHeaders
 from . import (
     routes_approvals,
@@ -128,6 +131,9 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
     metrics.enable(runtime.settings)
     # The config, the schema and the key first: the listener below needs the key.
     runtime.prepare()
+    metrics.show_zeros(
+        (channel, outcome) for channel in (ANY_CHANNEL, *ChannelType) for outcome in NotifyOutcome
+    )
     app = FastAPI(
         title="toolrouter",
         version="1",

@@ -24,6 +24,7 @@ import redis
 
 from .. import metrics
 from ..constants import CALL_DONE_CHANNEL, KEYS_CHANGED_CHANNEL
+from ..metrics import Untrusted
 from ..results import CallResult, content_blocks
 from ..trust.keyring import KeyRing, Purpose
 from . import revocations
@@ -102,7 +103,7 @@ def parse_completion(data: bytes, keyring: KeyRing) -> tuple[str, CallResult | N
         and keyring.verify(Purpose.COMPLETION, body_bytes, tag.decode("ascii", "replace"))
     ):
         log.warning("a completion of %s did not verify; reading the database", call_id[:64])
-        metrics.untrusted("completion")
+        metrics.untrusted(Untrusted.COMPLETION)
         return call_id, None
     return call_id, result
 

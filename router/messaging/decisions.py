@@ -26,6 +26,7 @@ from ..canonical import canonical_json, sha256_hex
 from ..clock import Clock
 from ..constants import APPROVALS_QUEUE, DECIDE_TASK, DECISION_REPLY
 from ..errors import Unavailable
+from ..metrics import Untrusted
 from ..trust.keyring import KeyRing, Purpose
 from .namespace import Namespace
 from .redis_clients import redis_client
@@ -185,7 +186,7 @@ class DecisionClient:
                 )
                 if answer is not None:
                     return answer
-                metrics.untrusted("decision_reply")
+                metrics.untrusted(Untrusted.DECISION_REPLY)
         except Exception as exc:  # kombu and redis-py raise many types for "Redis is down"
             raise Unavailable(f"broker: {exc}") from None
         raise Unavailable(

@@ -18,6 +18,7 @@ import redis
 from .. import metrics
 from ..constants import RATE_BUCKET, RESULT_CACHE
 from ..errors import Unavailable
+from ..metrics import Untrusted
 from ..tools.config import parse_rate
 from ..tools.registry import Tool
 from ..trust.keyring import KeyRing, Purpose
@@ -121,7 +122,7 @@ class ResultCache:
         tag, _, value = stored.decode("utf-8", "replace").partition("|")
         if not self.keyring.verify(Purpose.COMPLETION, f"{tool.name}|{args_sha256}|{value}", tag):
             log.warning("a cached result of %s did not verify; running the tool", tool.name)
-            metrics.untrusted("cached_result")
+            metrics.untrusted(Untrusted.CACHED_RESULT)
             return None
         return value
 

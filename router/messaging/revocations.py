@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 
 from .. import metrics
 from ..constants import KEYS_ACK, KEYS_CHANGED_CHANNEL
+from ..metrics import Untrusted
 from ..trust.keyring import KeyRing, Purpose
 from .namespace import Namespace
 
@@ -51,7 +52,7 @@ def announce(
             if keyring.verify(Purpose.KEYS, nonce, _text(popped[1])):
                 heard += 1
             else:
-                metrics.untrusted("key_ack")
+                metrics.untrusted(Untrusted.KEY_ACK)
         client.delete(acks)
     except redis.RedisError as exc:
         log.warning("could not announce a key revocation: %s", exc)

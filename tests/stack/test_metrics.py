@@ -6,6 +6,10 @@ import re
 import subprocess
 import sys
 
+from router.metrics import Tampered, Untrusted
+from router.notify.model import Outcome
+from router.tools.notify_config import ChannelType
+
 from ..support.launcher import REPO
 from ..support.stack import Stack
 
@@ -40,6 +44,20 @@ def test_metrics_count_calls_by_outcome_across_processes(stack: Stack) -> None:
         )
         or 0
     ) >= 1
+
+
+def test_the_counters_to_alert_on_are_shown_before_anything_counts(stack: Stack) -> None:
+    # A series that first appears at 1 shows no increase, and a panel of none no data.
+    with stack.client("") as http:
+        text = http.get("/metrics").text
+    for message in Untrusted:
+        assert sample(text, "toolrouter_untrusted_messages_total", f'kind="{message}"') is not None
+    for row in Tampered:
+        assert sample(text, "toolrouter_tampered_records_total", f'kind="{row}"') is not None
+    for channel in ChannelType:
+        for outcome in Outcome:
+            labels = f'channel_type="{channel}",outcome="{outcome}"'
+            assert sample(text, "toolrouter_notifications_total", labels) is not None, labels
 
 
 def test_tool_stats_show_calls_success_latency_and_errors(stack: Stack) -> None:

@@ -21,6 +21,7 @@ from router.db.rows import CallRow, Fence
 from router.errors import Unavailable
 from router.messaging.policies import fallback_chain
 from router.messaging.run_message import message_for
+from router.metrics import Tampered
 from router.status import CallStatus
 from router.tools.registry import Tool, is_idempotent
 
@@ -77,7 +78,7 @@ class CallRunner:
         if refusal is not None:
             # Run only what was accepted and, if gated, released for exactly this call.
             log.error("call %s refused: %s", row.id, refusal.error)
-            metrics.tampered("call")
+            metrics.tampered(Tampered.CALL)
             outcome = Outcome(ok=False, error=refusal.error, error_type=refusal.error_type)
         elif tool is None:
             outcome = Outcome(

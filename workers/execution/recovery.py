@@ -18,6 +18,7 @@ from router.constants import POISON_CAP
 from router.db.rows import CallRow
 from router.errors import Unavailable
 from router.messaging.run_message import message_for
+from router.metrics import Tampered
 from router.status import AuditEvent, CallStatus
 from router.tools.registry import Tool, is_idempotent
 
@@ -127,7 +128,7 @@ class Recovery:
         if refusal is None:
             return True
         log.error("queued call %s not published: %s", row.id, refusal.error)
-        metrics.tampered("call")
+        metrics.tampered(Tampered.CALL)
         with self.store.transaction() as conn:
             claimed = self.store.claim(
                 conn, row.id, now=self.clock(), lease_ms=self.ledger.lease_ms(None)
