@@ -49,6 +49,8 @@ CALL_FIELDS = frozenset({"tool", "args", "idempotency_key"})
 BATCH_ID_RE = re.compile(r"^batch_[0-9a-f]{24}$")
 # Concurrent submissions racing on one idempotency key: retry the chunk this many times.
 CHUNK_TRIES = 3
+# A request sent again, with other calls at indexes that hold calls already.
+OTHER_CALL_AT = "the batch holds another call at index"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +136,9 @@ class BatchService:
         batch_id, start = self._open(requested_by, key, len(items), offset)
         receipt = Receipt(batch_id=batch_id, total=len(items))
         for low in range(0, len(items), self.chunk_size):
-            self._chunk(requested_by, items, low, batch_id, start, receipt)
+            self._chunk(
+                requested_by, items, low, batch_id, start, receipt, sent_before=key is not None
+            )
         return receipt
 
     def _open(
@@ -188,6 +192,8 @@ class BatchService:
         batch_id: str,
         start: int,
         receipt: Receipt,
+        *,
+        sent_before: bool,
     ) -> None:
         # Checks first, outside any transaction: they need no database.
         slots: list[tuple[int, Checked | AuditEntry]] = []
@@ -213,7 +219,7 @@ class BatchService:
         for attempt in range(CHUNK_TRIES):
             try:
                 new, replayed, conflicts = self._store_chunk(
-                    requested_by, slots, batch_id, start, len(refused)
+                    requested_by, slots, batch_id, start, len(refused), sent_before=sent_before
                 )
                 break
             except IntegrityError:
@@ -241,7 +247,12 @@ class BatchService:
         batch_id: str,
         start: int,
         refused: int,
+        *,
+        sent_before: bool,
     ) -> tuple[list[NewCall], int, list[Rejection]]:
+        """``sent_before``: the batch has a key, so these indexes may hold calls already
+        (the request is sent again): a call there is a replay of the same one, a conflict
+        for another, as for a call's own key."""
         now = self.clock()
         new: list[NewCall] = []
         entries: list[AuditEntry] = []
@@ -253,9 +264,20 @@ class BatchService:
                 conn, requested_by, [k for k in keys if k is not None]
             )
             fresh: dict[str, Checked] = {}  # keys first used within this chunk
+            placed: dict[int, CallRow] = {}
+            if sent_before and slots:
+                first, last = start + slots[0][0], start + slots[-1][0]
+                placed = self.store.batch_calls_at(conn, batch_id, first, last)
             for index, slot in slots:
                 if isinstance(slot, AuditEntry):
                     entries.append(slot)
+                    continue
+                there = placed.get(start + index)
+                if there is not None:
+                    if there.tool == slot.tool.name and there.args_sha256 == slot.digest:
+                        replayed += 1
+                    else:
+                        conflicts.append(Rejection(index, f"{OTHER_CALL_AT} {start + index}"))
                     continue
                 key = slot.idempotency_key
                 if key is not None and (key in existing or key in fresh):

@@ -221,6 +221,33 @@ def test_resubmitting_a_batch_with_its_keys_replays_instead_of_duplicating(
         assert (twice["accepted"], twice["replayed"]) == (1, 1)
 
 
+def test_a_keyed_batch_sent_again_holds_each_keyless_call_once(stack: Stack) -> None:
+    # Keyless calls sent again under the batch's key were stored again: one batch held
+    # index 0 three times, and each handler ran once more per request.
+    batch = {"Idempotency-Key": f"batch-{uuid.uuid4().hex}"}
+    calls = [{"tool": "echo", "args": {"i": i}} for i in range(3)]
+    with stack.client() as http:
+        first = submit(http, calls, headers=batch, params={"offset": 0})
+        again = submit(http, calls, headers=batch, params={"offset": 0})
+        assert (again["accepted"], again["replayed"], again["rejected"]) == (0, 3, [])
+        other = submit(
+            http,
+            [{"tool": "echo", "args": {"i": 99}}, *calls[1:]],
+            headers=batch,
+            params={"offset": 0},
+        )
+        assert (other["accepted"], other["replayed"]) == (0, 2)
+        assert other["rejected"] == [
+            {"index": 0, "error": "the batch holds another call at index 0"}
+        ]
+        # Further calls at further indexes are new calls of the same batch.
+        more = submit(http, calls[:1], headers=batch, params={"offset": 3})
+        assert more["batch_id"] == first["batch_id"] and more["accepted"] == 1
+        settled(http, first["batch_id"], succeeded=4)
+        lines = results(http, first["batch_id"])
+    assert [line["index"] for line in lines] == [0, 1, 2, 3]
+
+
 def test_an_over_large_call_is_rejected_alone(stack: Stack) -> None:
     big = {"blob": "x" * (300 * 1024)}
     with stack.client() as http:
