@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
 from ..errors import BadRequest, NotFound, PayloadTooLarge
@@ -38,6 +39,11 @@ def parse_json(raw: bytes, *, limit: int) -> Any:
             f"malformed body: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
     except ValueError as exc:  # NaN/Infinity, or an integer with too many digits
+        if "integer string conversion" in str(exc):  # Python's own advice is not ours
+            limit_digits = sys.get_int_max_str_digits()
+            raise BadRequest(
+                f"malformed body: an integer of more than {limit_digits} digits"
+            ) from None
         raise BadRequest(f"malformed body: {exc}") from None
 
 
@@ -66,6 +72,19 @@ def wait_seconds(value: Any, *, maximum: float) -> float:
     return seconds
 
 
+def int_param(value: str | None, name: str, *, default: int, low: int, high: int) -> int:
+    """A query parameter that is a whole number from ``low`` to ``high``."""
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer") from None
+    if not low <= number <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}")
+    return number
+
+
 def optional_string(body: dict[str, Any], field: str, *, max_len: int) -> str | None:
     value = body.get(field)
     if value is None:
@@ -73,6 +92,18 @@ def optional_string(body: dict[str, Any], field: str, *, max_len: int) -> str | 
     if not isinstance(value, str) or not value or len(value) > max_len or not value.isprintable():
         raise BadRequest(f"{field} must be a string of 1-{max_len} printable characters")
     return value
+
+
+def idempotency_key(body: dict[str, Any], header: str | None) -> str | None:
+    """The request's idempotency key: the body's ``idempotency_key`` or the
+    ``Idempotency-Key`` header; both, they must agree."""
+    key = optional_string(body, "idempotency_key", max_len=256)
+    if header is None:
+        return key
+    header_key = optional_string({"Idempotency-Key": header}, "Idempotency-Key", max_len=256)
+    if key is not None and key != header_key:
+        raise BadRequest("idempotency_key and the Idempotency-Key header differ")
+    return header_key
 
 
 def check_call_id(call_id: str) -> str:

@@ -12,7 +12,7 @@ from ..approval.model import Decision
 from ..auth.principal import Principal
 from ..errors import BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, Unavailable
 from ..messaging.waiting import wait_for_call
-from .bodies import object_body, optional_string, wait_seconds
+from .bodies import int_param, object_body, optional_string, wait_seconds
 from .deps import in_thread, principal, runtime_of
 from .models import DECISION_REQUEST_SCHEMA, DECISION_RESPONSES
 from .responses import AsciiJSONResponse
@@ -35,19 +35,21 @@ DECISION_FIELDS = {
     Decision.DENY: frozenset({"reason"}),
 }
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+APPROVALS_PAGE_MAX = 500
 REFUSALS = {403: Forbidden, 404: NotFound, 409: Conflict, 413: PayloadTooLarge, 422: BadRequest}
 
 
 @router.get("")
 async def list_requests(
-    request: Request, status: str = "pending", limit: int = 200, who: Principal = Depends(principal)
+    request: Request,
+    status: str = "pending",
+    limit: str | None = None,
+    who: Principal = Depends(principal),
 ) -> dict[str, Any]:
     """Requests this key may decide (operators see all), oldest first."""
     view = runtime_of(request).approvals_view
-    return {
-        "ok": True,
-        "requests": await in_thread(view.list_requests, who, status, max(1, min(limit, 500))),
-    }
+    count = int_param(limit, "limit", default=200, low=1, high=APPROVALS_PAGE_MAX)
+    return {"ok": True, "requests": await in_thread(view.list_requests, who, status, count)}
 
 
 @router.get("/{request_id}")

@@ -12,25 +12,13 @@ from ..auth.principal import Principal
 from ..errors import BadRequest
 from ..names import echo_name
 from ..status import AuditEvent
-from .bodies import check_call_id
+from .bodies import check_call_id, int_param
 from .deps import in_thread, principal, require_operator, runtime_of
 from .responses import AsciiJSONResponse
 
 router = APIRouter(tags=["audit"])
 
 AUDIT_PAGE_MAX = 1000
-
-
-def _int_param(value: str | None, name: str, *, default: int, low: int, high: int) -> int:
-    if value is None:
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise BadRequest(f"{name} must be an integer") from None
-    if not low <= number <= high:
-        raise BadRequest(f"{name} must be between {low} and {high}")
-    return number
 
 
 @router.get("/v1/audit")
@@ -51,8 +39,8 @@ async def read_audit(
         raise BadRequest("tool must be 1-256 printable characters")
     if call_id is not None:
         check_call_id(call_id)
-    after = _int_param(after_seq, "after_seq", default=0, low=0, high=2**62)
-    count = _int_param(limit, "limit", default=100, low=1, high=AUDIT_PAGE_MAX)
+    after = int_param(after_seq, "after_seq", default=0, low=0, high=2**62)
+    count = int_param(limit, "limit", default=100, low=1, high=AUDIT_PAGE_MAX)
     store = runtime_of(request).store
 
     def read() -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from ..auth.principal import Principal
 from ..dispatch.batches import BatchService, Malformed
 from ..errors import BadRequest, Forbidden, PayloadTooLarge
 from ..status import Role
-from .bodies import object_body, optional_string, parse_json
+from .bodies import idempotency_key, object_body, parse_json
 from .deps import in_thread, principal, runtime_of
 from .models import (
     BATCH_CALL_SCHEMA,
@@ -98,7 +98,7 @@ async def submit_batch(
     start = offset_param(offset)
     raw = await read_body(request, settings.max_batch_bytes)
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    key: str | None = None
+    body: dict[str, Any] = {}  # NDJSON: the key comes in the header alone
     if content_type in NDJSON_TYPES:
         items = ndjson_calls(raw, line_limit=settings.max_args_bytes + 16 * 1024)
     else:
@@ -108,10 +108,7 @@ async def submit_batch(
         if not isinstance(body["calls"], list):
             raise BadRequest("calls must be a list")
         items = body["calls"]
-        key = optional_string(body, "idempotency_key", max_len=256)
-    header_key = request.headers.get("idempotency-key")
-    if key is None and header_key is not None:
-        key = optional_string({"Idempotency-Key": header_key}, "Idempotency-Key", max_len=256)
+    key = idempotency_key(body, request.headers.get("idempotency-key"))
     if not items:
         raise BadRequest("a batch needs at least one call")
     if len(items) > settings.max_batch_calls:

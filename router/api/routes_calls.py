@@ -15,7 +15,7 @@ from ..messaging.waiting import wait_for_call
 from ..results import CallResult, bad_request
 from ..runtime import Runtime
 from ..status import TERMINAL_STATES, Role
-from .bodies import check_call_id, object_body, optional_string, wait_seconds
+from .bodies import check_call_id, idempotency_key, object_body, wait_seconds
 from .deps import in_thread, principal, runtime_of
 from .models import (
     CALL_REQUEST_SCHEMA,
@@ -70,10 +70,7 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
     if not by_capability and not isinstance(body["tool"], str):
         return answer(bad_request("tool must be a string"))
     wait_s = wait_seconds(body.get("wait_s"), maximum=settings.max_wait_s)
-    key = optional_string(body, "idempotency_key", max_len=256)
-    header_key = request.headers.get("idempotency-key")
-    if key is None and header_key is not None:
-        key = optional_string({"Idempotency-Key": header_key}, "Idempotency-Key", max_len=256)
+    key = idempotency_key(body, request.headers.get("idempotency-key"))
     args: Any = body.get("args", {})
     dry_run = body.get("dry_run", False)
     if not isinstance(dry_run, bool):

@@ -3,6 +3,7 @@ real Redis, on SQLite and on PostgreSQL. Every answer is checked field by field.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import uuid
@@ -154,7 +155,14 @@ def test_handler_message_no_database_stores_fails_the_call_escaped(
     # Stored as raised, a NUL (PostgreSQL) or a lone surrogate (both) lost the outcome: the
     # call stayed running until the reaper called it interrupted.
     with stack.client() as http:
-        body = run(http, "value_error", {"message": message})
+        # Escaped as JSON allows: httpx would refuse to encode a lone surrogate itself.
+        sent = {"tool": "value_error", "args": {"message": message}, "wait_s": WAIT_S}
+        response = http.post(
+            "/v1/calls",
+            content=json.dumps(sent).encode("ascii"),
+            headers={"Content-Type": "application/json"},
+        )
+        body = response.json()
         assert body["status"] == "failed", body
         assert body["error"] == stored
         again = http.get(f"/v1/calls/{body['call_id']}").json()
@@ -397,6 +405,21 @@ def test_same_idempotency_key_in_header_returns_the_same_call(stack: Stack) -> N
     assert first.json()["status"] == "succeeded"
     assert again.json() == first.json()
     assert body_field == first.json()
+
+
+@pytest.mark.parametrize("path", ["/v1/calls", "/v1/batches"])
+def test_a_header_key_and_another_body_key_are_422(stack: Stack, path: str) -> None:
+    # The body's key used to win silently over the header's.
+    call = {"tool": "echo", "args": {}}
+    body = {"calls": [call]} if path == "/v1/batches" else call
+    with stack.client() as http:
+        response = http.post(
+            path,
+            json={**body, "idempotency_key": unique("body")},
+            headers={"Idempotency-Key": unique("header")},
+        )
+    assert_error_body(response, 422)
+    assert response.json()["error"] == "idempotency_key and the Idempotency-Key header differ"
 
 
 def test_idempotent_replay_of_a_gated_call_returns_the_same_request(stack: Stack) -> None:
