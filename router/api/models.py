@@ -259,21 +259,28 @@ IDEMPOTENCY_KEY_HEADER: dict[str, Any] = {
     "required": False,
     "schema": {"type": "string", "maxLength": 256},
 }
-_ERROR = {"model": ErrorModel}
-CALL_RESULT_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"model": CallResultModel},
-    401: _ERROR,
-    404: _ERROR,
-    409: _ERROR,
-    413: _ERROR,
-    422: _ERROR,
-    503: _ERROR,
-}
+Responses = dict[int | str, dict[str, Any]]
+
+
+def errors(*codes: int) -> Responses:
+    """The refusals a route answers, each ``ErrorModel``. Every route with a key answers
+    401 without a valid one, and 503 when the database cannot look the key up. FastAPI
+    lists 422 for any route with a parameter; declared, the document has its real shape."""
+    return {code: {"model": ErrorModel} for code in codes}
+
 
 # ``POST /v1/calls`` answers a call result, or with ``dry_run`` an explanation.
-SUBMIT_RESPONSES: dict[int | str, dict[str, Any]] = {
-    **CALL_RESULT_RESPONSES,
+SUBMIT_RESPONSES: Responses = {
     200: {"model": CallResultModel | DryRun},
+    **errors(401, 403, 409, 413, 422, 503),
+}
+CALL_READ_RESPONSES: Responses = {
+    200: {"model": CallResultModel},
+    **errors(401, 404, 422, 503),
+}
+CANCEL_RESPONSES: Responses = {
+    200: {"model": CallResultModel},
+    **errors(401, 404, 409, 422, 503),
 }
 
 
@@ -301,14 +308,9 @@ class DecisionAnswer(BaseModel):
 
 
 DECISION_REQUEST_SCHEMA = DecisionRequest.model_json_schema()
-DECISION_RESPONSES: dict[int | str, dict[str, Any]] = {
+DECISION_RESPONSES: Responses = {
     200: {"model": DecisionAnswer},
-    401: _ERROR,
-    403: _ERROR,
-    404: _ERROR,
-    409: _ERROR,
-    422: _ERROR,
-    503: _ERROR,
+    **errors(401, 403, 404, 409, 413, 422, 503),
 }
 
 
@@ -377,19 +379,12 @@ class BatchResultLine(CallResultModel):
 BATCH_REQUEST_SCHEMA = inline_schema(BatchRequest)
 BATCH_CALL_SCHEMA = inline_schema(BatchCall)
 BATCH_RESULT_LINE_SCHEMA = inline_schema(BatchResultLine)
-BATCH_RESPONSES: dict[int | str, dict[str, Any]] = {
+BATCH_RESPONSES: Responses = {
     200: {"model": BatchReceipt},
-    401: _ERROR,
-    403: _ERROR,
-    413: _ERROR,
-    422: _ERROR,
-    503: _ERROR,
+    **errors(401, 403, 413, 422, 503),
 }
 # Reading a batch: another key's batch is as unknown as one that never was.
-BATCH_READ_RESPONSES: dict[int | str, dict[str, Any]] = {
+BATCH_READ_RESPONSES: Responses = {
     200: {"model": BatchStatus},
-    401: _ERROR,
-    404: _ERROR,
-    422: _ERROR,
-    503: _ERROR,
+    **errors(401, 404, 422, 503),
 }

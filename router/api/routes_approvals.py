@@ -14,7 +14,7 @@ from ..errors import BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge,
 from ..messaging.waiting import wait_for_call
 from .bodies import int_param, object_body, optional_string, wait_seconds
 from .deps import in_thread, principal, runtime_of
-from .models import DECISION_REQUEST_SCHEMA, DECISION_RESPONSES
+from .models import DECISION_REQUEST_SCHEMA, DECISION_RESPONSES, errors
 from .responses import AsciiJSONResponse
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
@@ -39,7 +39,7 @@ APPROVALS_PAGE_MAX = 500
 REFUSALS = {403: Forbidden, 404: NotFound, 409: Conflict, 413: PayloadTooLarge, 422: BadRequest}
 
 
-@router.get("")
+@router.get("", responses=errors(401, 422, 503))
 async def list_requests(
     request: Request,
     status: str = "pending",
@@ -52,7 +52,7 @@ async def list_requests(
     return {"ok": True, "requests": await in_thread(view.list_requests, who, status, count)}
 
 
-@router.get("/{request_id}")
+@router.get("/{request_id}", responses=errors(401, 404, 422, 503))
 async def get_request(
     request: Request, request_id: str, who: Principal = Depends(principal)
 ) -> dict[str, Any]:

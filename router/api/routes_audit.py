@@ -14,6 +14,7 @@ from ..names import echo_name
 from ..status import AuditEvent
 from .bodies import check_call_id, int_param
 from .deps import in_thread, principal, require_operator, runtime_of
+from .models import errors
 from .responses import AsciiJSONResponse
 
 router = APIRouter(tags=["audit"])
@@ -21,7 +22,7 @@ router = APIRouter(tags=["audit"])
 AUDIT_PAGE_MAX = 1000
 
 
-@router.get("/v1/audit")
+@router.get("/v1/audit", responses=errors(401, 403, 404, 422, 503))
 async def read_audit(
     request: Request,
     tool: str | None = None,
@@ -53,7 +54,7 @@ async def read_audit(
     return {"ok": True, "rows": rows, "next_after_seq": rows[-1]["seq"] if rows else after}
 
 
-@router.get("/v1/audit/verify")
+@router.get("/v1/audit/verify", responses=errors(401, 403, 503))
 async def verify_audit(request: Request, who: Principal = Depends(principal)) -> JSONResponse:
     """Check the audit log (operators only): the keyed chain, its signed head, checkpoints and
     archive segments. ``ok`` is false when anything does not hold; ``problems`` says where."""

@@ -18,8 +18,9 @@ from ..status import TERMINAL_STATES, Role
 from .bodies import check_call_id, idempotency_key, object_body, wait_seconds
 from .deps import in_thread, principal, runtime_of
 from .models import (
+    CALL_READ_RESPONSES,
     CALL_REQUEST_SCHEMA,
-    CALL_RESULT_RESPONSES,
+    CANCEL_RESPONSES,
     IDEMPOTENCY_KEY_HEADER,
     SUBMIT_RESPONSES,
 )
@@ -133,7 +134,7 @@ async def explain(
     return AsciiJSONResponse(explained)
 
 
-@router.get("/{call_id}", responses=CALL_RESULT_RESPONSES)
+@router.get("/{call_id}", responses=CALL_READ_RESPONSES)
 async def get_call(
     request: Request, call_id: str, wait_s: str | None = None, who: Principal = Depends(principal)
 ) -> JSONResponse:
@@ -150,7 +151,7 @@ async def get_call(
     return answer(result)
 
 
-@router.delete("/{call_id}", responses=CALL_RESULT_RESPONSES)
+@router.delete("/{call_id}", responses=CANCEL_RESPONSES)
 async def cancel_call(
     request: Request, call_id: str, who: Principal = Depends(principal)
 ) -> JSONResponse:

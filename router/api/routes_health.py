@@ -11,6 +11,7 @@ from sqlalchemy import text
 from ..messaging.redis_clients import redis_client
 from .deps import in_thread, runtime_of
 from .exposition import exposition
+from .models import errors
 from .responses import AsciiJSONResponse
 
 router = APIRouter(tags=["health"])
@@ -46,7 +47,7 @@ async def healthz() -> dict[str, Any]:
     return {"ok": True}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses=errors(503))
 async def readyz(request: Request) -> JSONResponse:
     """Readiness: the database and Redis both answer."""
     runtime = runtime_of(request)

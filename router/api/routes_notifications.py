@@ -13,13 +13,14 @@ from ..names import echo_name
 from ..notify import deliveries
 from ..notify.model import DeliveryStatus
 from .deps import in_thread, principal, require_operator, runtime_of
+from .models import errors
 
 router = APIRouter(tags=["notifications"])
 
 PAGE_MAX = 500
 
 
-@router.get("/v1/notifications")
+@router.get("/v1/notifications", responses=errors(401, 403, 422, 503))
 async def list_deliveries(
     request: Request,
     status: str | None = None,

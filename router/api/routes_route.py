@@ -12,13 +12,14 @@ from ..errors import BadRequest, Forbidden
 from ..status import Role
 from .bodies import object_body
 from .deps import in_thread, principal, runtime_of
+from .models import errors
 
 router = APIRouter(tags=["route"])
 
 ROUTE_FIELDS = frozenset({"task", "capability", "budget", "strategy", "limit"})
 
 
-@router.post("/v1/route")
+@router.post("/v1/route", responses=errors(401, 403, 413, 422, 503))
 async def route(request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
     """``{task, capability?, budget?, strategy?, limit?}`` → the ``strategy`` used and ranked
     ``candidates`` with score and reason (and ``fallback`` when ``llm`` could not rank)."""

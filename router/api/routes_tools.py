@@ -11,17 +11,18 @@ from ..errors import NotFound
 from ..names import echo_name
 from ..tools import stats
 from .deps import in_thread, principal, runtime_of
+from .models import errors
 
 router = APIRouter(tags=["tools"])
 
 
-@router.get("/v1/tools")
+@router.get("/v1/tools", responses=errors(401, 503))
 async def list_tools(request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
     """Every registered tool's definition and schemas."""
     return {"ok": True, "tools": [tool.describe() for tool in runtime_of(request).registry]}
 
 
-@router.get("/v1/tools/{name}")
+@router.get("/v1/tools/{name}", responses=errors(401, 404, 422, 503))
 async def get_tool(
     request: Request, name: str, who: Principal = Depends(principal)
 ) -> dict[str, Any]:
@@ -37,7 +38,7 @@ async def get_tool(
     return {"ok": True, "tool": tool.describe(), "stats": await in_thread(read)}
 
 
-@router.get("/v1/tools/{name}/stats")
+@router.get("/v1/tools/{name}/stats", responses=errors(401, 404, 422, 503))
 async def get_tool_stats(
     request: Request, name: str, who: Principal = Depends(principal)
 ) -> dict[str, Any]:
