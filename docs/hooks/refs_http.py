@@ -106,7 +106,8 @@ def _operation(method: str, path: str, op: dict[str, Any], schemas: dict[str, An
     parts.append(f"**Who:** {WHO[where]}")
     parameters = op.get("parameters") or []
     if parameters:
-        rows = [
+        header: tuple[str, ...] = ("name", "in", "type", "required", "default")
+        rows: list[tuple[str, ...]] = [
             (
                 f"`{p['name']}`",
                 p["in"],
@@ -116,7 +117,13 @@ def _operation(method: str, path: str, op: dict[str, Any], schemas: dict[str, An
             )
             for p in parameters
         ]
-        parts += ["**Parameters**", table(("name", "in", "type", "required", "default"), rows)]
+        if any(p.get("description") for p in parameters):
+            header += ("description",)
+            rows = [
+                (*row, prose(p.get("description", ""), where=f"{where} {p['name']}"))
+                for row, p in zip(rows, parameters, strict=True)
+            ]
+        parts += ["**Parameters**", table(header, rows)]
     body = op.get("requestBody")
     if body:
         required = "required" if body.get("required") else "optional"
@@ -246,11 +253,18 @@ def _type(schema: dict[str, Any], schemas: dict[str, Any]) -> str:
     bounds = []
     for key, sign in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤")):
         if key in schema:
-            bounds.append(f"{sign} {schema[key]:g}")
+            bounds.append(f"{sign} {_number(schema[key])}")
     if "maxLength" in schema:
         bounds.append(f"at most {schema['maxLength']} characters")
     text = str(kind) if kind else "any JSON"
     return f"{text} ({', '.join(bounds)})" if bounds else text
+
+
+def _number(value: float) -> str:
+    """A bound as written: whole numbers in full (``9,007,199,254,740,992``), never ``9e+15``."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{value:,}" if isinstance(value, int) and abs(value) >= 10_000 else f"{value:g}"
 
 
 def _default(schema: dict[str, Any]) -> str:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
+from pydantic import WithJsonSchema
 
 from ..audit import log as audit
 from ..auth.principal import Principal
@@ -20,16 +21,28 @@ from .responses import AsciiJSONResponse
 router = APIRouter(tags=["audit"])
 
 AUDIT_PAGE_MAX = 1000
+SEQ_MAX = 2**62
+# Parsed by ``int_param`` for its own messages; integers to the document.
+AfterSeq = Annotated[
+    str | None,
+    Query(description="Rows after this `seq`; 0 unless given"),
+    WithJsonSchema({"type": "integer", "minimum": 0, "maximum": SEQ_MAX}),
+]
+PageSize = Annotated[
+    str | None,
+    Query(description="Rows at most; 100 unless given"),
+    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": AUDIT_PAGE_MAX}),
+]
 
 
 @router.get("/v1/audit", responses=errors(401, 403, 404, 422, 503))
 async def read_audit(
     request: Request,
-    tool: str | None = None,
-    event: str | None = None,
-    call_id: str | None = None,
-    after_seq: str | None = None,
-    limit: str | None = None,
+    tool: Annotated[str | None, Query(description="Only this tool's rows")] = None,
+    event: Annotated[str | None, Query(description="Only rows of this audit event")] = None,
+    call_id: Annotated[str | None, Query(description="Only this call's rows")] = None,
+    after_seq: AfterSeq = None,
+    limit: PageSize = None,
     who: Principal = Depends(principal),
 ) -> dict[str, Any]:
     """Audit rows in order (operators only). Page with ``after_seq`` = the last ``seq`` seen."""
@@ -40,7 +53,7 @@ async def read_audit(
         raise BadRequest("tool must be 1-256 printable characters")
     if call_id is not None:
         check_call_id(call_id)
-    after = int_param(after_seq, "after_seq", default=0, low=0, high=2**62)
+    after = int_param(after_seq, "after_seq", default=0, low=0, high=SEQ_MAX)
     count = int_param(limit, "limit", default=100, low=1, high=AUDIT_PAGE_MAX)
     store = runtime_of(request).store
 

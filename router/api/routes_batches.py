@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
+from pydantic import WithJsonSchema
 
 from ..auth.principal import Principal
 from ..dispatch.batches import BatchService, Malformed
@@ -27,6 +28,12 @@ router = APIRouter(prefix="/v1/batches", tags=["batches"])
 BATCH_FIELDS = frozenset({"calls", "idempotency_key"})
 NDJSON_TYPES = ("application/x-ndjson", "application/jsonl", "application/ndjson")
 MAX_OFFSET = 2**53
+# Parsed by ``offset_param`` for its own message; an integer to the document.
+Offset = Annotated[
+    str | None,
+    Query(description="Index of this request's first call; else after the batch's last call"),
+    WithJsonSchema({"type": "integer", "minimum": 0, "maximum": MAX_OFFSET}),
+]
 
 
 def service(request: Request) -> BatchService:
@@ -86,7 +93,7 @@ def offset_param(value: str | None) -> int | None:
     },
 )
 async def submit_batch(
-    request: Request, offset: str | None = None, who: Principal = Depends(principal)
+    request: Request, offset: Offset = None, who: Principal = Depends(principal)
 ) -> dict[str, Any]:
     """Submit up to ``TOOLROUTER_MAX_BATCH_CALLS`` calls: ``{"calls": [...]}`` or one call
     per NDJSON line. Each call is checked, stored and audited on its own; the answer names

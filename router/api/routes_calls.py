@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
+from pydantic import WithJsonSchema
 
 from ..auth.principal import Principal
 from ..dispatch.submission import Submission
@@ -29,6 +30,12 @@ from .responses import AsciiJSONResponse
 router = APIRouter(prefix="/v1/calls", tags=["calls"])
 
 CALL_FIELDS = frozenset({"tool", "capability", "args", "idempotency_key", "wait_s", "dry_run"})
+# Parsed by ``wait_seconds`` for its own messages; a number of seconds to the document.
+WaitSeconds = Annotated[
+    str | None,
+    Query(description="Wait up to this long, at most `TOOLROUTER_MAX_WAIT_S`"),
+    WithJsonSchema({"type": "number", "minimum": 0}),
+]
 
 
 def answer(result: CallResult) -> JSONResponse:
@@ -136,7 +143,10 @@ async def explain(
 
 @router.get("/{call_id}", responses=CALL_READ_RESPONSES)
 async def get_call(
-    request: Request, call_id: str, wait_s: str | None = None, who: Principal = Depends(principal)
+    request: Request,
+    call_id: str,
+    wait_s: WaitSeconds = None,
+    who: Principal = Depends(principal),
 ) -> JSONResponse:
     """A call's result; with ``wait_s``, wait up to that long for it to finish."""
     runtime = runtime_of(request)
