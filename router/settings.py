@@ -102,7 +102,9 @@ class Settings(BaseSettings):
     outcome_hold_ms: float = Field(default=5.0, ge=0, le=1000)
     # Deepest nesting of arrays and objects accepted in arguments and stored in results.
     max_nesting: int = Field(default=64, ge=2, le=512)
-    # Bodies larger than this are refused with 413 before they are parsed.
+    # Largest arguments of a call, in bytes of their JSON (UTF-8): larger are refused with
+    # 413 (`arguments too large`). A call's body may be 16 KiB larger, for the JSON around
+    # them; a larger body is refused with 413 before it is parsed.
     max_args_bytes: int = Field(default=256 * 1024, ge=1024)
     # A batch takes at most this many calls; more are refused with 413.
     max_batch_calls: int = Field(default=100_000, ge=1)
