@@ -129,13 +129,24 @@ def type_name(annotation: Any, link: Callable[[type[BaseModel]], str]) -> str:
         return f"{text}, or unset" if type(None) in args else text
     if origin in (tuple, list):
         inner = type_name(args[0], link) if args else "any"
-        return f"list of {inner}" if inner.startswith("[") else f"list of {inner}s"
+        return f"list of {_plural(inner)}"
     if origin is dict:
         inner = type_name(args[1], link) if len(args) == 2 else "any"
         if inner == "any":
             return "mapping"
-        return f"mapping of {inner}" if inner.startswith("[") else f"mapping of {inner}s"
+        return f"mapping of {_plural(inner)}"
     raise PluginError(f"no reference name for the type {annotation!r}: add it to refs_fields")
+
+
+def _plural(name: str) -> str:
+    """``string`` → ``strings``, ``list of strings`` → ``lists of strings``: the first word
+    only, once; a model's link, or a choice of literals, as it is."""
+    if name.startswith(("[", "`")):
+        return name
+    if name == "any":
+        return "values of any type"
+    head, _, rest = name.partition(" ")
+    return f"{head}s {rest}" if rest else f"{head}s"
 
 
 def constraints(field: FieldInfo) -> str:
