@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
+from pydantic import WithJsonSchema
 
 from ..approval.model import Decision
 from ..auth.principal import Principal
@@ -36,6 +37,12 @@ DECISION_FIELDS = {
 }
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 APPROVALS_PAGE_MAX = 500
+# Parsed by ``int_param`` for its own messages; an integer to the document.
+PageSize = Annotated[
+    str | None,
+    Query(description="Requests at most; 200 unless given"),
+    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": APPROVALS_PAGE_MAX}),
+]
 REFUSALS = {403: Forbidden, 404: NotFound, 409: Conflict, 413: PayloadTooLarge, 422: BadRequest}
 
 
@@ -43,7 +50,7 @@ REFUSALS = {403: Forbidden, 404: NotFound, 409: Conflict, 413: PayloadTooLarge, 
 async def list_requests(
     request: Request,
     status: str = "pending",
-    limit: str | None = None,
+    limit: PageSize = None,
     who: Principal = Depends(principal),
 ) -> dict[str, Any]:
     """Requests this key may decide (operators see all), oldest first."""
