@@ -93,12 +93,18 @@ CALL_BODY_SLACK = 16 * 1024
 def body_limits(settings: Settings) -> Callable[[str], int]:
     """The largest body each path accepts (``BodyLimit``)."""
     calls = settings.max_args_bytes + CALL_BODY_SLACK
+    # A decision may carry edited arguments as large as a call's.
+    decisions = SMALL_BODY_BYTES + settings.max_args_bytes
 
     def limit_for(path: str) -> int:
         if path.startswith("/v1/batches"):
             return settings.max_batch_bytes
         if path.startswith("/v1/calls") or path.startswith("/mcp"):
             return calls
+        if path.startswith("/v1/approvals"):
+            return decisions
+        if path.startswith("/ui/edit"):
+            return 3 * decisions  # a form's percent-encoding triples a byte at most
         return SMALL_BODY_BYTES
 
     return limit_for
