@@ -149,13 +149,12 @@ def batch_status(body: dict[str, Any]) -> BatchStatus:
     )
 
 
-def decided(body: dict[str, Any]) -> Decided:
+def decided(body: dict[str, Any], request_id: str) -> Decided:
     if body.get("status") not in _DECISIONS:
-        # approve(wait_s=…) on a released call answers with the call's result.
+        # approve(wait_s=…) on a released call answers with the call's result, which
+        # does not count approvals.
         result = CallResult.from_dict(body)
-        return Decided(
-            "approved", body.get("request_id"), result.call_id, released=True, result=result
-        )
+        return Decided("approved", request_id, result.call_id, released=True, result=result)
     return Decided(
         status=body["status"],
         request_id=body.get("request_id"),

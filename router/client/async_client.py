@@ -201,10 +201,10 @@ class AsyncClient:
     ) -> Decided:
         """Approve; with ``wait_s``, also wait for the released call's outcome."""
         request = self._api.approve(request_id, reason, wait_s)
-        return answers.decided(await self._checked(request))
+        return answers.decided(await self._checked(request), request_id)
 
     async def deny(self, request_id: str, reason: str | None = None) -> Decided:
-        return answers.decided(await self._checked(self._api.deny(request_id, reason)))
+        return answers.decided(await self._checked(self._api.deny(request_id, reason)), request_id)
 
 
 @functools.lru_cache(maxsize=64)

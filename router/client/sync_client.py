@@ -189,10 +189,12 @@ class Client:
         self, request_id: str, reason: str | None = None, wait_s: float | None = None
     ) -> Decided:
         """Approve; with ``wait_s``, also wait for the released call's outcome."""
-        return answers.decided(self._checked(self._api.approve(request_id, reason, wait_s)))
+        return answers.decided(
+            self._checked(self._api.approve(request_id, reason, wait_s)), request_id
+        )
 
     def deny(self, request_id: str, reason: str | None = None) -> Decided:
-        return answers.decided(self._checked(self._api.deny(request_id, reason)))
+        return answers.decided(self._checked(self._api.deny(request_id, reason)), request_id)
 
 
 class _Connection(HTTPConnection):

@@ -121,9 +121,14 @@ def test_approver_lists_approves_with_wait_and_denies(stack: Stack) -> None:
         assert {gated.request_id, other.request_id} <= listed
         decided = approver.approve(gated.request_id, reason="ok", wait_s=WAIT_S)
         assert decided.released and decided.status == "approved"
+        assert (decided.request_id, decided.call_id) == (gated.request_id, gated.call_id)
         assert decided.result is not None and decided.result.value == {"pay": 1}
         denied = approver.deny(other.request_id, reason="no")
-        assert (denied.status, denied.call_id) == ("denied", other.call_id)
+        assert (denied.status, denied.request_id, denied.call_id) == (
+            "denied",
+            other.request_id,
+            other.call_id,
+        )
         assert other.call_id is not None
         assert agent.result(other.call_id).denied
         with pytest.raises(NotFound):
@@ -166,6 +171,7 @@ def test_async_client_does_the_same(stack: Stack) -> None:
             assert gated.request_id in {r["request_id"] for r in await approver.approvals()}
             decided = await approver.approve(gated.request_id, wait_s=WAIT_S)
             assert decided.result is not None and decided.result.ok
+            assert decided.request_id == gated.request_id
             receipt = await agent.batch([{"tool": "echo", "args": {"i": 1}}])
             for _ in range(600):
                 if (await agent.batch_status(receipt.batch_id)).done:
