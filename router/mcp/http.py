@@ -21,6 +21,7 @@ from mcp.server.transport_security import (
     TransportSecurityMiddleware,
     TransportSecuritySettings,
 )
+from mcp.types import INVALID_REQUEST
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 PRINCIPAL_SCOPE_KEY = "toolrouter.principal"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 ANY_ADDRESS = ("", "0.0.0.0", "::")
+# For a body that is JSON but no JSON-RPC message (``[]``, ``null``, a wrong version).
+NOT_JSON_RPC = "invalid request: not a JSON-RPC 2.0 request, notification or response"
 
 
 def transport_security(settings: Settings) -> TransportSecuritySettings:
@@ -163,11 +166,10 @@ class JsonErrors:
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
-            if message["status"] >= 400 and not _is_json(message):
-                self._held = message
-                self.started = True
-                return
             self.started = True
+            if message["status"] >= 400:
+                self._held = message
+                return
         elif message["type"] == "http.response.body" and self._held is not None:
             self._body += message.get("body", b"")
             if message.get("more_body", False):
@@ -178,9 +180,37 @@ class JsonErrors:
                 for name, value in held.get("headers", [])
                 if name.lower() not in (b"content-type", b"content-length")
             ]
-            await self.error(held["status"], self._body.decode("utf-8", "replace"), kept)
+            if _is_json(held):
+                await self._json_error(held["status"], kept)
+            else:
+                await self.error(held["status"], self._body.decode("utf-8", "replace"), kept)
             return
         await self.send(message)
+
+    async def _json_error(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """A JSON-RPC error as the SDK wrote it, but for a message that is not JSON-RPC: the
+        SDK's text is its validation library's report (with the input and a web address)."""
+        body = self._body
+        try:
+            answer = json.loads(body)
+            error = answer["error"]
+            if str(error["message"]).startswith("Validation error"):
+                error.update(code=INVALID_REQUEST, message=NOT_JSON_RPC)
+                body = json.dumps(answer).encode("ascii")
+        except (ValueError, TypeError, KeyError):
+            pass  # not such an error: passed on as it is
+        await self.send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    *headers,
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode("ascii")),
+                ],
+            }
+        )
+        await self.send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 def _is_json(start: Message) -> bool:

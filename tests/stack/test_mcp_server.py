@@ -27,6 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from router.cli import processes
 from router.mcp import transport_security
+from router.mcp.http import NOT_JSON_RPC
 from router.mcp.tools import render
 from router.results import CallResult
 from router.settings import Settings
@@ -452,6 +453,15 @@ def test_sdk_refusals_are_json_errors_not_text_or_html(stack: Stack) -> None:
     )
     assert not_json.status_code < 500
     assert not_json.headers["content-type"].startswith("application/json")
+    # JSON that is no JSON-RPC message: once answered with the validation library's report
+    # (the input echoed back, a web address).
+    for body in (b"[]", b"null", b"{}", b'{"jsonrpc": "1.0", "id": 1, "method": "ping"}'):
+        response = httpx.post(
+            url, content=body, headers={**auth, "Content-Type": "application/json"}
+        )
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error == {"code": -32600, "message": NOT_JSON_RPC}, error
 
 
 # -- stdio --------------------------------------------------------------------------------
