@@ -149,14 +149,17 @@ class JsonErrors:
         text = message.strip() or HTTPStatus(status).phrase
         # The SDK capitalises its messages; the API's are lower case ("invalid Host header").
         text = text[:1].lower() + text[1:]
-        payload = json.dumps({"ok": False, "error": text}).encode("ascii")
         self.started = True
+        await self._send_json(status, json.dumps({"ok": False, "error": text}), headers or [])
+
+    async def _send_json(self, status: int, body: str, headers: list[tuple[bytes, bytes]]) -> None:
+        payload = body.encode("utf-8")
         await self.send(
             {
                 "type": "http.response.start",
                 "status": status,
                 "headers": [
-                    *(headers or []),
+                    *headers,
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(payload)).encode("ascii")),
                 ],
@@ -190,27 +193,16 @@ class JsonErrors:
     async def _json_error(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         """A JSON-RPC error as the SDK wrote it, but for a message that is not JSON-RPC: the
         SDK's text is its validation library's report (with the input and a web address)."""
-        body = self._body
+        body = self._body.decode("utf-8", "replace")
         try:
             answer = json.loads(body)
             error = answer["error"]
             if str(error["message"]).startswith("Validation error"):
                 error.update(code=INVALID_REQUEST, message=NOT_JSON_RPC)
-                body = json.dumps(answer).encode("ascii")
+                body = json.dumps(answer)
         except (ValueError, TypeError, KeyError):
             pass  # not such an error: passed on as it is
-        await self.send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    *headers,
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode("ascii")),
-                ],
-            }
-        )
-        await self.send({"type": "http.response.body", "body": body, "more_body": False})
+        await self._send_json(status, body, headers)
 
 
 def _is_json(start: Message) -> bool:

@@ -295,6 +295,28 @@ def test_a_claude_desktop_json_file_is_a_config(tmp_path: Path) -> None:
         runtime.close()
 
 
+def toolrouter_tools(
+    config: Path, state_dir: Path, *, cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    """``toolrouter tools`` with ``config``, started in ``cwd``, stdin closed."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TOOLROUTER_")}
+    env.update(
+        TOOLROUTER_CONFIG=str(config),
+        TOOLROUTER_STATE_DIR=str(state_dir),
+        TOOLROUTER_SECRETS_DIR=os.environ["TOOLROUTER_SECRETS_DIR"],
+        PYTHONPATH=str(REPO),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "router.cli.main", "tools"],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 TINY_SERVER = """
 from mcp.server.mcpserver import MCPServer
 
@@ -324,22 +346,7 @@ def test_a_servers_relative_paths_are_read_from_the_configs_folder(
     config.write_text(json.dumps({"mcp_servers": {"tiny": server}, "tools": []}))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("TOOLROUTER_")}
-    env.update(
-        TOOLROUTER_CONFIG=str(config),
-        TOOLROUTER_STATE_DIR=str(tmp_path / "state"),
-        TOOLROUTER_SECRETS_DIR=os.environ["TOOLROUTER_SECRETS_DIR"],
-        PYTHONPATH=str(REPO),
-    )
-    listed = subprocess.run(
-        [sys.executable, "-m", "router.cli.main", "tools"],
-        env=env,
-        cwd=elsewhere,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    listed = toolrouter_tools(config, tmp_path / "state", cwd=elsewhere)
     assert listed.returncode == 0, listed.stderr
     assert "tiny.hello" in listed.stdout
 
@@ -355,21 +362,7 @@ def test_an_imported_servers_stderr_goes_to_its_log_not_into_command_output(
         "tools: []\n",
         encoding="utf-8",
     )
-    env = {key: value for key, value in os.environ.items() if not key.startswith("TOOLROUTER_")}
-    env.update(
-        TOOLROUTER_CONFIG=str(config),
-        TOOLROUTER_STATE_DIR=str(tmp_path / "state"),
-        TOOLROUTER_SECRETS_DIR=os.environ["TOOLROUTER_SECRETS_DIR"],
-    )
-    listed = subprocess.run(
-        [sys.executable, "-m", "router.cli.main", "tools"],
-        env=env,
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    listed = toolrouter_tools(config, tmp_path / "state", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert "everything.echo" in listed.stdout
     assert listed.stderr == ""
