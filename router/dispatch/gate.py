@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..tools.registry import Tool
-from ..tools.rules import Condition, RuleError, ToolRules, context_of
+from ..tools.rules import Condition, Context, RuleError, ToolRules, context_of
 
 TOOL_CONFIG = "tool_config"
 CONDITION = "condition"
@@ -86,7 +86,7 @@ def rule_on(tool: Tool, args: Any, caller: str, roles_of: RolesOf) -> Ruling:
     return _evaluate(tool, rules, context)
 
 
-def _evaluate(tool: Tool, rules: ToolRules, context: dict[str, Any]) -> Ruling:
+def _evaluate(tool: Tool, rules: ToolRules, context: Context) -> Ruling:
     decided: list[GateRule] = []
     failed = False
     if rules.deny is not None:
@@ -115,7 +115,7 @@ def _evaluate(tool: Tool, rules: ToolRules, context: dict[str, Any]) -> Ruling:
     return Ruling(gate, gate.rules)
 
 
-def _check(condition: Condition, context: dict[str, Any]) -> tuple[bool | None, str]:
+def _check(condition: Condition, context: Context) -> tuple[bool | None, str]:
     """The condition's value (None when it failed) and how it came out, as text."""
     try:
         value = condition.holds(context)
@@ -124,7 +124,7 @@ def _check(condition: Condition, context: dict[str, Any]) -> tuple[bool | None, 
     return value, f"{condition.describe()} → {str(value).lower()}"
 
 
-def _count(fixed: object, rules: ToolRules, context: dict[str, Any]) -> tuple[int, str | None]:
+def _count(fixed: object, rules: ToolRules, context: Context) -> tuple[int, str | None]:
     """Approvals required: the first branch that holds; the largest when one fails first
     or none holds, so a rule that cannot say asks for more, never fewer."""
     if not rules.counts:

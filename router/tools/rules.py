@@ -49,6 +49,10 @@ class RuleError(Exception):
     """Raised when an expression fails to evaluate (a missing field, a wrong type)."""
 
 
+# What an expression reads, or why nothing can be read.
+Context = dict[str, Any] | RuleError
+
+
 @dataclass(frozen=True, slots=True)
 class Condition:
     """One compiled expression and the key it was written under."""
@@ -57,8 +61,11 @@ class Condition:
     text: str
     program: Any
 
-    def holds(self, context: dict[str, Any]) -> bool:
-        """The expression's value in ``context``; ``RuleError`` unless it is a bool."""
+    def holds(self, context: Context) -> bool:
+        """The expression's value in ``context``; ``RuleError`` unless it is a bool, and
+        always when the context could not be made."""
+        if isinstance(context, RuleError):
+            raise RuleError(str(context))
         try:
             value = self.program.evaluate(context)
         except Exception as exc:
@@ -84,18 +91,18 @@ class ToolRules:
     uses_roles: bool
 
 
-# Why every condition that reads ``args`` fails when CEL cannot hold them.
-ARGS_NOT_CEL = "the arguments hold a value CEL cannot (an integer beyond 64 bits)"
+# Why every condition fails when CEL cannot hold the arguments.
+ARGS_NOT_CEL = "the arguments hold an integer beyond CEL's signed 64 bits"
 
 
-def context_of(args: Any, caller: str, roles: Iterable[str]) -> dict[str, Any]:
-    """The names an expression reads, as CEL values. Arguments CEL cannot hold become an
-    error value: each condition reading them fails, and a failed condition is strict."""
-    cel_args: Any
+def context_of(args: Any, caller: str, roles: Iterable[str]) -> Context:
+    """The names an expression reads, as CEL values; a ``RuleError`` when CEL cannot hold
+    the arguments, on which every condition fails (and a failed condition is strict):
+    evaluated, ``has()`` would answer false of them rather than fail."""
     try:
         cel_args = celpy.json_to_cel(args)
     except (ValueError, OverflowError, TypeError):
-        cel_args = celpy.CELEvalError(ARGS_NOT_CEL)
+        return RuleError(ARGS_NOT_CEL)
     return {
         "args": cel_args,
         "caller": celtypes.StringType(caller),

@@ -152,8 +152,8 @@ def test_handler_raising_value_error_fails_with_its_own_message(stack: Stack) ->
 def test_handler_message_no_database_stores_fails_the_call_escaped(
     stack: Stack, message: str, stored: str
 ) -> None:
-    # Stored as raised, a NUL (PostgreSQL) or a lone surrogate (both) lost the outcome: the
-    # call stayed running until the reaper called it interrupted.
+    # Stored as raised, a NUL (PostgreSQL) or a lone surrogate (both) fails the outcome's
+    # write, and the call would stay running until the reaper called it interrupted.
     with stack.client() as http:
         # Escaped as JSON allows: httpx would refuse to encode a lone surrogate itself.
         sent = {"tool": "value_error", "args": {"message": message}, "wait_s": WAIT_S}
@@ -409,7 +409,7 @@ def test_same_idempotency_key_in_header_returns_the_same_call(stack: Stack) -> N
 
 @pytest.mark.parametrize("path", ["/v1/calls", "/v1/batches"])
 def test_a_header_key_and_another_body_key_are_422(stack: Stack, path: str) -> None:
-    # The body's key used to win silently over the header's.
+    # Two keys for one request: which one the caller meant cannot be guessed.
     call = {"tool": "echo", "args": {}}
     body = {"calls": [call]} if path == "/v1/batches" else call
     with stack.client() as http:

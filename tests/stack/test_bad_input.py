@@ -618,7 +618,7 @@ def test_bad_audit_query_is_422(stack: Stack, params: dict[str, str]) -> None:
 
 @pytest.mark.parametrize("limit", ["abc", "0", "-1", "501", "9" * 10_000])
 def test_bad_approvals_limit_is_422_as_the_audits_is(stack: Stack, limit: str) -> None:
-    # It was clamped (0, -1) or answered with a validation library's own wording.
+    # Refused in toolrouter's words, as the audit page's limit is; never clamped.
     with stack.client("approver") as http:
         response = http.get("/v1/approvals", params={"limit": limit})
     body = assert_clear_error(response, 422)

@@ -222,8 +222,8 @@ def test_resubmitting_a_batch_with_its_keys_replays_instead_of_duplicating(
 
 
 def test_a_keyed_batch_sent_again_holds_each_keyless_call_once(stack: Stack) -> None:
-    # Keyless calls sent again under the batch's key were stored again: one batch held
-    # index 0 three times, and each handler ran once more per request.
+    # A request sent again under the batch's key must not store (and run) its keyless
+    # calls again: each is known by its index.
     batch = {"Idempotency-Key": f"batch-{uuid.uuid4().hex}"}
     calls = [{"tool": "echo", "args": {"i": i}} for i in range(3)]
     with stack.client() as http:
@@ -258,8 +258,8 @@ def test_an_over_large_call_is_rejected_alone(stack: Stack) -> None:
 
 
 def test_an_item_the_rules_cannot_read_is_gated_and_the_rest_run(stack: Stack) -> None:
-    # An integer beyond CEL's 64 bits once broke the whole batch: HTTP 500, a batch row
-    # counting calls it never stored.
+    # An integer beyond CEL's signed 64 bits is one item's matter: the batch around it is
+    # stored whole, and no batch row counts calls it never stored.
     calls = [
         {"tool": "echo", "args": {"ok": 1}},
         {"tool": "rule_wire", "args": {"amount": 1, "to": "bob", "x": 2**63}},

@@ -453,8 +453,8 @@ def test_sdk_refusals_are_json_errors_not_text_or_html(stack: Stack) -> None:
     )
     assert not_json.status_code < 500
     assert not_json.headers["content-type"].startswith("application/json")
-    # JSON that is no JSON-RPC message: once answered with the validation library's report
-    # (the input echoed back, a web address).
+    # JSON that is no JSON-RPC message: a short error of our own, not the validation
+    # library's report (the input echoed back, a web address).
     for body in (b"[]", b"null", b"{}", b'{"jsonrpc": "1.0", "id": 1, "method": "ping"}'):
         response = httpx.post(
             url, content=body, headers={**auth, "Content-Type": "application/json"}

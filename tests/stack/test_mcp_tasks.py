@@ -204,7 +204,7 @@ def test_tasks_belong_to_the_key_that_made_them(stack: Stack) -> None:
                     await attempt(theirs, some)
             with pytest.raises(MCPError, match="invalid cursor"):
                 await list_tasks(theirs, cursor="not a cursor")
-            # Ids no database stores (a NUL on PostgreSQL) once answered "internal error".
+            # Ids no database stores (a NUL on PostgreSQL) name no task either.
             for made_up in ("a\x00", "call_" + "0" * 31 + "\x00", "x" * 10_000):
                 for attempt in (get_task, task_result, cancel_task):
                     with pytest.raises(MCPError, match="unknown task"):
@@ -337,7 +337,7 @@ def test_an_idempotency_key_in_meta_makes_a_retry_the_same_call(
                 for text in ("a\x00", "d\x7f", "")
             ]
 
-    # On PostgreSQL a NUL once reached the key's lookup, whose error quoted the SQL.
+    # Refused before the key's lookup: on PostgreSQL its error would quote the SQL.
     for refused in anyio.run(unprintable):
         assert refused.is_error is True
         assert refused.content[0].text == (  # type: ignore[union-attr]

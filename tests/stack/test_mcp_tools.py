@@ -336,8 +336,8 @@ server.run("stdio")
 def test_a_servers_relative_paths_are_read_from_the_configs_folder(
     tmp_path: Path, cwd: str | None
 ) -> None:
-    # An MCP client starts `toolrouter mcp` in a folder of its own: a path relative to the
-    # process's folder made the whole config unreadable there.
+    # An MCP client starts `toolrouter mcp` in a folder of its own: read from the process's
+    # folder, a relative path would make the whole config unreadable there.
     folder = tmp_path / "config"
     (folder / "servers").mkdir(parents=True)
     (folder / (cwd or ".") / "tiny.py").write_text(TINY_SERVER, encoding="utf-8")

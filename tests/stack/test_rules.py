@@ -78,12 +78,12 @@ def test_a_missing_amount_fails_closed_to_two_approvers(stack: Stack) -> None:
 
 
 def test_an_integer_beyond_64_bits_fails_the_rules_closed(stack: Stack) -> None:
-    # CEL's integers are 64-bit: such arguments once answered 503, an internal error.
+    # CEL's integers are signed 64-bit: such arguments fail the rules closed, never 503.
     call = submit_pending(stack, WIRE, args={"amount": 2**63, "to": "bob", "x": [-(2**70)]})
     with stack.client("approver") as http:
         request = http.get(f"/v1/approvals/{call['request_id']}").json()["request"]
     assert request["approvals_required"] == 2
-    assert "integer beyond 64 bits" in request["rule"] and "gated" in request["rule"]
+    assert "signed 64 bits" in request["rule"] and "gated" in request["rule"]
 
 
 def test_the_rule_is_shown_with_the_request_in_the_api_the_audit_and_the_inbox(

@@ -215,8 +215,8 @@ def test_an_inbox_reason_is_kept_on_one_line_and_one_no_database_stores_is_refus
     with httpx.Client(base_url=stack.base_url, timeout=30) as http:
         assert sign_in_with(http, stack.keys["approver"]).status_code == 303
         form = {"decision": "deny", "csrf": csrf_of(http.get("/ui/"))}
-        # A NUL reached the approval worker, whose write failed on PostgreSQL: the
-        # approver waited for its time-out and was told the decision was not applied.
+        # A NUL would reach the approval worker, whose write fails on PostgreSQL: the
+        # approver would wait for its time-out and be told nothing was applied.
         refused = http.post(
             "/ui/decide",
             data={**form, "request_id": refused_call["request_id"], "reason": "a\x00b"},

@@ -121,6 +121,21 @@ def test_a_deny_if_that_cannot_be_evaluated_gates_instead_of_refusing() -> None:
     assert "gated, a person decides instead" in ruling.gate.rule_text
 
 
+@pytest.mark.parametrize("key", ["requires_approval", "deny_if"])
+def test_arguments_cel_cannot_hold_fail_every_condition_even_has(key: str) -> None:
+    # Evaluated over an error value, has() answers false rather than failing: a deny_if
+    # or requires_approval of has() would let such a call through.
+    tool = tool_from(one_rule(key, "has(args.admin_override)"))
+    ruling = rule(tool, {"admin_override": True, "pad": 2**70})
+    assert ruling.denial is None and ruling.gate is not None
+    assert "signed 64 bits" in ruling.gate.rule_text and "failed" in ruling.gate.rule_text
+
+
+def test_arguments_cel_cannot_hold_take_the_largest_count() -> None:
+    ruling = rule(tool_from(WIRE), {"amount": 5, "to": "bob", "pad": -(2**63) - 1})
+    assert ruling.gate is not None and ruling.gate.approvals_required == 2
+
+
 def test_a_value_that_is_not_a_bool_fails_closed() -> None:
     ruling = rule(tool_from(one_rule("requires_approval", "args.amount")), {"amount": 1})
     assert ruling.gate is not None and "not a bool" in ruling.gate.rule_text
