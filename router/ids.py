@@ -8,11 +8,11 @@ import secrets
 import time
 
 # What ``new_call_id`` makes; a string of any other shape names no call.
-CALL_ID_RE = re.compile(r"^call_[0-9a-f]{32}$")
+CALL_ID_RE = re.compile(r"call_[0-9a-f]{32}")
 
 
 def is_call_id(text: object) -> bool:
-    return isinstance(text, str) and CALL_ID_RE.match(text) is not None
+    return isinstance(text, str) and CALL_ID_RE.fullmatch(text) is not None
 
 
 def new_call_id() -> str:

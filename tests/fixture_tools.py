@@ -34,6 +34,11 @@ def raise_value_error(args: dict[str, Any], ctx: CallContext) -> Any:
     raise ValueError(args.get("message", "insufficient funds"))
 
 
+def raise_long_named(args: dict[str, Any], ctx: CallContext) -> Any:
+    """An exception whose class name is longer than any column keeps."""
+    raise type("E" * 300, (Exception,), {})("a long-named failure")
+
+
 def raise_key_error(args: dict[str, Any], ctx: CallContext) -> Any:
     return {}["missing_key"]
 

@@ -265,17 +265,17 @@ async def decide(request: Request) -> Response:
     return _redirect_with_flash(request, "\n".join(lines))
 
 
-# The decision's reason in a flash, when the form's cannot be kept.
-UNSTORABLE_REASON = "The reason holds control characters; remove them. Nothing was sent."
-
-
 def reason_of(form: FormData) -> str | None:
     """The form's reason, its lines and runs of spaces joined by single spaces (as the API
-    takes it: printable, at most 2000 characters); ``ValueError`` if it holds anything
-    else (a NUL, which no database stores)."""
+    takes it: printable, at most 2000 characters); ``ValueError`` naming the first
+    character it cannot keep (a NUL, which no database stores; an invisible format mark)."""
     reason = " ".join(str(form.get("reason") or "").split())[:2000]
-    if not reason.isprintable():
-        raise ValueError(UNSTORABLE_REASON)
+    for position, character in enumerate(reason, start=1):
+        if not character.isprintable():
+            raise ValueError(
+                f"The reason holds U+{ord(character):04X} at character {position}, which "
+                "cannot be kept; remove it. Nothing was sent."
+            )
     return reason or None
 
 

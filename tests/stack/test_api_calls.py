@@ -170,6 +170,13 @@ def test_handler_message_no_database_stores_fails_the_call_escaped(
     assert again["error"] == stored
 
 
+def test_an_exception_class_name_longer_than_its_column_is_cut(stack: Stack) -> None:
+    with stack.client() as http:
+        body = run(http, "long_named_error")
+    assert (body["status"], body["error"]) == ("failed", "a long-named failure"), body
+    assert body["error_type"] == "E" * 128
+
+
 def test_handler_raising_key_error_fails_with_the_key(stack: Stack) -> None:
     with stack.client() as http:
         body = run(http, "key_error")

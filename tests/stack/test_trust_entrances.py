@@ -222,7 +222,7 @@ def test_an_inbox_reason_is_kept_on_one_line_and_one_no_database_stores_is_refus
             data={**form, "request_id": refused_call["request_id"], "reason": "a\x00b"},
         )
         assert refused.status_code == 303
-        assert "control characters" in html.unescape(http.get("/ui/").text)
+        assert "U+0000 at character 2" in html.unescape(http.get("/ui/").text)
         kept = http.post(
             "/ui/decide",
             data={**form, "request_id": kept_call["request_id"], "reason": " wrong\r\n  payee "},

@@ -8,6 +8,9 @@ from typing import Any
 from router.canonical import canonical_json, nested_deeper_than, storable_text, too_deep_message
 from router.results import error_message
 
+# The length of the ``error_type`` column.
+ERROR_TYPE_MAX = 128
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -24,12 +27,15 @@ class Outcome:
     retry_after_s: float | None = None
 
     def __post_init__(self) -> None:
-        # A handler's message may hold what no database stores (a NUL, a lone surrogate):
-        # stored as is, the outcome would be lost and the call shown as interrupted.
-        for name in ("error", "error_type"):
-            text = getattr(self, name)
-            if text is not None and (clean := storable_text(text)) is not text:
-                object.__setattr__(self, name, clean)
+        # A handler's message may hold what no database stores (a NUL, a lone surrogate),
+        # and its class a name longer than the column: stored as is, the outcome would be
+        # lost and the call shown as interrupted.
+        if self.error is not None and (error := storable_text(self.error)) is not self.error:
+            object.__setattr__(self, "error", error)
+        if self.error_type is not None:
+            kind = storable_text(self.error_type)[:ERROR_TYPE_MAX]
+            if kind != self.error_type:
+                object.__setattr__(self, "error_type", kind)
 
     @classmethod
     def of_value(
