@@ -34,6 +34,7 @@ from . import (
     routes_route,
     routes_tools,
 )
+from .bodies import SMALL_BODY_BYTES, decision_body_bytes
 from .body_limit import BodyLimit
 from .direct_routes import DirectRoutes
 from .responses import AsciiJSONResponse
@@ -84,8 +85,6 @@ EXCEPTION_HANDLERS = {
 }
 
 
-# Bodies of routes that take no calls: a decision's reason, an inbox form.
-SMALL_BODY_BYTES = 64 * 1024
 # A call body carries JSON punctuation around its arguments; a little slack for it.
 CALL_BODY_SLACK = 16 * 1024
 
@@ -93,8 +92,7 @@ CALL_BODY_SLACK = 16 * 1024
 def body_limits(settings: Settings) -> Callable[[str], int]:
     """The largest body each path accepts (``BodyLimit``)."""
     calls = settings.max_args_bytes + CALL_BODY_SLACK
-    # A decision may carry edited arguments as large as a call's.
-    decisions = SMALL_BODY_BYTES + settings.max_args_bytes
+    decisions = decision_body_bytes(settings)
 
     def limit_for(path: str) -> int:
         if path.startswith("/v1/batches"):
@@ -138,7 +136,12 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
     # The config, the schema and the key first: the listener below needs the key.
     runtime.prepare()
     metrics.show_zeros(
-        (channel, outcome) for channel in (ANY_CHANNEL, *ChannelType) for outcome in NotifyOutcome
+        [(ANY_CHANNEL, NotifyOutcome.NOT_QUEUED)]
+        + [
+            (channel, outcome)
+            for channel in ChannelType
+            for outcome in (NotifyOutcome.DELIVERED, NotifyOutcome.RETRIED, NotifyOutcome.FAILED)
+        ]
     )
     app = FastAPI(
         title="toolrouter",
@@ -181,7 +184,10 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
 
 
 def app_from_env() -> FastAPI:
-    """Uvicorn factory: ``uvicorn --factory router.api.app:app_from_env``."""
+    """Uvicorn factory: ``uvicorn --factory router.api.app:app_from_env``. Started so,
+    uvicorn believes ``X-Forwarded-For`` from 127.0.0.1 unless told otherwise: pass
+    ``--no-proxy-headers`` (or ``--forwarded-allow-ips`` with the proxies), as ``toolrouter
+    api`` does from ``TOOLROUTER_TRUSTED_PROXIES``."""
     from ..settings import get_settings
 
     return create_app(Runtime(get_settings()))

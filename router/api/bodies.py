@@ -14,10 +14,20 @@ from typing import Any
 from ..errors import BadRequest, NotFound, PayloadTooLarge
 from ..ids import is_call_id
 from ..names import echo_name
+from ..settings import Settings
 
 
 def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+# Bodies of routes that take no calls: a decision's reason, an inbox form.
+SMALL_BODY_BYTES = 64 * 1024
+
+
+def decision_body_bytes(settings: Settings) -> int:
+    """A decision's body: room for edited arguments as large as a call's."""
+    return SMALL_BODY_BYTES + settings.max_args_bytes
 
 
 def parse_json(raw: bytes, *, limit: int) -> Any:

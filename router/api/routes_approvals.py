@@ -13,7 +13,7 @@ from ..approval.model import Decision
 from ..auth.principal import Principal
 from ..errors import BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, Unavailable
 from ..messaging.waiting import wait_for_call
-from .bodies import int_param, object_body, optional_string, wait_seconds
+from .bodies import decision_body_bytes, int_param, object_body, optional_string, wait_seconds
 from .deps import in_thread, principal, runtime_of
 from .models import DECISION_REQUEST_SCHEMA, DECISION_RESPONSES, errors
 from .responses import AsciiJSONResponse
@@ -73,8 +73,7 @@ async def _decide(
 ) -> JSONResponse:
     runtime = runtime_of(request)
     raw = await request.body()
-    # Room for edited arguments as large as a call may send.
-    limit = 64 * 1024 + runtime.settings.max_args_bytes
+    limit = decision_body_bytes(runtime.settings)
     body = object_body(raw, limit=limit, allowed=DECISION_FIELDS[decision]) if raw.strip() else {}
     reason = optional_string(body, "reason", max_len=2000)
     wait_s = wait_seconds(body.get("wait_s"), maximum=runtime.settings.max_wait_s)

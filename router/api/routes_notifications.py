@@ -3,21 +3,29 @@ need to see which failed and why."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import WithJsonSchema
 
 from ..auth.principal import Principal
 from ..errors import BadRequest
 from ..names import echo_name
 from ..notify import deliveries
 from ..notify.model import DeliveryStatus
+from .bodies import int_param
 from .deps import in_thread, principal, require_operator, runtime_of
 from .models import errors
 
 router = APIRouter(tags=["notifications"])
 
 PAGE_MAX = 500
+# Parsed by ``int_param`` for its own messages; an integer to the document.
+PageSize = Annotated[
+    str | None,
+    Query(description="Deliveries at most; 100 unless given"),
+    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": PAGE_MAX}),
+]
 
 
 @router.get("/v1/notifications", responses=errors(401, 403, 422, 503))
@@ -25,7 +33,7 @@ async def list_deliveries(
     request: Request,
     status: str | None = None,
     request_id: str | None = None,
-    limit: int = 100,
+    limit: PageSize = None,
     who: Principal = Depends(principal),
 ) -> dict[str, Any]:
     """Notification deliveries, latest first (operators only): ``status=failed`` lists
@@ -37,13 +45,12 @@ async def list_deliveries(
         raise BadRequest(f"unknown status: {echo_name(status)}") from None
     if request_id is not None and (len(request_id) > 64 or not request_id.isprintable()):
         raise BadRequest("request_id must be 1-64 printable characters")
-    if not 1 <= limit <= PAGE_MAX:
-        raise BadRequest(f"limit must be between 1 and {PAGE_MAX}")
+    count = int_param(limit, "limit", default=100, low=1, high=PAGE_MAX)
     store = runtime_of(request).store
 
     def read() -> list[dict[str, Any]]:
         with store.reading() as conn:
-            found = deliveries.recent(conn, status=wanted, request_id=request_id, limit=limit)
+            found = deliveries.recent(conn, status=wanted, request_id=request_id, limit=count)
         return [delivery.to_dict() for delivery in found]
 
     return {"ok": True, "deliveries": await in_thread(read)}

@@ -8,6 +8,7 @@ from urllib.parse import quote
 
 import click
 
+from ..status import CallStatus
 from .http import api_request
 
 key_option = click.option(
@@ -75,4 +76,4 @@ def cancel(call_id: str, key: str | None) -> None:
     does; print the answer as JSON; exit 0 only if the call is cancelled."""
     result = api_request("DELETE", f"/v1/calls/{quote(call_id, safe='')}", key=key, role="agent")
     click.echo(json.dumps(result, indent=2))
-    sys.exit(0 if result.get("status") == "cancelled" else 1)
+    sys.exit(0 if result.get("status") == CallStatus.CANCELLED else 1)

@@ -126,14 +126,15 @@ class Store:
 
     def batch_calls_at(
         self, conn: Connection, batch_id: str, first: int, last: int
-    ) -> dict[int, CallRow]:
-        """The batch's calls at indexes ``first`` to ``last``, by index."""
+    ) -> dict[int, tuple[str, str]]:
+        """The tool and argument hash of the batch's calls at indexes ``first`` to ``last``,
+        by index."""
         rows = conn.execute(
-            select(calls).where(
+            select(calls.c.batch_index, calls.c.tool, calls.c.args_sha256).where(
                 and_(calls.c.batch_id == batch_id, calls.c.batch_index.between(first, last))
             )
         )
-        return {int(call.batch_index or 0): call for call in map(CallRow.from_row, rows)}
+        return {int(index): (tool, digest) for index, tool, digest in rows}
 
     def stale_queued(self, conn: Connection, *, published_before: int, limit: int) -> list[CallRow]:
         """Queued calls whose last publish is older than ``published_before``."""

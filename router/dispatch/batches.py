@@ -264,7 +264,7 @@ class BatchService:
                 conn, requested_by, [k for k in keys if k is not None]
             )
             fresh: dict[str, Checked] = {}  # keys first used within this chunk
-            placed: dict[int, CallRow] = {}
+            placed: dict[int, tuple[str, str]] = {}
             if sent_before and slots:
                 first, last = start + slots[0][0], start + slots[-1][0]
                 placed = self.store.batch_calls_at(conn, batch_id, first, last)
@@ -274,7 +274,7 @@ class BatchService:
                     continue
                 there = placed.get(start + index)
                 if there is not None:
-                    if there.tool == slot.tool.name and there.args_sha256 == slot.digest:
+                    if there == (slot.tool.name, slot.digest):
                         replayed += 1
                     else:
                         conflicts.append(Rejection(index, f"{OTHER_CALL_AT} {start + index}"))

@@ -134,7 +134,8 @@ class McpEndpoint:
 class JsonErrors:
     """An ASGI ``send`` that turns plain-text error responses into ``{"ok": false, "error"}``.
 
-    JSON answers (JSON-RPC errors included) and every success pass through untouched.
+    Every success passes through untouched, and so do JSON errors (JSON-RPC's), except the
+    SDK's answer to JSON that is no JSON-RPC message, whose text is rewritten.
     """
 
     def __init__(self, send: Send) -> None:

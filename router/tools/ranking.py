@@ -60,7 +60,7 @@ class Ranker:
 
     def measured(self, names: list[str]) -> tuple[dict[str, float | None], dict[str, float | None]]:
         """Each named tool's measured p50 latency and success rate, from the database, at
-        most ``STATS_TTL_MS`` old: they move slowly, and reading them costs two queries a
+        most ``STATS_TTL_MS`` old: they move slowly, and reading them costs three queries a
         tool."""
         now = self.clock()
         stale = [

@@ -54,10 +54,13 @@ def test_the_counters_to_alert_on_are_shown_before_anything_counts(stack: Stack)
         assert sample(text, "toolrouter_untrusted_messages_total", f'kind="{message}"') is not None
     for row in Tampered:
         assert sample(text, "toolrouter_tampered_records_total", f'kind="{row}"') is not None
-    for channel in ChannelType:
-        for outcome in Outcome:
-            labels = f'channel_type="{channel}",outcome="{outcome}"'
-            assert sample(text, "toolrouter_notifications_total", labels) is not None, labels
+    attempts = [(channel, outcome) for channel in ChannelType for outcome in Outcome]
+    for channel, outcome in [*attempts, ("any", Outcome.NOT_QUEUED)]:
+        labels = f'channel_type="{channel}",outcome="{outcome}"'
+        shown = sample(text, "toolrouter_notifications_total", labels) is not None
+        # A channel's attempt is delivered, retried or failed; only the hand-over to the
+        # queue, before any channel, is not_queued.
+        assert shown is ((channel == "any") == (outcome == Outcome.NOT_QUEUED)), labels
 
 
 def test_tool_stats_show_calls_success_latency_and_errors(stack: Stack) -> None:
