@@ -65,7 +65,8 @@ calls = Table(
     Column("edited_by", String(128), nullable=True),
     UniqueConstraint("requested_by", "idempotency_key", name="uq_calls_requested_by_idem"),
     Index("ix_calls_status_lease", "status", "lease_until"),
-    Index("ix_calls_batch_id_index", "batch_id", "batch_index"),
+    # One call at each index of a batch (migration 0013).
+    Index("uq_calls_batch_id_index", "batch_id", "batch_index", unique=True),
 )
 
 audit_log = Table(

@@ -151,13 +151,18 @@ class BatchService:
                 with self.store.transaction() as conn:
                     row = None
                     if key is not None:
+                        # The count moves and is read in one statement: two requests
+                        # adding to the batch at once get places of their own.
                         row = conn.execute(
-                            select(batches.c.id, batches.c.submitted).where(
+                            update(batches)
+                            .where(
                                 and_(
                                     batches.c.requested_by == requested_by,
                                     batches.c.idempotency_key == key,
                                 )
                             )
+                            .values(submitted=batches.c.submitted + count, updated_at=now)
+                            .returning(batches.c.id, batches.c.submitted)
                         ).first()
                     if row is None:
                         batch_id, submitted = new_batch_id(), 0
@@ -173,12 +178,7 @@ class BatchService:
                             )
                         )
                     else:
-                        batch_id, submitted = row.id, int(row.submitted)
-                        conn.execute(
-                            update(batches)
-                            .where(batches.c.id == batch_id)
-                            .values(submitted=batches.c.submitted + count, updated_at=now)
-                        )
+                        batch_id, submitted = row.id, int(row.submitted) - count
                 return batch_id, submitted if offset is None else offset
             except IntegrityError:
                 continue  # another submission created the batch with this key first
@@ -223,7 +223,8 @@ class BatchService:
                 )
                 break
             except IntegrityError:
-                # A call with one of these idempotency keys was stored meanwhile; look again.
+                # A call with one of these idempotency keys, or at one of these indexes,
+                # was stored meanwhile: look again.
                 if attempt == CHUNK_TRIES - 1:
                     raise
         receipt.accepted += len(new)

@@ -1,15 +1,20 @@
 """The migrations build the schema ``router.db.schema`` describes: every table's indexes, by
-name, as Alembic leaves them (migration 0005 dropped one; the metadata must agree)."""
+name and uniqueness, as Alembic leaves them (migration 0005 dropped one, 0013 made one
+unique; the metadata must agree)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import inspect
+import pytest
+from alembic import command
+from sqlalchemy import insert, inspect, select
+from sqlalchemy.exc import IntegrityError
 
 from router.db.engine import make_engine
-from router.db.migrate import upgrade
-from router.db.schema import metadata
+from router.db.migrate import alembic_config, upgrade
+from router.db.schema import calls, metadata
 
 
 def test_indexes_after_upgrade_are_the_schemas(tmp_path: Path) -> None:
@@ -18,8 +23,63 @@ def test_indexes_after_upgrade_are_the_schemas(tmp_path: Path) -> None:
         upgrade(engine)
         inspector = inspect(engine)
         for table in metadata.sorted_tables:
-            built = {ix["name"] for ix in inspector.get_indexes(table.name)}
-            declared = {ix.name for ix in table.indexes}
+            built = {(ix["name"], bool(ix["unique"])) for ix in inspector.get_indexes(table.name)}
+            declared = {(ix.name, bool(ix.unique)) for ix in table.indexes}
             assert built == declared, table.name
     finally:
         engine.dispose()
+
+
+def test_calls_stored_twice_at_an_index_are_kept_at_new_indexes(database_url: str) -> None:
+    """Migration 0013 makes a batch's indexes unique without losing a call stored twice."""
+    engine = make_engine(database_url)
+    config = alembic_config()
+    try:
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0012")
+            conn.execute(
+                insert(calls),
+                [
+                    call_row("call_a", "batch_x", 0, at=1),
+                    call_row("call_b", "batch_x", 1, at=2),
+                    call_row("call_c", "batch_x", 1, at=3),
+                    call_row("call_d", "batch_x", 1, at=4),
+                    call_row("call_e", "batch_y", 0, at=5),
+                    call_row("call_f", None, None, at=6),
+                    call_row("call_g", None, None, at=7),
+                ],
+            )
+        upgrade(engine)
+        with engine.connect() as conn:
+            places = dict(conn.execute(select(calls.c.id, calls.c.batch_index)).all())
+        assert places == {
+            "call_a": 0,
+            "call_b": 1,
+            "call_c": 2,
+            "call_d": 3,
+            "call_e": 0,
+            "call_f": None,
+            "call_g": None,
+        }
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            conn.execute(insert(calls), [call_row("call_h", "batch_y", 0, at=8)])
+    finally:
+        engine.dispose()
+
+
+def call_row(call_id: str, batch_id: str | None, index: int | None, *, at: int) -> dict[str, Any]:
+    return {
+        "id": call_id,
+        "tool": "echo",
+        "risk": "low",
+        "args": "{}",
+        "args_sha256": "0" * 64,
+        "status": "queued",
+        "requested_by": "agent",
+        "attempt": 0,
+        "created_at": at,
+        "updated_at": at,
+        "batch_id": batch_id,
+        "batch_index": index,
+    }
