@@ -32,17 +32,14 @@ class CallService:
 
     def get(self, principal: Principal, call_id: str) -> CallRow:
         """The call, or ``NotFound`` (also for calls the key may not see: no existence leak)."""
-        if not is_call_id(call_id):  # from any entrance: MCP, the CLI, the Python API
-            raise NotFound(f"unknown call: {echo_name(call_id)}")
-        with self.store.reading() as conn:
-            row = self.store.get(conn, call_id)
-        if row is None or not (row.requested_by == principal.name or principal.is_operator):
+        row = self.read(call_id)
+        if not (row.requested_by == principal.name or principal.is_operator):
             raise NotFound(f"unknown call: {call_id}")
         return row
 
     def read(self, call_id: str) -> CallRow:
         """The call, for components that have already checked who may see it."""
-        if not is_call_id(call_id):
+        if not is_call_id(call_id):  # from any entrance: MCP, the CLI, the Python API
             raise NotFound(f"unknown call: {echo_name(call_id)}")
         with self.store.reading() as conn:
             row = self.store.get(conn, call_id)

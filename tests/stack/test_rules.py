@@ -12,8 +12,8 @@ from router.runtime import Runtime
 
 from ..support.audit import audit_events, audit_rows
 from ..support.calls import decide, result, submit, submit_pending
+from ..support.inbox import inbox_page, session_cookie, sign_in
 from ..support.stack import Stack
-from .test_trust_entrances import inbox_page, session_cookie, sign_in
 
 WIRE = "rule_wire"
 DENIED = "denied by rule deny_if: transfers to blocked accounts are refused"

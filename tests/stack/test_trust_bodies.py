@@ -1,0 +1,100 @@
+"""Request bodies declared or streamed past their limit, sent raw to a real API process on
+both databases.
+
+Each test prints one line of what happened, for the closing note.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import time
+
+import psutil
+
+from ..support.stack import Stack
+from ..support.trust import (
+    MIB,
+    address,
+    backend_of,
+    read_response,
+    rss,
+)
+
+
+def test_a_declared_200_mb_body_is_refused_from_its_headers_alone(stack: Stack) -> None:
+    backend = backend_of(stack)
+    api = psutil.Process(stack.processes["api"].pid)
+    before = rss(api)
+    host, port = address(stack)
+    declared = 200 * MIB
+    head = (
+        f"POST /v1/calls HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Authorization: Bearer {stack.keys['agent']}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {declared}\r\n\r\n"
+    ).encode()
+    started = time.monotonic()
+    with socket.create_connection((host, port), timeout=30) as sock:
+        sock.sendall(head)  # and not one byte of the body
+        status, headers, body = read_response(sock)
+    elapsed = time.monotonic() - started
+    limit = stack.settings.max_args_bytes + 16 * 1024
+    assert status == 413
+    assert headers["content-type"] == "application/json"
+    assert json.loads(body) == {
+        "ok": False,
+        "error": f"body is {declared} bytes, over the limit of {limit}",
+    }
+    assert elapsed < 5, elapsed
+    grew = rss(api) - before
+    assert grew < 16 * MIB, grew
+    print(
+        f"[{backend}] body: Content-Length {declared // MIB} MB, headers only -> {status} in "
+        f"{elapsed * 1000:.0f} ms without the body; API RSS grew {grew / MIB:+.1f} MB"
+    )
+
+
+def test_a_chunked_body_is_cut_off_once_it_passes_the_limit(stack: Stack) -> None:
+    backend = backend_of(stack)
+    api = psutil.Process(stack.processes["api"].pid)
+    before = rss(api)
+    host, port = address(stack)
+    limit = stack.settings.max_args_bytes + 16 * 1024
+    ceiling = 256 * MIB  # what an endless stream would have sent by now
+    piece = b'{"tool": "echo", "args": {"blob": "' + b"a" * (64 * 1024)
+    chunk = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
+    head = (
+        f"POST /v1/calls HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Authorization: Bearer {stack.keys['agent']}\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    ).encode()
+    sent = 0
+    started = time.monotonic()
+    with socket.create_connection((host, port), timeout=30) as sock:
+        sock.sendall(head)
+        while sent < ceiling:
+            readable, _, _ = select.select([sock], [], [], 0)
+            if readable:
+                break  # the server has answered: stop sending
+            try:
+                sock.sendall(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            sent += len(piece)
+        status, _, body = read_response(sock)
+    elapsed = time.monotonic() - started
+    assert status == 413, body
+    assert json.loads(body) == {"ok": False, "error": f"body is over the limit of {limit} bytes"}
+    assert sent < ceiling, "the server never answered while the body kept coming"
+    grew = rss(api) - before
+    assert grew < 32 * MIB, grew
+    # The API answers the next request as usual.
+    with stack.client("agent") as http:
+        next_call = http.post("/v1/calls", json={"tool": "echo", "args": {}, "wait_s": 30})
+    assert next_call.json()["status"] == "succeeded"
+    print(
+        f"[{backend}] body: chunked, no length, growing -> {status} after {sent / MIB:.1f} MB "
+        f"sent (limit {limit / 1024:.0f} KiB) in {elapsed * 1000:.0f} ms; API RSS grew "
+        f"{grew / MIB:+.1f} MB; next call -> {next_call.json()['status']}"
+    )
