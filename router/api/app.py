@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from .. import metrics, ui
 from ..db.wal_checkpoints import WalCheckpointer
@@ -41,6 +42,8 @@ from .responses import AsciiJSONResponse
 
 log = logging.getLogger(__name__)
 
+CLIENT_LEFT = "client left before the request body ended"
+
 
 def _error(status: int, message: str) -> JSONResponse:
     return AsciiJSONResponse({"ok": False, "error": message}, status_code=status)
@@ -68,6 +71,12 @@ async def _http(_: Request, exc: Exception) -> JSONResponse:
     return _error(exc.status_code, str(exc.detail))
 
 
+async def _client_left(request: Request, _: Exception) -> JSONResponse:
+    # Nobody is left to answer: one line for the operator, not a traceback.
+    log.warning("%s %s: %s", request.method, request.url.path, CLIENT_LEFT)
+    return _error(400, CLIENT_LEFT)
+
+
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
     # Last resort: log the traceback here, never send it.
     log.exception("unhandled error", exc_info=exc)
@@ -81,6 +90,7 @@ EXCEPTION_HANDLERS = {
     SchemaOutdated: _unavailable,
     RequestValidationError: _validation,
     StarletteHTTPException: _http,
+    ClientDisconnect: _client_left,
     Exception: _unexpected,
 }
 

@@ -1,5 +1,5 @@
-"""Request bodies declared or streamed past their limit, sent raw to a real API process on
-both databases.
+"""Request bodies declared or streamed past their limit, or cut off by a client that leaves,
+sent raw to a real API process on both databases.
 
 Each test prints one line of what happened, for the closing note.
 """
@@ -12,12 +12,17 @@ import socket
 import time
 
 import psutil
+import pytest
 
+from router.api.app import CLIENT_LEFT
+
+from ..support.launcher import log_size
 from ..support.stack import Stack
 from ..support.trust import (
     MIB,
     address,
     backend_of,
+    eventually,
     read_response,
     rss,
 )
@@ -98,3 +103,30 @@ def test_a_chunked_body_is_cut_off_once_it_passes_the_limit(stack: Stack) -> Non
         f"sent (limit {limit / 1024:.0f} KiB) in {elapsed * 1000:.0f} ms; API RSS grew "
         f"{grew / MIB:+.1f} MB; next call -> {next_call.json()['status']}"
     )
+
+
+@pytest.mark.parametrize("path", ["/v1/calls", "/v1/batches"])
+def test_a_client_that_leaves_mid_body_is_logged_in_one_line(stack: Stack, path: str) -> None:
+    backend = backend_of(stack)
+    log = stack.launcher.log_path("api")
+    seen = log_size(log)
+    host, port = address(stack)
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Authorization: Bearer {stack.keys['agent']}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: 1000\r\n\r\n"
+    ).encode()
+    with socket.create_connection((host, port), timeout=30) as sock:
+        sock.sendall(head + b'{"tool": "echo", ')  # and then the client is gone
+
+    def logged() -> str | None:
+        with log.open("rb") as file:
+            file.seek(seen)
+            text = file.read().decode(errors="replace")
+        return text if CLIENT_LEFT in text or "Traceback" in text else None
+
+    written = eventually(logged, f"the API to log the request to {path} it lost")
+    assert "Traceback" not in written, written
+    line = next(line for line in written.splitlines() if CLIENT_LEFT in line)
+    assert path in line
+    print(f"\n[{backend}] client gone mid-body on {path} -> logged {line!r}")
