@@ -82,11 +82,15 @@ def finished(
     failed: bool = False,
     error: str | None = None,
     error_type: str | None = None,
+    ran_ms: int | None = None,
 ) -> AuditEntry:
-    """A run ended: ``ok``, ``error`` or ``interrupted``, for the attempt that ran."""
+    """A run ended: ``ok``, ``error`` or ``interrupted``, for the attempt that ran, which
+    took ``ran_ms`` from its claim when it ran to its end (the tool's measured latency)."""
     detail: dict[str, Any] = {"attempt": attempt}
     if cached:
         detail["cached"] = True
+    if ran_ms is not None:
+        detail["ms"] = ran_ms
     if failed:
         detail.update(error=error, error_type=error_type)
     return AuditEntry(

@@ -59,9 +59,8 @@ class Ranker:
             self.llm.close()
 
     def measured(self, names: list[str]) -> tuple[dict[str, float | None], dict[str, float | None]]:
-        """Each named tool's measured p50 latency and success rate, from the database, at
-        most ``STATS_TTL_MS`` old: they move slowly, and reading them costs three queries a
-        tool."""
+        """Each named tool's measured p50 latency and success rate, from the audit log, at
+        most ``STATS_TTL_MS`` old: they move slowly, and reading them costs a query a tool."""
         now = self.clock()
         stale = [
             n for n in names if n not in self._stats or now - self._stats[n][0] >= STATS_TTL_MS
@@ -69,8 +68,8 @@ class Ranker:
         if stale:
             with self.store.reading() as conn:
                 for name in stale:
-                    row = stats.tool_stats(conn, self.registry, name)
-                    self._stats[name] = (now, row["latency_p50_s"], row["success_rate"])
+                    runs = stats.run_figures(conn, name)
+                    self._stats[name] = (now, runs.latency_s(0.50), runs.success_rate)
         figures = {name: self._stats[name] for name in names}
         return (
             {name: latency for name, (_, latency, _) in figures.items()},

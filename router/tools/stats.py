@@ -2,17 +2,19 @@
 
 Read from the database, so every API process reports the same figures and nothing is lost
 when a process restarts. A call's row holds only its last outcome, which a fallback may
-have given; the success rate and errors are the tool's own runs, read from the audit log,
-where each run that ended (``ok``, ``error``, ``interrupted``) has a row under the tool that
-ran, a run that fell back to another tool included.
+have given; the success rate, latency and errors are the tool's own runs, read from the
+audit log along its index on tool and sequence, where each run that ended (``ok``,
+``error``, ``interrupted``) has a row under the tool that ran, a run that fell back to
+another tool included, and a run that ended ``ok`` or ``error`` holds its duration.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.engine import Connection
 
 from ..db.schema import audit_log, calls
@@ -20,34 +22,69 @@ from ..status import AuditEvent, CallStatus
 from .registry import ToolRegistry
 
 WINDOW = 1000
+_RUN_ENDS = (AuditEvent.OK, AuditEvent.ERROR, AuditEvent.INTERRUPTED)
 
 
-def _percentile(sorted_values: list[int], fraction: float) -> float | None:
-    if not sorted_values:
-        return None
-    index = min(len(sorted_values) - 1, round(fraction * (len(sorted_values) - 1)))
-    return sorted_values[index] / 1000
+@dataclass(frozen=True, slots=True)
+class RunFigures:
+    """What a tool's last ``WINDOW`` ended runs measured."""
+
+    succeeded: int
+    failed: int
+    errors_by_type: dict[str, int]
+    durations_ms: list[int]  # sorted; the runs that recorded one
+
+    @property
+    def success_rate(self) -> float | None:
+        runs = self.succeeded + self.failed
+        return round(self.succeeded / runs, 4) if runs else None
+
+    def latency_s(self, fraction: float) -> float | None:
+        """The ``fraction`` percentile of the runs' durations, in seconds."""
+        if not self.durations_ms:
+            return None
+        last = len(self.durations_ms) - 1
+        return self.durations_ms[min(last, round(fraction * last))] / 1000
+
+
+def run_figures(conn: Connection, name: str) -> RunFigures:
+    """The tool's last ``WINDOW`` ended runs, from the audit log (an index range, however
+    many calls the database holds)."""
+    rows = conn.execute(
+        select(audit_log.c.event, audit_log.c.detail)
+        .where(and_(audit_log.c.tool == name, audit_log.c.event.in_(_RUN_ENDS)))
+        .order_by(audit_log.c.seq.desc())
+        .limit(WINDOW)
+    ).all()
+    succeeded = 0
+    errors: dict[str, int] = {}
+    durations: list[int] = []
+    for row in rows:
+        detail = json.loads(row.detail) if row.detail else {}
+        if not isinstance(detail, dict):
+            detail = {}
+        ran_ms = detail.get("ms")
+        if isinstance(ran_ms, int) and not isinstance(ran_ms, bool):
+            durations.append(ran_ms)
+        if row.event == AuditEvent.OK:
+            succeeded += 1
+            continue
+        kind = detail.get("error_type")
+        kind = kind or ("Interrupted" if row.event == AuditEvent.INTERRUPTED else None)
+        if kind:
+            errors[kind] = errors.get(kind, 0) + 1
+    return RunFigures(succeeded, len(rows) - succeeded, errors, sorted(durations))
 
 
 def tool_stats(conn: Connection, registry: ToolRegistry, name: str) -> dict[str, Any]:
-    """Calls of ``name`` by status, over all of them; success rate and errors over its last
-    ``WINDOW`` runs; latency over the last ``WINDOW`` calls it answered."""
+    """Calls of ``name`` by status, over all of them; success rate, latency and errors
+    over its last ``WINDOW`` runs."""
     tool = registry.get(name)
     rows = conn.execute(
         select(calls.c.status, func.count()).where(calls.c.tool == name).group_by(calls.c.status)
     ).all()
     by_status: dict[str, int] = {str(status): int(count) for status, count in rows}
-    answered = or_(
-        calls.c.answered_by == name, and_(calls.c.tool == name, calls.c.answered_by.is_(None))
-    )
-    recent = conn.execute(
-        select(calls.c.started_at, calls.c.finished_at)
-        .where(and_(answered, calls.c.finished_at.is_not(None), calls.c.started_at.is_not(None)))
-        .order_by(calls.c.finished_at.desc())
-        .limit(WINDOW)
-    ).all()
-    latencies = sorted(row.finished_at - row.started_at for row in recent)
-    succeeded, failed, errors = _runs(conn, name)
+    runs = run_figures(conn, name)
     ran = by_status.get(CallStatus.SUCCEEDED, 0) + by_status.get(CallStatus.FAILED, 0)
     ran += by_status.get(CallStatus.INTERRUPTED, 0)
     cost = tool.spec.cost_per_call if tool else 0.0
@@ -55,37 +92,12 @@ def tool_stats(conn: Connection, registry: ToolRegistry, name: str) -> dict[str,
         "tool": name,
         "calls": sum(by_status.values()),
         "by_status": by_status,
-        "success_rate": round(succeeded / (succeeded + failed), 4) if succeeded + failed else None,
-        "latency_p50_s": _percentile(latencies, 0.50),
-        "latency_p95_s": _percentile(latencies, 0.95),
+        "success_rate": runs.success_rate,
+        "latency_p50_s": runs.latency_s(0.50),
+        "latency_p95_s": runs.latency_s(0.95),
         "cost": round(ran * cost, 6),
-        "errors_by_type": errors,
+        "errors_by_type": runs.errors_by_type,
     }
-
-
-_RUN_ENDS = (AuditEvent.OK, AuditEvent.ERROR, AuditEvent.INTERRUPTED)
-
-
-def _runs(conn: Connection, name: str) -> tuple[int, int, dict[str, int]]:
-    """The tool's last ``WINDOW`` ended runs: how many succeeded, how many did not, and
-    those by error type (read along the audit log's index on tool and sequence)."""
-    rows = conn.execute(
-        select(audit_log.c.event, audit_log.c.detail)
-        .where(and_(audit_log.c.tool == name, audit_log.c.event.in_(_RUN_ENDS)))
-        .order_by(audit_log.c.seq.desc())
-        .limit(WINDOW)
-    ).all()
-    succeeded = sum(1 for row in rows if row.event == AuditEvent.OK)
-    errors: dict[str, int] = {}
-    for row in rows:
-        if row.event == AuditEvent.OK:
-            continue
-        detail = json.loads(row.detail) if row.detail else {}
-        kind = detail.get("error_type") if isinstance(detail, dict) else None
-        kind = kind or ("Interrupted" if row.event == AuditEvent.INTERRUPTED else None)
-        if kind:
-            errors[kind] = errors.get(kind, 0) + 1
-    return succeeded, len(rows) - succeeded, errors
 
 
 def cost_by_key(conn: Connection, registry: ToolRegistry) -> dict[str, float]:

@@ -19,13 +19,13 @@ from router.tools.selection.semantic import UNAVAILABLE, SemanticUnavailable
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
-    real = stats.tool_stats
+    real = stats.run_figures
 
-    def counted(conn: Any, registry: Any, name: str) -> dict[str, Any]:
+    def counted(conn: Any, name: str) -> stats.RunFigures:
         seen.append(name)
-        return real(conn, registry, name)
+        return real(conn, name)
 
-    monkeypatch.setattr(stats, "tool_stats", counted)
+    monkeypatch.setattr(stats, "run_figures", counted)
     return seen
 
 

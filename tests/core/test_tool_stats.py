@@ -1,0 +1,61 @@
+"""A tool's measured figures come from its own runs in the audit log, on both databases:
+the durations the workers write, the last ``WINDOW`` of them, whatever the calls table
+holds."""
+
+from __future__ import annotations
+
+from router.audit import entries
+from router.audit.entries import AuditEntry
+from router.runtime import Runtime
+from router.status import AuditEvent
+from router.tools import stats
+
+
+def run(tool: str, n: int, *, ms: int | None, error_type: str | None = None) -> AuditEntry:
+    return entries.finished(
+        event=AuditEvent.ERROR if error_type else AuditEvent.OK,
+        actor="worker@test",
+        tool=tool,
+        call_id=f"call_{n:032x}",
+        request_id=None,
+        attempt=1,
+        failed=error_type is not None,
+        error="it broke" if error_type else None,
+        error_type=error_type,
+        ran_ms=ms,
+    )
+
+
+def append(runtime: Runtime, runs: list[AuditEntry]) -> None:
+    with runtime.store.transaction() as conn:
+        runtime.audit.append(conn, runs, at=runtime.clock())
+
+
+def test_latency_success_and_errors_are_the_tools_runs_without_any_call_row(
+    runtime: Runtime,
+) -> None:
+    # Nine runs of 10-90 ms, two of them failed; one cached answer, which did not run.
+    runs = [run("echo", n, ms=10 * n) for n in range(1, 8)]
+    runs += [run("echo", 8, ms=80, error_type="TimeoutError")]
+    runs += [run("echo", 9, ms=90, error_type="ValueError"), run("echo", 10, ms=None)]
+    append(runtime, [*runs, run("value", 11, ms=5000)])
+    with runtime.store.reading() as conn:
+        figures = stats.run_figures(conn, "echo")
+        shown = stats.tool_stats(conn, runtime.registry, "echo")
+    assert figures.durations_ms == [10, 20, 30, 40, 50, 60, 70, 80, 90]
+    assert (shown["latency_p50_s"], shown["latency_p95_s"]) == (0.05, 0.09)
+    assert shown["success_rate"] == round(8 / 10, 4)
+    assert shown["errors_by_type"] == {"TimeoutError": 1, "ValueError": 1}
+    assert shown["calls"] == 0  # the call rows are not where these come from
+
+
+def test_only_the_last_window_of_runs_counts(runtime: Runtime) -> None:
+    # A slow, failing past, then a window's worth of quick successes.
+    append(runtime, [run("echo", n, ms=9000, error_type="Slow") for n in range(50)])
+    recent = [run("echo", 50 + n, ms=3) for n in range(stats.WINDOW)]
+    append(runtime, recent)
+    with runtime.store.reading() as conn:
+        figures = stats.run_figures(conn, "echo")
+    assert figures.success_rate == 1.0
+    assert figures.errors_by_type == {}
+    assert (figures.latency_s(0.5), figures.latency_s(0.95)) == (0.003, 0.003)
