@@ -381,7 +381,7 @@ BATCH_CALL_SCHEMA = inline_schema(BatchCall)
 BATCH_RESULT_LINE_SCHEMA = inline_schema(BatchResultLine)
 BATCH_RESPONSES: Responses = {
     200: {"model": BatchReceipt},
-    **errors(401, 403, 413, 422, 503),
+    **errors(401, 403, 409, 413, 422, 503),
 }
 # Reading a batch: another key's batch is as unknown as one that never was.
 BATCH_READ_RESPONSES: Responses = {

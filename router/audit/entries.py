@@ -84,8 +84,8 @@ def finished(
     error_type: str | None = None,
     ran_ms: int | None = None,
 ) -> AuditEntry:
-    """A run ended: ``ok``, ``error`` or ``interrupted``, for the attempt that ran, which
-    took ``ran_ms`` from its claim when it ran to its end (the tool's measured latency)."""
+    """A run ended: ``ok``, ``error`` or ``interrupted``, for the attempt that ran; its
+    handler ran ``ran_ms``, when one ran (the tool's measured latency)."""
     detail: dict[str, Any] = {"attempt": attempt}
     if cached:
         detail["cached"] = True
@@ -131,7 +131,16 @@ def fell_back(
     error: str | None,
     error_type: str | None,
     fallback: str,
+    ran_ms: int | None = None,
 ) -> AuditEntry:
-    """A tool failed for good and the call moves on to ``fallback``."""
-    detail = {"attempt": attempt, "error": error, "error_type": error_type, "fallback": fallback}
+    """A tool failed for good (its handler ran ``ran_ms``, when it ran) and the call moves
+    on to ``fallback``."""
+    detail: dict[str, Any] = {
+        "attempt": attempt,
+        "error": error,
+        "error_type": error_type,
+        "fallback": fallback,
+    }
+    if ran_ms is not None:
+        detail["ms"] = ran_ms
     return AuditEntry(AuditEvent.ERROR, actor, tool=tool, call_id=call_id, detail=detail)

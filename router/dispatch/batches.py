@@ -30,7 +30,7 @@ from ..clock import Clock, wall_clock_ms
 from ..db.rows import CallRow
 from ..db.schema import batches, calls
 from ..db.store import Store
-from ..errors import BrokerUnavailable, NotFound
+from ..errors import BrokerUnavailable, Conflict, NotFound
 from ..ids import new_batch_id
 from ..names import echo_name
 from ..results import Refusal, internal_error
@@ -51,6 +51,8 @@ BATCH_ID_RE = re.compile(r"^batch_[0-9a-f]{24}$")
 CHUNK_TRIES = 3
 # A request sent again, with other calls at indexes that hold calls already.
 OTHER_CALL_AT = "the batch holds another call at index"
+# Requests to one batch that kept storing the same calls or keys first, every try.
+BATCH_BUSY = "other requests to this batch kept changing it: send this request again"
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +184,7 @@ class BatchService:
                 return batch_id, submitted if offset is None else offset
             except IntegrityError:
                 continue  # another submission created the batch with this key first
-        raise RuntimeError("could not open the batch")
+        raise Conflict(BATCH_BUSY)
 
     def _chunk(
         self,
@@ -224,9 +226,10 @@ class BatchService:
                 break
             except IntegrityError:
                 # A call with one of these idempotency keys, or at one of these indexes,
-                # was stored meanwhile: look again.
+                # was stored meanwhile: look again. Chunks stored before stay stored, and
+                # the request sent again replays them.
                 if attempt == CHUNK_TRIES - 1:
-                    raise
+                    raise Conflict(BATCH_BUSY) from None
         receipt.accepted += len(new)
         receipt.replayed += replayed
         receipt.rejected.extend(sorted(refused + conflicts, key=lambda r: r.index))

@@ -1,6 +1,7 @@
 """Requests to one keyed batch at the same moment, on PostgreSQL, where writers do not wait
 for each other until they touch the same rows (SQLite takes its write lock at ``BEGIN``):
-each index of a batch holds one call, and each request gets places of its own."""
+each index of a batch holds one call, each request gets places of its own, and a request
+beaten every time is told to send itself again."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select, text
+from sqlalchemy.exc import IntegrityError
 
 from router.db.schema import calls
-from router.dispatch.batches import BatchService, Receipt
+from router.dispatch.batches import BATCH_BUSY, BatchService, Receipt
+from router.errors import Conflict
 from router.runtime import Runtime
 
 ON_POSTGRESQL = pytest.mark.parametrize(
@@ -90,10 +93,12 @@ def test_two_requests_adding_to_a_batch_at_once_get_places_of_their_own(
             {"id": opened.batch_id},
         )
         with ThreadPoolExecutor(2) as pool:
-            one = pool.submit(batches.submit, "agent", items(10, 11, 12), key="grown")
-            two = pool.submit(batches.submit, "agent", items(20, 21, 22), key="grown")
-            wait_for_lock_waiters(runtime, 2)
-            holder.commit()
+            try:
+                one = pool.submit(batches.submit, "agent", items(10, 11, 12), key="grown")
+                two = pool.submit(batches.submit, "agent", items(20, 21, 22), key="grown")
+                wait_for_lock_waiters(runtime, 2)
+            finally:
+                holder.commit()  # never leave the requests waiting on the lock
             receipts = one.result(timeout=PATIENCE_S), two.result(timeout=PATIENCE_S)
     assert [(r.accepted, r.rejected) for r in receipts] == [(3, []), (3, [])]
     assert calls_by_index(runtime, opened.batch_id) == {i: 1 for i in range(9)}
@@ -113,3 +118,18 @@ def wait_for_lock_waiters(runtime: Runtime, count: int) -> None:
             return
         assert time.monotonic() < deadline, f"{waiting} of {count} requests reached the lock"
         time.sleep(0.01)
+
+
+def test_a_request_that_loses_every_try_is_told_to_send_it_again(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Other requests storing the same keys or indexes first, try after try: a 409 the
+    agent can act on, not an internal error."""
+    batches = service(runtime)
+
+    def always_beaten(*args: Any, **kwargs: Any) -> None:
+        raise IntegrityError("INSERT INTO calls …", {}, Exception("duplicate key"))
+
+    monkeypatch.setattr(runtime.dispatcher, "store_new", always_beaten)
+    with pytest.raises(Conflict, match=BATCH_BUSY):
+        batches.submit("agent", items(0, 1), key="contended", offset=0)

@@ -477,8 +477,8 @@ def test_exception_becomes_the_raisers_own_message(
     }
     last = call_audit_rows(runtime, call_id)[-1]
     assert last["event"] == AuditEvent.ERROR
-    # The fake clock stands still: the run took 0 ms by it.
-    assert last["detail"] == {"attempt": 1, "error": error, "error_type": error_type, "ms": 0}
+    assert isinstance(last["detail"].pop("ms"), int)  # how long the handler ran
+    assert last["detail"] == {"attempt": 1, "error": error, "error_type": error_type}
 
 
 @pytest.mark.parametrize(("tool", "error_type"), [("not_json", "TypeError"), ("nan", "ValueError")])

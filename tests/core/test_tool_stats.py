@@ -1,14 +1,29 @@
 """A tool's measured figures come from its own runs in the audit log, on both databases:
-the durations the workers write, the last ``WINDOW`` of them, whatever the calls table
-holds."""
+the durations its handler ran, as the worker writes them, the last ``WINDOW`` of them,
+whatever the calls table holds."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
 
 from router.audit import entries
 from router.audit.entries import AuditEntry
 from router.runtime import Runtime
 from router.status import AuditEvent
 from router.tools import stats
+from workers.execution import Executor
+
+from ..support.audit import call_audit_rows
+from ..support.calls import queue_call
+
+
+@pytest.fixture
+def executor(runtime: Runtime) -> Iterator[Executor]:
+    notifier = runtime.notifier()
+    yield Executor(runtime, notifier, actor="test-worker")
+    notifier.client.close()
 
 
 def run(tool: str, n: int, *, ms: int | None, error_type: str | None = None) -> AuditEntry:
@@ -59,3 +74,28 @@ def test_only_the_last_window_of_runs_counts(runtime: Runtime) -> None:
     assert figures.success_rate == 1.0
     assert figures.errors_by_type == {}
     assert (figures.latency_s(0.5), figures.latency_s(0.95)) == (0.003, 0.003)
+
+
+def test_a_run_records_how_long_its_handler_ran(runtime: Runtime, executor: Executor) -> None:
+    call_id = queue_call(runtime, "sleep", {"seconds": 0.05})
+    assert executor.run(call_id, "sleep") == "ok"
+    ended = call_audit_rows(runtime, call_id)[-1]
+    assert ended["event"] == AuditEvent.OK
+    assert ended["detail"]["ms"] >= 50
+
+
+def test_each_tool_of_a_fallback_records_its_own_run(runtime: Runtime, executor: Executor) -> None:
+    call_id = queue_call(runtime, "search_primary", {"q": "x"})
+    executor.run(call_id, "search_primary")
+    runs = [
+        (row["tool"], row["event"], row["detail"].get("ms"))
+        for row in call_audit_rows(runtime, call_id)
+        if row["event"] in (AuditEvent.OK, AuditEvent.ERROR)
+    ]
+    assert [(tool, event) for tool, event, _ in runs] == [
+        ("search_primary", AuditEvent.ERROR),
+        ("search_backup", AuditEvent.OK),
+    ]
+    assert all(isinstance(ms, int) and ms >= 0 for _, _, ms in runs), runs
+    with runtime.store.reading() as conn:
+        assert stats.run_figures(conn, "search_primary").durations_ms == [runs[0][2]]

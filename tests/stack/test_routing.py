@@ -165,8 +165,9 @@ def test_a_failed_call_falls_back_and_names_the_tool_that_answered(stack: Stack)
             for name in ("search_primary", "search_backup")
         )
     assert primary["success_rate"] == 0 and primary["errors_by_type"]["ValueError"] >= 1
-    assert primary["latency_p50_s"] is None  # it answered no call
-    assert backup["success_rate"] == 1 and backup["latency_p50_s"] is not None
+    # Both ran: the primary's latency is its own failed runs', not an estimate.
+    assert primary["latency_p50_s"] is not None and backup["latency_p50_s"] is not None
+    assert backup["success_rate"] == 1
 
 
 def test_a_call_by_capability_runs_the_best_tool_and_falls_back_along_the_ranking(

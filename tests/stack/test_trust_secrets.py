@@ -196,7 +196,7 @@ def test_a_result_nested_past_the_limit_fails_the_call_as_result_too_deep(
     )
 
 
-# == 3. secrets from ${VAR} =================================================================
+# == secrets from ${VAR} ====================================================================
 
 HEADER_TOOL = """\
 tools:

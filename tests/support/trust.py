@@ -32,9 +32,6 @@ TRUST_REDIS_DB = 15
 SESSION_COOKIE = "tr_session"
 
 
-# -- helpers --------------------------------------------------------------------------------
-
-
 def backend_of(stack: Stack) -> str:
     return "sqlite" if stack.settings.is_sqlite else "postgresql"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from typing import Any
 
 from router import metrics
@@ -142,6 +143,7 @@ class CallRunner:
                             error=outcome.error,
                             error_type=outcome.error_type,
                             fallback=name,
+                            ran_ms=outcome.ran_ms,
                         )
                     ],
                     at=self.clock(),
@@ -167,11 +169,14 @@ class CallRunner:
         return outcome, answered
 
     def _invoke(self, tool: Tool, args: dict[str, Any], ctx: CallContext) -> Outcome:
-        """Run the handler; its error, stored and audited, never carries a config secret."""
+        """Run the handler, timed (the tool's measured latency); its error, stored and
+        audited, never carries a config secret."""
+        started = time.monotonic()
         outcome = invoke(tool, args, ctx, mcp=self.runtime.mcp, max_nesting=self.max_nesting)
+        ran_ms = round((time.monotonic() - started) * 1000)
         if outcome.error is None or not self.redact:
-            return outcome
-        return dataclasses.replace(outcome, error=self.redact(outcome.error))
+            return dataclasses.replace(outcome, ran_ms=ran_ms)
+        return dataclasses.replace(outcome, error=self.redact(outcome.error), ran_ms=ran_ms)
 
     def _defer(self, tool: Tool, call_id: str, wait_s: float) -> RunOutcome:
         """Send the call back to wait ``wait_s`` in the broker, still queued."""

@@ -73,16 +73,8 @@ class Finished:
             failed=not self.outcome.ok,
             error=self.outcome.error,
             error_type=self.outcome.error_type,
-            ran_ms=self.ran_ms(),
+            ran_ms=self.outcome.ran_ms,
         )
-
-    def ran_ms(self) -> int | None:
-        """How long the run took from its claim; None for an answer that did not run here
-        (a cached one) and for a run the reaper ended, whose end nobody saw."""
-        started_at = self.row.started_at
-        if self.cached or started_at is None or self.event == AuditEvent.INTERRUPTED:
-            return None
-        return max(0, self.at - started_at)
 
     def attempt_outcome(self) -> AttemptOutcome:
         outcome = self.outcome

@@ -25,6 +25,8 @@ class Outcome:
     retryable: bool = False
     # From a 429/503's Retry-After: how long the service asked us to wait.
     retry_after_s: float | None = None
+    # How long the handler ran, in ms; None for an outcome no handler gave here.
+    ran_ms: int | None = None
 
     def __post_init__(self) -> None:
         # A handler's message may hold what no database stores (a NUL, a lone surrogate),

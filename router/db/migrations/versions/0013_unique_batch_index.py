@@ -3,7 +3,9 @@
 Two requests sending the same indexes of a keyed batch at once could both store their
 calls. With the unique index the second one's insert fails, and the batch service reads
 the index again and answers a replay or a conflict. Calls stored twice before this
-migration are all kept: each extra one moves to an index after its batch's last.
+migration are all kept: each extra one moves to an index after its batch's last, and the
+batch's count of submitted calls covers them, so a later request without an ``offset``
+goes after them. A downgrade leaves the moved calls where they are.
 
 Revision ID: 0013
 Revises: 0012
@@ -33,7 +35,7 @@ def downgrade() -> None:
 
 def _move_extra_calls_of_an_index() -> None:
     """The first call stored at an index keeps it; the others go after the batch's last
-    index, in the order they were stored."""
+    index, by creation time."""
     bind = op.get_bind()
     places = bind.execute(
         sa.text(
@@ -62,3 +64,7 @@ def _move_extra_calls_of_an_index() -> None:
                 sa.text("UPDATE calls SET batch_index = :index WHERE id = :id"),
                 {"index": int(last) + offset, "id": call_id},
             )
+        bind.execute(
+            sa.text("UPDATE batches SET submitted = :end WHERE id = :batch AND submitted < :end"),
+            {"end": int(last) + len(extra) + 1, "batch": batch_id},
+        )
