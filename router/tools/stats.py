@@ -5,7 +5,7 @@ when a process restarts. A call's row holds only its last outcome, which a fallb
 have given; the success rate, latency and errors are the tool's own runs, read from the
 audit log along its index on tool and sequence, where each run that ended (``ok``,
 ``error``, ``interrupted``) has a row under the tool that ran, a run that fell back to
-another tool included, and a run that ended ``ok`` or ``error`` holds its duration.
+another tool included, and a run whose handler ran holds how long it ran.
 """
 
 from __future__ import annotations
