@@ -133,8 +133,9 @@ class BatchService:
         offset: int | None = None,
     ) -> Receipt:
         """Check, store, audit and publish ``items``. Raises ``Unavailable`` when the
-        database is down (chunks committed before stay committed: re-submit with the same
-        idempotency keys to finish the batch)."""
+        database is down, ``Conflict`` when other requests to the batch beat this one on
+        every try (either way, chunks committed before stay committed: re-submit with the
+        same idempotency keys to finish the batch)."""
         batch_id, start = self._open(requested_by, key, len(items), offset)
         receipt = Receipt(batch_id=batch_id, total=len(items))
         for low in range(0, len(items), self.chunk_size):
