@@ -7,10 +7,11 @@ only the approval worker (``approvals.gate``) moves a request out of ``pending``
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import and_, delete, func, select, update
+from sqlalchemy import and_, delete, func, select, tuple_, update
 from sqlalchemy.engine import Connection
 
 from ..canonical import load_for_display
@@ -79,24 +80,40 @@ def get(conn: Connection, request_id: str, *, for_update: bool = False) -> Appro
     return ApprovalRequest.from_row(row) if row else None
 
 
-def pending(conn: Connection, *, limit: int = 500) -> list[ApprovalRequest]:
-    rows = conn.execute(
-        select(approval_requests)
-        .where(approval_requests.c.status == RequestStatus.PENDING)
-        .order_by(approval_requests.c.created_at)
-        .limit(limit)
-    )
-    return [ApprovalRequest.from_row(row) for row in rows]
+# Requests read per query while a reader looks for the ones it may see.
+PAGE = 500
 
 
-def recent(conn: Connection, *, limit: int = 100) -> list[ApprovalRequest]:
-    rows = conn.execute(
-        select(approval_requests)
-        .where(approval_requests.c.status != RequestStatus.PENDING)
-        .order_by(approval_requests.c.decided_at.desc())
-        .limit(limit)
-    )
-    return [ApprovalRequest.from_row(row) for row in rows]
+def in_status(conn: Connection, status: RequestStatus | None) -> Iterator[ApprovalRequest]:
+    """Every request in ``status`` (``None``: every decided one), read a page at a time
+    for as long as the caller takes them: pending ones oldest first, as an inbox lists
+    them, decided ones most recently decided first.
+
+    A reader that keeps only what one key may decide stops once it has enough, however
+    many requests of other approvers come first.
+    """
+    table = approval_requests
+    pending = status == RequestStatus.PENDING
+    if status is None:
+        matches = table.c.status != RequestStatus.PENDING
+    else:
+        matches = table.c.status == status
+    # Every move out of pending sets ``decided_at`` (``decide``), so the key has no nulls.
+    keys = (table.c.created_at, table.c.id) if pending else (table.c.decided_at, table.c.id)
+    order = list(keys) if pending else [key.desc() for key in keys]
+    after: tuple[Any, Any] | None = None
+    while True:
+        query = select(table).where(matches)
+        if after is not None:
+            last = tuple_(*after)
+            query = query.where(tuple_(*keys) > last if pending else tuple_(*keys) < last)
+        rows = conn.execute(query.order_by(*order).limit(PAGE)).all()
+        for row in rows:
+            yield ApprovalRequest.from_row(row)
+        if len(rows) < PAGE:
+            return
+        end = rows[-1]
+        after = (end.created_at if pending else end.decided_at, end.id)
 
 
 def due(conn: Connection, *, now: int, limit: int) -> list[str]:

@@ -6,6 +6,7 @@ the API refuse obvious mistakes without sending a message.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -43,20 +44,24 @@ class ApprovalsView:
         """Requests this key may decide (operators: all), with their call's arguments."""
         if status not in RequestStatus.__members__.values():
             raise BadRequest(f"unknown status: {echo_name(status)}")
+        wanted = RequestStatus(status)
         with self.store.reading() as conn:
-            rows = (
-                pending.pending(conn, limit=limit)
-                if status == RequestStatus.PENDING
-                else [r for r in pending.recent(conn, limit=limit * 5) if r.status == status]
-            )
-            visible = [r for r in rows if who.is_operator or r.may_decide(who.name, who.roles)]
-            decided = {r.id: pending.decisions(conn, r.id) for r in visible}
-            if status == RequestStatus.PENDING and not who.is_operator:
-                # An N-of-M request this key already approved is no longer its to decide.
-                visible = [
-                    r for r in visible if all(d["approver"] != who.name for d in decided[r.id])
-                ]
-            visible = visible[:limit]
+            visible: list[ApprovalRequest] = []
+            decided: dict[str, list[dict[str, Any]]] = {}
+            for request in pending.in_status(conn, wanted):
+                if not (who.is_operator or request.may_decide(who.name, who.roles)):
+                    continue
+                decisions = pending.decisions(conn, request.id)
+                if (
+                    wanted == RequestStatus.PENDING
+                    and not who.is_operator
+                    and any(d["approver"] == who.name for d in decisions)
+                ):
+                    continue  # an N-of-M request this key already approved is not its to decide
+                visible.append(request)
+                decided[request.id] = decisions
+                if len(visible) == limit:
+                    break
             args = pending.args_of(conn, [r.call_id for r in visible])
             escalated = escalation.recorded(conn, [r.id for r in visible])
         now = self.clock()
@@ -72,11 +77,12 @@ class ApprovalsView:
     def history(self, who: Principal, limit: int = 20) -> list[dict[str, Any]]:
         """Recently decided requests of the tools this key approves, newest first."""
         with self.store.reading() as conn:
-            rows = [
+            mine = (
                 r
-                for r in pending.recent(conn, limit=limit * 5)
+                for r in pending.in_status(conn, None)
                 if who.is_operator or set(r.approvers) & who.roles
-            ][:limit]
+            )
+            rows = list(itertools.islice(mine, limit))
             decided = {r.id: pending.decisions(conn, r.id) for r in rows}
         return [pending.to_public(r, decided=decided[r.id]) for r in rows]
 

@@ -1,0 +1,89 @@
+"""What an approver's list shows when other approvers' requests come first: every request
+the key may decide, in order, however many of others' are read past."""
+
+from __future__ import annotations
+
+import pytest
+
+from approvals.gate import Gate
+from router.approval import requests
+from router.auth.principal import Principal
+from router.clock import FakeClock
+from router.runtime import Runtime
+
+APPROVER = Principal("approver", frozenset({"approver"}))
+CFO = Principal("cfo", frozenset({"finance"}))
+OPERATOR = Principal("operator", frozenset({"operator"}))
+
+
+@pytest.fixture(autouse=True)
+def _deciders(runtime: Runtime) -> None:
+    for name, roles in (("approver", ["approver"]), ("cfo", ["finance"])):
+        runtime.keys.create(name, roles)
+
+
+@pytest.fixture
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Pages of a few rows, so that a handful of requests spans several of them."""
+    monkeypatch.setattr(requests, "PAGE", 4)
+    return 4
+
+
+def gated(runtime: Runtime, clock: FakeClock, tool: str) -> str:
+    """A gated call's request id; each one a millisecond after the one before."""
+    clock.advance(1)
+    result = runtime.dispatcher.submit("agent", tool, {"n": 1})
+    assert result.status == "pending" and result.request_id is not None, result
+    return result.request_id
+
+
+def listed(
+    runtime: Runtime, who: Principal, status: str = "pending", limit: int = 200
+) -> list[str]:
+    return [r["request_id"] for r in runtime.approvals_view.list_requests(who, status, limit)]
+
+
+def test_a_request_behind_a_full_page_of_others_is_listed(
+    runtime: Runtime, clock: FakeClock
+) -> None:
+    """More of finance's requests than a page and a list hold, then one for approvers."""
+    finance = [gated(runtime, clock, "finance_wire") for _ in range(requests.PAGE + 1)]
+    mine = gated(runtime, clock, "high_echo")
+    assert listed(runtime, APPROVER, limit=200) == [mine]
+    assert listed(runtime, CFO, limit=3) == finance[:3]
+
+
+def test_pages_keep_the_order_and_skip_nothing(
+    runtime: Runtime, clock: FakeClock, small_pages: int
+) -> None:
+    made = [
+        (gated(runtime, clock, "high_echo" if i % 5 == 4 else "finance_wire"), i % 5 == 4)
+        for i in range(small_pages * 5 + 1)
+    ]
+    mine = [request_id for request_id, for_approver in made if for_approver]
+    assert listed(runtime, APPROVER) == mine
+    assert listed(runtime, APPROVER, limit=2) == mine[:2]
+    assert listed(runtime, OPERATOR) == [request_id for request_id, _ in made]
+
+
+def test_decided_requests_are_listed_and_told_newest_first(
+    runtime: Runtime, clock: FakeClock, small_pages: int
+) -> None:
+    gate = Gate(runtime, runtime.notifier())
+    denied: list[str] = []
+    for i in range(small_pages * 3):
+        request_id = gated(runtime, clock, "finance_wire")
+        clock.advance(1)
+        assert gate.decide(request_id, "cfo", "approve" if i % 2 else "deny").ok
+    for _ in range(2):
+        request_id = gated(runtime, clock, "high_echo")
+        clock.advance(1)
+        assert gate.decide(request_id, "approver", "deny").ok
+        denied.append(request_id)
+    newest_first = denied[::-1]
+    assert listed(runtime, APPROVER, status="denied") == newest_first
+    assert [r["request_id"] for r in runtime.approvals_view.history(APPROVER)] == newest_first
+    # The finance key sees its own: half approved, half denied, each list by its status.
+    assert len(listed(runtime, CFO, status="approved")) == small_pages * 3 // 2
+    assert len(listed(runtime, CFO, status="denied")) == small_pages * 3 // 2
+    assert len(runtime.approvals_view.history(CFO, limit=100)) == small_pages * 3
