@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
 
+from router.db.schema import batches as batches_table
 from router.db.schema import calls
 from router.dispatch.batches import BATCH_BUSY, BatchService, Receipt
 from router.errors import Conflict
@@ -133,3 +134,20 @@ def test_a_request_that_loses_every_try_is_told_to_send_it_again(
     monkeypatch.setattr(runtime.dispatcher, "store_new", always_beaten)
     with pytest.raises(Conflict, match=BATCH_BUSY):
         batches.submit("agent", items(0, 1), key="contended", offset=0)
+
+
+def test_a_batch_that_cannot_be_opened_is_told_to_send_it_again(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every try to open a new batch meets a batch of that id already there: a 409, and
+    nothing of the request is stored."""
+    batches = service(runtime)
+    taken = batches.submit("agent", items(0), key="first").batch_id
+    monkeypatch.setattr("router.dispatch.batches.new_batch_id", lambda: taken)
+    with pytest.raises(Conflict, match=BATCH_BUSY):
+        batches.submit("agent", items(1, 2), key="second")
+    with runtime.store.reading() as conn:
+        stored = conn.execute(select(calls.c.batch_id, calls.c.batch_index)).all()
+        opened = conn.execute(select(batches_table.c.id, batches_table.c.submitted)).all()
+    assert stored == [(taken, 0)]
+    assert opened == [(taken, 1)]
