@@ -9,6 +9,7 @@ with Client("http://127.0.0.1:8000", key) as client:
 from __future__ import annotations
 
 import time
+import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -42,6 +43,15 @@ class Client:
     ):
         self._api = api_requests.Api(base_url, key, timeout)
         self._http = _pool_manager(self._api)
+        # Without a proxy every request goes to one host: its pool is taken once, and a
+        # request names only its path, where the manager would parse each URL and look
+        # the pool up again on every request.
+        self._pool: urllib3.HTTPConnectionPool | None = None
+        self._origin = 0  # the length of ``scheme://host:port``, which every URL starts with
+        if self._api.proxy is None:
+            self._pool = self._http.connection_from_url(base_url)
+            parts = urllib.parse.urlsplit(base_url)
+            self._origin = len(parts.scheme) + len("://") + len(parts.netloc)
         self._closed = False
 
     def __enter__(self) -> Client:
@@ -53,14 +63,19 @@ class Client:
     def close(self) -> None:
         """Close the idle connections; one in use closes when its request ends."""
         self._closed = True
-        self._http.clear()
+        self._http.clear()  # urllib3 closes a pool's connections once the pool is collected
+        if self._pool is not None:
+            self._pool.close()  # this one is held here, so it is closed now
 
     def _send(self, request: api_requests.Request, *, stream: bool = False) -> BaseHTTPResponse:
         if self._closed:
             raise RuntimeError("the client is closed")
-        return self._http.urlopen(
+        pool, url = self._http, request.url
+        if self._pool is not None:
+            pool, url = self._pool, url[self._origin :]
+        return pool.urlopen(
             request.method,
-            request.url,
+            url,
             body=request.body,
             headers=request.headers,
             timeout=request.timeout,  # to connect, and for each wait for the server

@@ -251,6 +251,18 @@ def test_requests_carry_the_key_and_reuse_one_kept_alive_connection(flavour: str
     assert (cancel.method, cancel.target) == ("DELETE", "/v1/calls/call_1")
 
 
+@pytest.mark.parametrize("prefix", ["/api", "/api/", "/a%20b"])
+def test_a_base_urls_path_prefixes_every_request_target(flavour: str, prefix: str) -> None:
+    with ScriptedServer() as server, Driven(flavour, server.url + prefix) as agent:
+        assert agent.call("echo", {"i": 1}).ok
+        assert agent.result("call_1", wait_s=2.5).ok
+    stem = prefix.rstrip("/")
+    assert [(seen.method, seen.target) for seen in server.seen] == [
+        ("POST", f"{stem}/v1/calls"),
+        ("GET", f"{stem}/v1/calls/call_1?wait_s=2.5"),
+    ]
+
+
 def test_calls_in_flight_at_once_share_connections_the_next_calls_reuse(flavour: str) -> None:
     # The server answers only once 4 requests are in: calls kept on one connection would
     # each wait out its patience.
