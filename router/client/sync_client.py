@@ -70,20 +70,18 @@ class Client:
     def _send(self, request: api_requests.Request, *, stream: bool = False) -> BaseHTTPResponse:
         if self._closed:
             raise RuntimeError("the client is closed")
-        pool, url = self._http, request.url
+        options: dict[str, Any] = {
+            "body": request.body,
+            "headers": request.headers,
+            "timeout": request.timeout,  # to connect, and for each wait for the server
+            "pool_timeout": request.timeout,  # a float, whatever urllib3's hint says
+            "retries": False,  # nothing is sent twice
+            "redirect": False,  # a redirect comes back as an answer, as from ``AsyncClient``
+            "preload_content": not stream,
+        }
         if self._pool is not None:
-            pool, url = self._pool, url[self._origin :]
-        return pool.urlopen(
-            request.method,
-            url,
-            body=request.body,
-            headers=request.headers,
-            timeout=request.timeout,  # to connect, and for each wait for the server
-            pool_timeout=request.timeout,
-            retries=False,  # nothing is sent twice
-            redirect=False,  # a redirect comes back as an answer, as from ``AsyncClient``
-            preload_content=not stream,
-        )
+            return self._pool.urlopen(request.method, request.url[self._origin :], **options)
+        return self._http.urlopen(request.method, request.url, **options)
 
     def _call(self, request: api_requests.Request) -> CallResult:
         try:
