@@ -17,7 +17,7 @@ from typing import Any
 
 from router.approval import requests as pending
 from router.approval.model import ApprovalRequest
-from router.dispatch.checks import Refused
+from router.dispatch.checks import EditRefused
 from router.runtime import Runtime
 
 # How a request's rule reads when the rules would not gate the edited arguments.
@@ -32,21 +32,14 @@ class Edit:
     forgotten: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class EditRefused:
-    http_status: int
-    error: str
-
-
 def apply_edit(
     runtime: Runtime, conn: Any, request: ApprovalRequest, editor: str, args: Any, *, now: int
 ) -> Edit | EditRefused | None:
     """Bind ``request`` and its call to ``args``; None when they are the arguments already
     bound (no edit). The caller holds the request's row lock and has checked its binding."""
-    checked = runtime.dispatcher.checks.check(request.requested_by, request.tool, args, None)
-    if isinstance(checked, Refused):
-        status = 413 if checked.result.http_status == 413 else 422
-        return EditRefused(status, f"edited arguments refused: {checked.result.error}")
+    checked = runtime.dispatcher.checks.check_edit(request.requested_by, request.tool, args)
+    if isinstance(checked, EditRefused):
+        return checked
     if checked.digest == request.args_sha256:
         return None
     gate = checked.ruling.gate

@@ -26,6 +26,7 @@ from router.approval.model import ApprovalRequest, Decision, RequestStatus, chan
 from router.audit import entries
 from router.auth.keys import principal_named
 from router.canonical import sha256_hex
+from router.dispatch.checks import EditRefused
 from router.messaging.completions import Notifier
 from router.messaging.run_message import message_for
 from router.metrics import Tampered
@@ -35,7 +36,7 @@ from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 from router.trust.keyring import Purpose
 
-from .edit import Edit, EditRefused, apply_edit
+from .edit import Edit, apply_edit
 
 log = logging.getLogger(__name__)
 

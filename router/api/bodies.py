@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from typing import Any
 
@@ -67,11 +68,17 @@ def object_body(raw: bytes, *, limit: int, allowed: frozenset[str]) -> dict[str,
     return body
 
 
+# Numbers in a query string as JSON writes them: ASCII digits, no spaces, no ``_`` (Python's
+# ``int`` and ``float`` take all three, and digits of every script).
+INTEGER = re.compile(r"-?[0-9]+")
+DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?|-?\.[0-9]+")
+
+
 def wait_seconds(value: Any, *, maximum: float) -> float:
     """``wait_s`` from a body or query: a finite number in [0, maximum]."""
     if value is None:
         return 0.0
-    if isinstance(value, bool):
+    if isinstance(value, bool) or (isinstance(value, str) and not DECIMAL.fullmatch(value)):
         raise BadRequest("wait_s must be a number of seconds")
     try:
         seconds = float(value)
@@ -87,6 +94,8 @@ def int_param(value: str | None, name: str, *, default: int, low: int, high: int
     if value is None:
         return default
     try:
+        if not INTEGER.fullmatch(value):
+            raise ValueError(value)
         number = int(value)
     except ValueError:
         raise BadRequest(f"{name} must be an integer") from None

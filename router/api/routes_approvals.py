@@ -11,6 +11,7 @@ from pydantic import WithJsonSchema
 
 from ..approval.model import Decision
 from ..auth.principal import Principal
+from ..dispatch.checks import EditRefused
 from ..errors import BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, Unavailable
 from ..messaging.waiting import wait_for_call
 from .bodies import decision_body_bytes, int_param, object_body, optional_string, wait_seconds
@@ -83,7 +84,13 @@ async def _decide(
     expected = body.get("expected_args_sha256")
     if expected is not None and not (isinstance(expected, str) and SHA256_HEX.fullmatch(expected)):
         raise BadRequest("expected_args_sha256 must be 64 lower-case hex digits")
-    await in_thread(runtime.approvals_view.precheck, who, request_id)
+    pending = await in_thread(runtime.approvals_view.precheck, who, request_id)
+    if args is not None:
+        # Refused here as the approval worker would refuse it, before anything is sent.
+        checks = runtime.dispatcher.checks
+        edit = await in_thread(checks.check_edit, pending.requested_by, pending.tool, args)
+        if isinstance(edit, EditRefused):
+            raise REFUSALS[edit.http_status](edit.error)
     answer = await in_thread(
         runtime.decisions.send, request_id, who.name, decision, reason, args, expected
     )

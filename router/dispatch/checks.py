@@ -43,6 +43,14 @@ class Refused:
     audit: AuditEntry | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class EditRefused:
+    """An approver's edit of a call's arguments that a submission of them would not pass."""
+
+    http_status: int
+    error: str
+
+
 class Checks:
     """The checks, with the limits they apply."""
 
@@ -96,6 +104,16 @@ class Checks:
         if ruling.denial is not None:
             return denial(requested_by, tool.name, ruling)
         return Checked(tool, canonical, sha256_hex(canonical), idempotency_key, ruling)
+
+    def check_edit(self, requested_by: str, tool: str, args: object) -> Checked | EditRefused:
+        """An approver's edit of ``requested_by``'s call of ``tool``, checked as a submission
+        of those arguments would be. The API checks an edit before sending it; the approval
+        worker checks it again where it applies it."""
+        checked = self.check(requested_by, tool, args, None)
+        if isinstance(checked, Refused):
+            status = 413 if checked.result.http_status == 413 else 422
+            return EditRefused(status, f"edited arguments refused: {checked.result.error}")
+        return checked
 
     def _check_arguments(self, tool: Tool, args: object) -> tuple[str | None, str | None]:
         if not isinstance(args, dict):

@@ -9,7 +9,6 @@ with the key's name as the requester.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -209,10 +208,11 @@ class ToolrouterMcp:
         if not isinstance(call_id, str) or not call_id:
             return error_result("call_id must be a call id string")
         wait_s = args.get("wait_s", 0)
+        # Compared, not converted: an integer too large for a float is out of range too,
+        # and NaN is within no range.
         if (
             isinstance(wait_s, bool)
             or not isinstance(wait_s, int | float)
-            or not math.isfinite(wait_s)
             or not 0 <= wait_s <= self.max_wait_s
         ):
             return error_result(f"wait_s must be between 0 and {self.max_wait_s:g}")

@@ -19,7 +19,7 @@ from starlette.datastructures import FormData
 
 from ..approval.model import Decision
 from ..auth.principal import Principal
-from ..canonical import args_digest
+from ..dispatch.checks import EditRefused
 from ..errors import RequestError, Unavailable
 from ..threads import in_thread
 from .routes import (
@@ -37,7 +37,14 @@ TEXT_MARGIN = 64 * 1024
 
 
 def pretty(args: Any) -> str:
-    return json.dumps(args, indent=2, sort_keys=True, ensure_ascii=False)
+    """``args`` as indented JSON, with its text as written where a page can carry it: a lone
+    surrogate, which no page can, is shown as its ``\\u`` escape."""
+    text = json.dumps(args, indent=2, sort_keys=True, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(args, indent=2, sort_keys=True)
+    return text
 
 
 def _no_constant(name: str) -> Any:
@@ -102,7 +109,11 @@ async def review(request: Request) -> Response:
     context: dict[str, Any] = {"who": who, "csrf": csrf, "item": item, "text": text}
     if isinstance(edited, str):
         return _page(request, "edit.html", 422, error=edited, **context)
-    if args_digest(edited) == item["args_sha256"]:
+    checks = _runtime(request).dispatcher.checks
+    vetted = await in_thread(checks.check_edit, item["requested_by"], item["tool"], edited)
+    if isinstance(vetted, EditRefused):
+        return _page(request, "edit.html", vetted.http_status, error=vetted.error, **context)
+    if vetted.digest == item["args_sha256"]:
         return _page(request, "edit.html", 422, error="Nothing changed.", **context)
     after = pretty(edited)
     diff = diff_lines(pretty(item["args"]), after)
@@ -129,6 +140,10 @@ async def approve(request: Request) -> Response:
         item = await _current(request, who, request_id)
         if _changed(item, form):
             return _redirect_with_flash(request, CHANGED.format(request_id))
+        checks = runtime.dispatcher.checks
+        vetted = await in_thread(checks.check_edit, item["requested_by"], item["tool"], edited)
+        if isinstance(vetted, EditRefused):
+            return _redirect_with_flash(request, f"{request_id}: {vetted.error} Nothing was sent.")
         # The hash reviewed goes along: the approval worker refuses it if an edit came since.
         answer = await in_thread(
             runtime.decisions.send,

@@ -269,7 +269,10 @@ def reason_of(form: FormData) -> str | None:
     """The form's reason, its lines and runs of spaces joined by single spaces (as the API
     takes it: printable, at most 2000 characters); ``ValueError`` naming the first
     character it cannot keep (a NUL, which no database stores; an invisible format mark)."""
-    reason = " ".join(str(form.get("reason") or "").split())[:2000]
+    given = form.get("reason") or ""
+    if not isinstance(given, str):  # a file sent in the reason's place
+        raise ValueError("The reason must be text. Nothing was sent.")
+    reason = " ".join(given.split())[:2000]
     for position, character in enumerate(reason, start=1):
         if not character.isprintable():
             raise ValueError(

@@ -96,6 +96,24 @@ def test_an_edit_the_schema_refuses_is_422_and_changes_nothing(stack: Stack) -> 
     assert outcome["value"] == {"amount": 5000, "to": "bob"} and "edited" not in outcome
 
 
+def test_an_edit_with_a_number_json_cannot_hold_is_422_and_nothing_is_sent(stack: Stack) -> None:
+    """Python's parser reads ``1e400`` as infinity, which no JSON text holds: the edit is
+    refused as a submission of it would be, before any decision goes out."""
+    call = pending_wire(stack, 5000)
+    logged_before = len(stack.log("api"))
+    with stack.client("approver") as http:
+        for text in ('{"amount": 1e400, "to": "bob"}', '{"amount": 1, "to": "bob", "x": -1e400}'):
+            body = f'{{"args": {text}}}'
+            response = http.post(f"/v1/approvals/{call['request_id']}/approve", content=body)
+            assert response.status_code == 422, response.text
+            assert response.json()["error"].startswith(
+                "edited arguments refused: invalid arguments: arguments are not JSON"
+            ), response.text
+    request = request_detail(stack, call["request_id"])
+    assert request["status"] == "pending" and request["decisions"] == []
+    assert "Traceback" not in stack.log("api")[logged_before:]
+
+
 def test_an_edit_that_deny_if_refuses_is_refused(stack: Stack) -> None:
     call = pending_wire(stack, 5000)
     response = decide(stack, call["request_id"], args={"amount": 5000, "to": "blocked-account"})
