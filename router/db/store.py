@@ -7,7 +7,7 @@ call is still ``running`` under the same claim: attempt number and claim time (t
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
@@ -136,14 +136,19 @@ class Store:
         )
         return {int(index): (tool, digest) for index, tool, digest in rows}
 
-    def stale_queued(self, conn: Connection, *, published_before: int, limit: int) -> list[CallRow]:
-        """Queued calls whose last publish is older than ``published_before``."""
+    def stale_queued(
+        self, conn: Connection, *, published_before: int, limit: int, tools: Collection[str]
+    ) -> list[CallRow]:
+        """Queued calls of ``tools`` whose last publish is older than ``published_before``,
+        oldest first. Only those: calls of a tool the caller cannot publish would come
+        first again on every pass, however many others wait behind them."""
         rows = conn.execute(
             select(calls)
             .where(
                 and_(
                     calls.c.status == CallStatus.QUEUED,
                     (calls.c.published_at.is_(None)) | (calls.c.published_at < published_before),
+                    calls.c.tool.in_(sorted(tools)),
                 )
             )
             .order_by(calls.c.created_at)

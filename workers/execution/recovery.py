@@ -94,7 +94,12 @@ class Recovery:
         """Publish again the queued calls nobody claimed: heals lost messages and Redis restarts."""
         cutoff = self.clock() - int(self.runtime.settings.requeue_after_s * 1000)
         with self.store.reading() as conn:
-            stale = self.store.stale_queued(conn, published_before=cutoff, limit=limit)
+            stale = self.store.stale_queued(
+                conn,
+                published_before=cutoff,
+                limit=limit,
+                tools=[tool.name for tool in self.registry],
+            )
         return self.publish_again(stale)
 
     def republish(self, call_ids: Sequence[str]) -> None:
