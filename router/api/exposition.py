@@ -42,7 +42,7 @@ class LiveCollector:
         )
         try:
             with self.runtime.store.reading() as conn:
-                waiting.add_metric([], float(pending.count_pending(conn)))
+                waiting.add_metric([], float(pending.count_pending(conn, now=self.runtime.clock())))
         except Exception:
             log.debug("pending requests not counted", exc_info=True)
         yield waiting

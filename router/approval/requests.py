@@ -7,11 +7,11 @@ only the approval worker (``approvals.gate``) moves a request out of ``pending``
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import and_, delete, func, select, tuple_, update
+from sqlalchemy import and_, delete, exists, func, select, tuple_, update
 from sqlalchemy.engine import Connection
 
 from ..canonical import load_for_display
@@ -84,10 +84,18 @@ def get(conn: Connection, request_id: str, *, for_update: bool = False) -> Appro
 PAGE = 500
 
 
-def in_status(conn: Connection, status: RequestStatus | None) -> Iterator[ApprovalRequest]:
+def in_status(
+    conn: Connection,
+    status: RequestStatus | None,
+    *,
+    now: int | None = None,
+    not_approved_by: str | None = None,
+) -> Iterator[ApprovalRequest]:
     """Every request in ``status`` (``None``: every decided one), read a page at a time
     for as long as the caller takes them: pending ones oldest first, as an inbox lists
-    them, decided ones most recently decided first.
+    them, decided ones most recently decided first. With ``now``, pending ones still
+    open then (the expiry sweep may not have reached the others yet); with
+    ``not_approved_by``, none that key has approved already (an N-of-M request).
 
     A reader that keeps only what one key may decide stops once it has enough, however
     many requests of other approvers come first.
@@ -98,7 +106,17 @@ def in_status(conn: Connection, status: RequestStatus | None) -> Iterator[Approv
         matches = table.c.status != RequestStatus.PENDING
     else:
         matches = table.c.status == status
-    # Every move out of pending sets ``decided_at`` (``decide``), so the key has no nulls.
+    if pending and now is not None:
+        matches = and_(matches, table.c.expires_at > now)
+    if not_approved_by is not None:
+        decided = approval_decisions.c
+        matches = and_(
+            matches,
+            ~exists().where(
+                and_(decided.request_id == table.c.id, decided.approver == not_approved_by)
+            ),
+        )
+    # Every move out of pending sets ``decided_at`` (``spend``), so the key has no nulls.
     keys = (table.c.created_at, table.c.id) if pending else (table.c.decided_at, table.c.id)
     order = list(keys) if pending else [key.desc() for key in keys]
     after: tuple[Any, Any] | None = None
@@ -130,12 +148,34 @@ def due(conn: Connection, *, now: int, limit: int) -> list[str]:
     return [row.id for row in rows]
 
 
-def count_pending(conn: Connection) -> int:
+def count_pending(conn: Connection, *, now: int) -> int:
+    """Requests still waiting for a decision at ``now``: pending and not yet expired."""
+    table = approval_requests
     return int(
         conn.execute(
-            select(func.count()).where(approval_requests.c.status == RequestStatus.PENDING)
+            select(func.count()).where(
+                and_(table.c.status == RequestStatus.PENDING, table.c.expires_at > now)
+            )
         ).scalar_one()
     )
+
+
+def decisions_of(conn: Connection, request_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """The decisions recorded on each of ``request_ids``, oldest first, in one query (as
+    ``decisions`` reads them without a keyring)."""
+    found: dict[str, list[dict[str, Any]]] = {request_id: [] for request_id in request_ids}
+    if not found:
+        return found
+    rows = conn.execute(
+        select(approval_decisions)
+        .where(approval_decisions.c.request_id.in_(list(found)))
+        .order_by(approval_decisions.c.id)
+    )
+    for r in rows:
+        found[r.request_id].append(
+            {"approver": r.approver, "decision": r.decision, "reason": r.reason, "at": r.at}
+        )
+    return found
 
 
 def decisions(

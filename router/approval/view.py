@@ -45,26 +45,21 @@ class ApprovalsView:
         if status not in RequestStatus.__members__.values():
             raise BadRequest(f"unknown status: {echo_name(status)}")
         wanted = RequestStatus(status)
+        now = self.clock()
+        open_only = wanted == RequestStatus.PENDING
         with self.store.reading() as conn:
-            visible: list[ApprovalRequest] = []
-            decided: dict[str, list[dict[str, Any]]] = {}
-            for request in pending.in_status(conn, wanted):
-                if not (who.is_operator or request.may_decide(who.name, who.roles)):
-                    continue
-                decisions = pending.decisions(conn, request.id)
-                if (
-                    wanted == RequestStatus.PENDING
-                    and not who.is_operator
-                    and any(d["approver"] == who.name for d in decisions)
-                ):
-                    continue  # an N-of-M request this key already approved is not its to decide
-                visible.append(request)
-                decided[request.id] = decisions
-                if len(visible) == limit:
-                    break
+            found = pending.in_status(
+                conn,
+                wanted,
+                now=now if open_only else None,
+                # An N-of-M request this key already approved is no longer its to decide.
+                not_approved_by=who.name if open_only and not who.is_operator else None,
+            )
+            mine = (r for r in found if who.is_operator or r.may_decide(who.name, who.roles))
+            visible = list(itertools.islice(mine, limit))
+            decided = pending.decisions_of(conn, [r.id for r in visible])
             args = pending.args_of(conn, [r.call_id for r in visible])
             escalated = escalation.recorded(conn, [r.id for r in visible])
-        now = self.clock()
         return [
             self._escalation(
                 pending.to_public(r, args=args.get(r.call_id), decided=decided[r.id], now=now),
@@ -83,7 +78,7 @@ class ApprovalsView:
                 if who.is_operator or set(r.approvers) & who.roles
             )
             rows = list(itertools.islice(mine, limit))
-            decided = {r.id: pending.decisions(conn, r.id) for r in rows}
+            decided = pending.decisions_of(conn, [r.id for r in rows])
         return [pending.to_public(r, decided=decided[r.id]) for r in rows]
 
     def get(self, who: Principal, request_id: str) -> dict[str, Any]:

@@ -86,7 +86,7 @@ def _database(runtime: Any) -> dict[str, Any]:
 
     with runtime.store.reading() as conn:
         return {
-            "pending_approvals": pending.count_pending(conn),
+            "pending_approvals": pending.count_pending(conn, now=runtime.clock()),
             "failed_notifications": deliveries.count(conn, DeliveryStatus.FAILED),
         }
 

@@ -102,6 +102,10 @@ def _redirect_with_flash(request: Request, message: str) -> RedirectResponse:
     return response
 
 
+# Requests one inbox page lists, oldest first; the count says when more wait behind them.
+INBOX_SHOWS = 200
+
+
 @router.get("/", response_class=HTMLResponse)
 async def inbox(request: Request) -> Response:
     signed_in = await _signed_in(request)
@@ -111,7 +115,9 @@ async def inbox(request: Request) -> Response:
     if not may_use_inbox(who):
         return _page(request, "forbidden.html", 403, who=who)
     runtime = _runtime(request)
-    pending = await in_thread(runtime.approvals_view.list_requests, who, "pending", 200)
+    pending = await in_thread(runtime.approvals_view.list_requests, who, "pending", INBOX_SHOWS + 1)
+    more = len(pending) > INBOX_SHOWS
+    del pending[INBOX_SHOWS:]
     history = await in_thread(runtime.approvals_view.history, who, 20)
     for item in pending:
         tool = runtime.registry.get(item["tool"])
@@ -127,6 +133,7 @@ async def inbox(request: Request) -> Response:
         "inbox.html",
         who=who,
         pending=pending,
+        more=more,
         history=history,
         csrf=_sessions(request).csrf(current),
         flash=flash,
@@ -149,7 +156,7 @@ async def pending_ids(request: Request) -> Response:
             media_type="application/json",
         )
     items = await in_thread(
-        _runtime(request).approvals_view.list_requests, signed_in[1], "pending", 200
+        _runtime(request).approvals_view.list_requests, signed_in[1], "pending", INBOX_SHOWS
     )
     body = {"ok": True, "request_ids": [item["request_id"] for item in items]}
     return Response(json.dumps(body), media_type="application/json")

@@ -4,11 +4,13 @@ the key may decide, in order, however many of others' are read past."""
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import event, select
 
 from approvals.gate import Gate
 from router.approval import requests
 from router.auth.principal import Principal
 from router.clock import FakeClock
+from router.db.schema import approval_requests
 from router.runtime import Runtime
 
 APPROVER = Principal("approver", frozenset({"approver"}))
@@ -87,3 +89,40 @@ def test_decided_requests_are_listed_and_told_newest_first(
     assert len(listed(runtime, CFO, status="approved")) == small_pages * 3 // 2
     assert len(listed(runtime, CFO, status="denied")) == small_pages * 3 // 2
     assert len(runtime.approvals_view.history(CFO, limit=100)) == small_pages * 3
+
+
+def test_a_request_past_its_expiry_is_neither_listed_nor_counted_before_the_sweep(
+    runtime: Runtime, clock: FakeClock
+) -> None:
+    expired = gated(runtime, clock, "high_echo")
+    with runtime.store.reading() as conn:
+        expires_at = conn.execute(select(approval_requests.c.expires_at)).scalar_one()
+    clock.advance(expires_at - clock.now)  # due, and the sweep has not run
+    fresh = gated(runtime, clock, "high_echo")
+    assert listed(runtime, APPROVER) == [fresh]
+    assert listed(runtime, OPERATOR) == [fresh]
+    with runtime.store.reading() as conn:
+        assert requests.count_pending(conn, now=clock.now) == 1
+    assert expired not in listed(runtime, APPROVER)
+
+
+def test_a_list_reads_the_decisions_of_the_requests_it_shows_in_one_query(
+    runtime: Runtime, clock: FakeClock
+) -> None:
+    """However many N-of-M requests this key approved already: they are left out by the
+    query, not read one by one."""
+    gate = Gate(runtime, runtime.notifier())
+    for _ in range(30):
+        assert gate.decide(gated(runtime, clock, "two_man"), "approver", "approve").ok
+    fresh = gated(runtime, clock, "two_man")
+    statements: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    event.listen(runtime.engine, "before_cursor_execute", count)
+    try:
+        assert listed(runtime, APPROVER) == [fresh]
+    finally:
+        event.remove(runtime.engine, "before_cursor_execute", count)
+    assert len(statements) <= 6, statements
