@@ -27,7 +27,8 @@ _RUN_ENDS = (AuditEvent.OK, AuditEvent.ERROR, AuditEvent.INTERRUPTED)
 
 @dataclass(frozen=True, slots=True)
 class RunFigures:
-    """What a tool's last ``WINDOW`` ended runs measured."""
+    """What a tool's last ``WINDOW`` ended runs measured (cached answers and calls that
+    never reached a worker are no runs)."""
 
     succeeded: int
     failed: int
@@ -56,24 +57,27 @@ def run_figures(conn: Connection, name: str) -> RunFigures:
         .order_by(audit_log.c.seq.desc())
         .limit(WINDOW)
     ).all()
-    succeeded = 0
+    succeeded = failed = 0
     errors: dict[str, int] = {}
     durations: list[int] = []
     for row in rows:
         detail = json.loads(row.detail) if row.detail else {}
-        if not isinstance(detail, dict):
-            detail = {}
+        if not isinstance(detail, dict) or "attempt" not in detail or detail.get("cached"):
+            # Not a run of the tool: a call failed before any worker had it (its message
+            # refused by the broker), or an answer from the cache.
+            continue
         ran_ms = detail.get("ms")
         if isinstance(ran_ms, int) and not isinstance(ran_ms, bool):
             durations.append(ran_ms)
         if row.event == AuditEvent.OK:
             succeeded += 1
             continue
+        failed += 1
         kind = detail.get("error_type")
         kind = kind or ("Interrupted" if row.event == AuditEvent.INTERRUPTED else None)
         if kind:
             errors[kind] = errors.get(kind, 0) + 1
-    return RunFigures(succeeded, len(rows) - succeeded, errors, sorted(durations))
+    return RunFigures(succeeded, failed, errors, sorted(durations))
 
 
 def tool_stats(conn: Connection, registry: ToolRegistry, name: str) -> dict[str, Any]:

@@ -99,3 +99,25 @@ def test_each_tool_of_a_fallback_records_its_own_run(runtime: Runtime, executor:
     assert all(isinstance(ms, int) and ms >= 0 for _, _, ms in runs), runs
     with runtime.store.reading() as conn:
         assert stats.run_figures(conn, "search_primary").durations_ms == [runs[0][2]]
+
+
+def test_calls_that_never_ran_are_not_counted_as_runs(runtime: Runtime) -> None:
+    """A call failed because the broker refused its message never reached a worker, and a
+    cached answer ran nothing: neither moves the tool's success rate."""
+    never = entries.unpublished(
+        actor="api", tool="echo", call_id=f"call_{99:032x}", error="unavailable: redis down"
+    )
+    cached = entries.finished(
+        event=AuditEvent.OK,
+        actor="worker@test",
+        tool="echo",
+        call_id=f"call_{98:032x}",
+        request_id=None,
+        attempt=1,
+        cached=True,
+    )
+    append(runtime, [*(run("echo", n, ms=5) for n in range(3)), never, cached])
+    with runtime.store.reading() as conn:
+        figures = stats.run_figures(conn, "echo")
+    assert (figures.succeeded, figures.failed, figures.success_rate) == (3, 0, 1.0)
+    assert figures.errors_by_type == {}
