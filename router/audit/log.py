@@ -189,8 +189,10 @@ def query(
     call_id: str | None = None,
     after_seq: int = 0,
     limit: int = 100,
+    newest: bool = False,
 ) -> list[dict[str, Any]]:
-    """Rows in ``seq`` order, filtered; always fresh copies."""
+    """Rows in ``seq`` order, filtered; always fresh copies. The first ``limit`` of them, or
+    with ``newest`` the last ``limit``."""
     stmt = select(audit_log).where(audit_log.c.seq > after_seq)
     if tool is not None:
         stmt = stmt.where(audit_log.c.tool == tool)
@@ -198,5 +200,8 @@ def query(
         stmt = stmt.where(audit_log.c.event == event)
     if call_id is not None:
         stmt = stmt.where(audit_log.c.call_id == call_id)
+    if newest:
+        last = conn.execute(stmt.order_by(audit_log.c.seq.desc()).limit(limit)).all()
+        return [to_public(row) for row in reversed(last)]
     rows = conn.execute(stmt.order_by(audit_log.c.seq).limit(limit))
     return [to_public(row) for row in rows]

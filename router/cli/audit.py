@@ -20,18 +20,30 @@ def audit() -> None:
 @click.option("--tool", default=None)
 @click.option("--event", default=None)
 @click.option("--call-id", default=None)
-@click.option("--after-seq", type=int, default=0)
-@click.option("--limit", type=int, default=100)
+@click.option("--after-seq", type=click.IntRange(min=0), default=0)
+@click.option("--limit", type=click.IntRange(min=1), default=100, help="The first N rows")
+@click.option("--last", type=click.IntRange(min=1), default=None, help="The last N rows instead")
 def audit_list(
-    tool: str | None, event: str | None, call_id: str | None, after_seq: int, limit: int
+    tool: str | None,
+    event: str | None,
+    call_id: str | None,
+    after_seq: int,
+    limit: int,
+    last: int | None,
 ) -> None:
-    """Print audit rows as JSON lines."""
+    """Print audit rows as JSON lines, oldest first."""
     from ..audit import log as audit_log
 
     rt = runtime(tools=False)
     with rt.store.reading() as conn:
         rows = audit_log.query(
-            conn, tool=tool, event=event, call_id=call_id, after_seq=after_seq, limit=limit
+            conn,
+            tool=tool,
+            event=event,
+            call_id=call_id,
+            after_seq=after_seq,
+            limit=limit if last is None else last,
+            newest=last is not None,
         )
     for row in rows:
         click.echo(json.dumps(row, sort_keys=True))

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from router.audit.log import AuditEntry
 from router.db.migrate import head_revision
 from router.errors import NotAuthenticated
 from router.runtime import Runtime
 from router.settings import Settings
+from router.status import AuditEvent
 
 from ..support import services
 from ..support.launcher import free_port, stop_group, wait_for_log
@@ -424,3 +426,24 @@ def test_a_setting_that_cannot_be_used_is_named_without_a_traceback(
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.startswith(message), result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_audit_list_shows_the_first_or_the_last_rows_oldest_first(home: Home) -> None:
+    ok(home.run("db", "upgrade"))
+    runtime = Runtime(home.settings())
+    try:
+        log = runtime.audit  # made before the write transaction: it reads the database
+        with runtime.store.transaction() as conn:
+            rows = [AuditEntry(AuditEvent.QUEUED, "agent", tool=f"t{n}") for n in range(5)]
+            log.append(conn, rows, at=1)
+    finally:
+        runtime.close()
+    every = [json.loads(line)["seq"] for line in ok(home.run("audit", "list")).splitlines()]
+    assert len(every) >= 5 and every == sorted(every)
+    first = ok(home.run("audit", "list", "--limit", "2")).splitlines()
+    last = ok(home.run("audit", "list", "--last", "2")).splitlines()
+    assert [json.loads(line)["seq"] for line in first] == every[:2]
+    assert [json.loads(line)["seq"] for line in last] == every[-2:]
+    for bad in (["--limit", "-1"], ["--last", "0"], ["--after-seq", "-5"]):
+        refused = home.run("audit", "list", *bad)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr

@@ -353,9 +353,10 @@ def step_5(reader: Reader) -> None:
 
 def step_6(reader: Reader) -> None:
     tail, verify = reader.lines(6)
+    assert tail.endswith(" --last 3"), tail
     # The rows the prose names, in the order of the steps: two adds, the refund and the
     # arguments refused in step 4; the refusals of step 5's commands leave none.
-    listing = reader.sh(tail.split("|")[0]).stdout.splitlines()
+    listing = reader.sh(tail.removesuffix(" --last 3")).stdout.splitlines()
     events = [json.loads(row)["event"] for row in listing]
     assert events == ["queued", "ok", "queued", "ok", "pending", "invalid", "approved", "ok"]
     assert set(events) <= set(re.findall(r"`(\w+)`", reader.prose[6]))
