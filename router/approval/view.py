@@ -120,7 +120,7 @@ class ApprovalsView:
         return request
 
     def _load(self, request_id: str) -> ApprovalRequest:
-        if not REQUEST_ID_RE.match(request_id):
+        if not REQUEST_ID_RE.fullmatch(request_id):
             raise NotFound(f"unknown request: {echo_name(request_id)}")
         with self.store.reading() as conn:
             request = pending.get(conn, request_id)

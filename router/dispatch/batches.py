@@ -312,7 +312,7 @@ class BatchService:
     # -- reading -----------------------------------------------------------------------
 
     def _load(self, who: Principal, batch_id: str) -> Any:
-        if not BATCH_ID_RE.match(batch_id):
+        if not BATCH_ID_RE.fullmatch(batch_id):
             raise NotFound(f"unknown batch: {echo_name(batch_id)}")
         with self.store.reading() as conn:
             row = conn.execute(select(batches).where(batches.c.id == batch_id)).first()

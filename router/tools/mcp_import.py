@@ -31,7 +31,7 @@ def risk_of(annotations: Any) -> str:
 def spec_of(server: str, tool: Any) -> ToolSpec | None:
     """The spec for one imported tool; None when its name cannot be a toolrouter name."""
     name = f"{server}.{tool.name}"
-    if not TOOL_NAME_RE.match(name):
+    if not TOOL_NAME_RE.fullmatch(name):
         log.warning("skipping MCP tool %r of %s: not a valid tool name", tool.name, server)
         return None
     annotations = tool.annotations

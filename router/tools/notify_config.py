@@ -133,13 +133,13 @@ def parse_notifications(
         raise ConfigError("notifications.channels must be a mapping", file=file)
     for name, channel in channels.items():
         where = f"notifications.channels.{name}"
-        if not isinstance(name, str) or not CHANNEL_NAME_RE.match(name):
+        if not isinstance(name, str) or not CHANNEL_NAME_RE.fullmatch(name):
             raise ConfigError(f"{where}: channel names are 1-64 of A-Z a-z 0-9 _ . -", file=file)
         if not isinstance(channel, dict):
             raise ConfigError(f"{where}: must be a mapping with a 'type'", file=file)
         for field in SECRET_FIELDS.get(str(channel.get("type")), ()):
             value = channel.get(field)
-            if value is not None and not (isinstance(value, str) and _ONLY_VAR_RE.match(value)):
+            if value is not None and not (isinstance(value, str) and _ONLY_VAR_RE.fullmatch(value)):
                 raise ConfigError(f"{where}.{field}: must be written as ${{VAR}}", file=file)
     interpolated = interpolate(raw, env, file=file, tool=None, used=used)
     try:
@@ -166,7 +166,7 @@ def parse_notifications(
 def _sane_name(table: str, name: str) -> bool:
     """Role names as channel names; key names as keys take them (``router.auth.keys``)."""
     if table == "roles":
-        return bool(CHANNEL_NAME_RE.match(name))
+        return bool(CHANNEL_NAME_RE.fullmatch(name))
     return 0 < len(name) <= KEY_NAME_MAX and name.isprintable() and name == name.strip()
 
 

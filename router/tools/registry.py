@@ -161,7 +161,7 @@ class ToolRegistry:
                 )
             specs = merge_imported(specs, import_mcp_tools(mcp, file=file), file=file)
         for spec in specs:
-            if not TOOL_NAME_RE.match(spec.name):
+            if not TOOL_NAME_RE.fullmatch(spec.name):
                 raise ConfigError(
                     "bad name: must match ^[A-Za-z0-9_.-]{1,64}$", file=file, tool=spec.name
                 )

@@ -61,6 +61,11 @@ def test_high_risk_is_gated_by_default_and_others_are_not() -> None:
             "bad name",
         ),
         (
+            'tools:\n  - {name: "echo\\n", handler: "tests.fixture_tools:echo"}\n',
+            "echo\n",
+            "bad name",
+        ),
+        (
             'tools:\n  - {name: "' + "x" * 65 + '", handler: "tests.fixture_tools:echo"}\n',
             "x" * 65,
             "bad name",
