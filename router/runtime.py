@@ -290,7 +290,7 @@ class Runtime:
             archive_days=self.settings.audit_archive_days,
         )
         found = read_deployment(self.store)
-        with self.store.reading() as conn:
+        with self.store.reading(snapshot=True) as conn:
             return verify(conn, found, evidence)
 
     def prepare(self, *, check_tools: bool = True) -> None:

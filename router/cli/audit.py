@@ -99,7 +99,7 @@ def audit_export(after_seq: int, output: str) -> None:
     from ..audit import archive
 
     rt = runtime(tools=False)
-    with click.open_file(output, "w") as handle, rt.store.reading() as conn:
+    with click.open_file(output, "w") as handle, rt.store.reading(snapshot=True) as conn:
         count = archive.export(conn, handle, after_seq=after_seq)
     click.echo(f"exported {count} rows", err=True)
 

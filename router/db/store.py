@@ -82,11 +82,17 @@ class Store:
             flush_earlier_commits(conn)
 
     @contextmanager
-    def reading(self) -> Iterator[Connection]:
-        """A read-only transaction (deferred on SQLite, so it does not block writers)."""
+    def reading(self, *, snapshot: bool = False) -> Iterator[Connection]:
+        """A read-only transaction (deferred on SQLite, so it does not block writers).
+
+        With ``snapshot``, every statement sees the database as the first one did, as a
+        reader of many pages needs (a verify or export while rows are archived): SQLite's
+        read transaction does so anyway, PostgreSQL's at ``REPEATABLE READ``."""
         with translate_errors(), self.engine.connect() as conn:
             conn = conn.execution_options(readonly=True)
             with conn.begin():
+                if snapshot and conn.dialect.name == "postgresql":
+                    conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 yield conn
 
     # -- reads -----------------------------------------------------------------------
