@@ -31,6 +31,8 @@ TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 # Roles that are not approver roles: a key with only these cannot use the inbox.
 NON_APPROVER_ROLES = frozenset({Role.AGENT, Role.OPERATOR, Role.ADMIN})
 MAX_SELECTED = 100
+# Decisions told one line each after a bulk decision; more are summed up.
+FLASH_LINES = 10
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -252,24 +254,42 @@ async def decide(request: Request) -> Response:
     decision = str(form.get("decision") or "")
     if decision not in (Decision.APPROVE, Decision.DENY):
         return _redirect_with_flash(request, "Choose approve or deny.")
-    request_ids = [str(value) for value in form.getlist("request_id")][:MAX_SELECTED]
+    request_ids = [str(value) for value in form.getlist("request_id")]
     if not request_ids:
         return _redirect_with_flash(request, "Select at least one request.")
+    if len(request_ids) > MAX_SELECTED:
+        return _redirect_with_flash(
+            request, f"Select at most {MAX_SELECTED} requests at a time. Nothing was sent."
+        )
     try:
         reason = reason_of(form)
     except ValueError as exc:
         return _redirect_with_flash(request, str(exc))
     runtime = _runtime(request)
-    lines = []
+    lines, refused = [], []
     for request_id in request_ids:
         try:
             await in_thread(runtime.approvals_view.precheck, who, request_id)
             answer = await in_thread(runtime.decisions.send, request_id, who.name, decision, reason)
         except (RequestError, Unavailable) as exc:
             lines.append(f"{request_id}: {exc}")
+            refused.append(lines[-1])
             continue
         lines.append(outcome_line(request_id, answer))
-    return _redirect_with_flash(request, "\n".join(lines))
+        if not answer.get("ok"):
+            refused.append(lines[-1])
+    return _redirect_with_flash(request, flash_of(lines, refused))
+
+
+def flash_of(lines: list[str], refused: list[str]) -> str:
+    """One line per decision while they fit the flash; past that, each refusal and a
+    count of the rest, so none goes unreported."""
+    if len(lines) <= FLASH_LINES:
+        return "\n".join(lines)
+    shown = refused[:FLASH_LINES]
+    summary = f"{len(lines) - len(refused)} of {len(lines)} decided as asked"
+    more = len(refused) - len(shown)
+    return "\n".join([summary, *shown, *([f"and {more} more refused"] if more else [])])
 
 
 def reason_of(form: FormData) -> str | None:
