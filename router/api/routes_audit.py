@@ -49,7 +49,7 @@ async def read_audit(
     require_operator(who)
     if event is not None and event not in AuditEvent.__members__.values():
         raise BadRequest(f"unknown event: {echo_name(event)}")
-    if tool is not None and (len(tool) > 256 or not tool.isprintable()):
+    if tool is not None and not (0 < len(tool) <= 256 and tool.isprintable()):
         raise BadRequest("tool must be 1-256 printable characters")
     if call_id is not None:
         check_call_id(call_id)

@@ -43,7 +43,7 @@ async def list_deliveries(
         wanted = DeliveryStatus(status) if status is not None else None
     except ValueError:
         raise BadRequest(f"unknown status: {echo_name(status)}") from None
-    if request_id is not None and (len(request_id) > 64 or not request_id.isprintable()):
+    if request_id is not None and not (0 < len(request_id) <= 64 and request_id.isprintable()):
         raise BadRequest("request_id must be 1-64 printable characters")
     count = int_param(limit, "limit", default=100, low=1, high=PAGE_MAX)
     store = runtime_of(request).store
