@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BadRequest
+from ..names import echo_name
 from .registry import Tool, ToolRegistry
 from .selection.candidates import Candidate, Strategy
 from .selection.index import ToolIndex
@@ -103,6 +104,37 @@ def _by_rules(task: str, names: set[str], rules: list[Rule]) -> list[Candidate]:
             description = rule.description or f"rule {rule.pattern.pattern!r}"
             matched.append(Candidate(rule.tool, float(rule.priority), description))
     return matched
+
+
+BUDGET_FIELDS = ("remaining", "max", "cost_weight", "latency_weight")
+# A weight past this would overflow a score to infinity.
+MAX_WEIGHT = 1000.0
+
+
+def check_budget(budget: object) -> None:
+    """``BadRequest`` unless ``budget`` is ``{remaining?, max?, cost_weight?, latency_weight?}``
+    of JSON numbers: finite, ``max`` above 0, weights from 0 to ``MAX_WEIGHT``. Checked
+    whatever the strategy, so a budget that the ``cost`` strategy would refuse is refused
+    by every other too."""
+    if not isinstance(budget, dict):
+        raise BadRequest("budget must be an object")
+    unknown = sorted(set(budget) - set(BUDGET_FIELDS))
+    if unknown:
+        raise BadRequest(f"unknown budget field: {echo_name(unknown[0])}")
+    for value in budget.values():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise BadRequest("budget fields must be numbers")
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # an integer no float holds
+            finite = False
+        if not finite:
+            raise BadRequest("budget fields must be finite numbers (remaining may be omitted)")
+    if "max" in budget and not budget["max"] > 0:
+        raise BadRequest("budget max must be above 0")
+    for name in ("cost_weight", "latency_weight"):
+        if name in budget and not 0 <= budget[name] <= MAX_WEIGHT:
+            raise BadRequest(f"budget {name} must be between 0 and {MAX_WEIGHT:g}")
 
 
 def _by_cost(

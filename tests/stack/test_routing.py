@@ -203,3 +203,27 @@ def test_route_refuses_what_is_not_text_or_not_a_finite_number(stack: Stack) -> 
             assert answer.status_code == 422, (budget, answer.text)
         # The connection still serves: nothing above broke it.
         assert http.post("/v1/route", json={"task": "echo"}).status_code == 200
+
+
+@pytest.mark.parametrize("strategy", ["cost", "lexical"])
+def test_a_budget_is_checked_whatever_the_strategy(stack: Stack, strategy: str) -> None:
+    refused = {
+        "budget fields must be numbers": [{"remaining": "1"}, {"remaining": True}],
+        "unknown budget field: colour": [{"colour": 1}],
+        "budget max must be above 0": [{"max": 0}],
+        "budget cost_weight must be between 0 and 1000": [
+            {"cost_weight": 1e308, "latency_weight": 1e308},
+            {"cost_weight": -1},
+        ],
+    }
+    with stack.client("agent") as http:
+        for message, budgets in refused.items():
+            for budget in budgets:
+                body = {"task": "echo", "strategy": strategy, "budget": budget}
+                answer = http.post("/v1/route", json=body)
+                assert answer.status_code == 422, (budget, answer.text)
+                assert answer.json()["error"] == message, (budget, answer.text)
+        fine = {"task": "echo", "strategy": strategy, "budget": {"remaining": 1, "max": 2}}
+        answer = http.post("/v1/route", json=fine)
+        assert answer.status_code == 200, answer.text
+        assert all(c["score"] is not None for c in answer.json()["candidates"])
