@@ -35,7 +35,7 @@ from ..ids import new_batch_id
 from ..names import echo_name
 from ..results import Refusal, internal_error
 from ..status import ACTIVE_STATES, CallStatus
-from .checks import Checked, Refused, replay_of
+from .checks import IDEMPOTENCY_KEY_MAX, Checked, Refused, replay_of
 from .dispatcher import Dispatcher
 from .new_call import NewCall
 
@@ -103,8 +103,10 @@ def parse_call(item: object) -> tuple[object, object, str | None] | str:
     if not isinstance(item["tool"], str):
         return "tool must be a string"
     key = item.get("idempotency_key")
-    if key is not None and not (isinstance(key, str) and key.isprintable()):
-        return "idempotency_key must be a string of 1-256 printable characters"
+    if key is not None and not (
+        isinstance(key, str) and 0 < len(key) <= IDEMPOTENCY_KEY_MAX and key.isprintable()
+    ):
+        return f"idempotency_key must be a string of 1-{IDEMPOTENCY_KEY_MAX} printable characters"
     return item["tool"], item.get("args", {}), key
 
 

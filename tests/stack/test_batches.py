@@ -257,6 +257,18 @@ def test_an_over_large_call_is_rejected_alone(stack: Stack) -> None:
     assert receipt["accepted"] == 1
 
 
+def test_an_items_key_is_refused_with_the_same_words_whatever_is_wrong_with_it(
+    stack: Stack,
+) -> None:
+    bad = ["", "k" * 257, 7, "a\x00b"]
+    items = [{"tool": "echo", "args": {}, "idempotency_key": key} for key in bad]
+    with stack.client() as http:
+        receipt = submit(http, items)
+    message = "idempotency_key must be a string of 1-256 printable characters"
+    assert receipt["rejected"] == [{"index": i, "error": message} for i in range(len(bad))]
+    assert receipt["accepted"] == 0
+
+
 def test_an_item_the_rules_cannot_read_is_gated_and_the_rest_run(stack: Stack) -> None:
     # An integer beyond CEL's signed 64 bits is one item's matter: the batch around it is
     # stored whole, and no batch row counts calls it never stored.
