@@ -17,6 +17,7 @@ from .approval.view import ApprovalsView
 from .audit.deployment import Deployment, register
 from .audit.deployment import read as read_deployment
 from .audit.head import head_file
+from .audit.head import read as read_head
 from .audit.log import AuditLog
 from .audit.verify import Evidence, Report, verify
 from .auth.key_cache import PrincipalCache
@@ -281,10 +282,12 @@ class Runtime:
     def verify_audit(self) -> Report:
         """Everything that shows the audit log was changed (``router.audit.verify``)."""
         namespace = self.namespace.name
+        head_path = head_file(self.settings, namespace)
         evidence = Evidence(
             keyring=self.keyring,
             namespace=namespace,
-            head_path=head_file(self.settings, namespace),
+            head_path=head_path,
+            head=read_head(head_path),  # before the snapshot below: see ``Evidence``
             archive_dir=self.archive_dir,
             now=self.clock(),
             archive_days=self.settings.audit_archive_days,

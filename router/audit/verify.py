@@ -26,8 +26,8 @@ from sqlalchemy.engine import Connection
 from ..db.schema import audit_log
 from ..trust.keyring import KeyRing
 from . import archive
-from . import head as audit_head
 from .deployment import Deployment
+from .head import SignedHead
 from .log import GENESIS_HASH, AuditLog
 
 MAX_PROBLEMS = 100
@@ -74,11 +74,15 @@ class Report:
 
 @dataclass(frozen=True, slots=True)
 class Evidence:
-    """What verify needs from outside the database's tables."""
+    """What verify needs from outside the database's tables. ``head`` is the signed head
+    as read from ``head_path`` before the database's snapshot was taken: the approval
+    worker exports a newer one every few seconds, which a snapshot taken earlier could not
+    reach, and verify would report its rows missing."""
 
     keyring: KeyRing
     namespace: str
     head_path: Path
+    head: SignedHead | None
     archive_dir: Path
     now: int
     archive_days: float
@@ -143,7 +147,7 @@ def _walk(conn: Connection, log: AuditLog, after: int, prev_hash: str, report: R
 def _check_head(
     conn: Connection, evidence: Evidence, report: Report, start_seq: int, start_hash: str
 ) -> None:
-    head = audit_head.read(evidence.head_path)
+    head = evidence.head
     if head is None:
         report.lines.append(
             f"no signed head at {evidence.head_path}: rows removed from the end cannot be "
