@@ -54,7 +54,8 @@ async def list_requests(
     limit: PageSize = None,
     who: Principal = Depends(principal),
 ) -> dict[str, Any]:
-    """Requests this key may decide (operators see all), oldest first."""
+    """Requests this key may decide (operators see all): pending ones oldest first,
+    decided ones most recently decided first."""
     view = runtime_of(request).approvals_view
     count = int_param(limit, "limit", default=200, low=1, high=APPROVALS_PAGE_MAX)
     return {"ok": True, "requests": await in_thread(view.list_requests, who, status, count)}

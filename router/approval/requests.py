@@ -7,11 +7,11 @@ only the approval worker (``approvals.gate``) moves a request out of ``pending``
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, func, select, tuple_, update
+from sqlalchemy import and_, delete, exists, false, func, or_, select, tuple_, update
 from sqlalchemy.engine import Connection
 
 from ..canonical import load_for_display
@@ -90,12 +90,14 @@ def in_status(
     *,
     now: int | None = None,
     not_approved_by: str | None = None,
+    roles: Collection[str] | None = None,
 ) -> Iterator[ApprovalRequest]:
     """Every request in ``status`` (``None``: every decided one), read a page at a time
     for as long as the caller takes them: pending ones oldest first, as an inbox lists
     them, decided ones most recently decided first. With ``now``, pending ones still
     open then (the expiry sweep may not have reached the others yet); with
-    ``not_approved_by``, none that key has approved already (an N-of-M request).
+    ``not_approved_by``, none that key has approved already (an N-of-M request); with
+    ``roles``, only those that name one of them among their approvers.
 
     A reader that keeps only what one key may decide stops once it has enough, however
     many requests of other approvers come first.
@@ -116,6 +118,10 @@ def in_status(
                 and_(decided.request_id == table.c.id, decided.approver == not_approved_by)
             ),
         )
+    if roles is not None:
+        # ``approvers`` is a JSON list: a role is named there as its JSON string, quoted.
+        named = [table.c.approvers.contains(json.dumps(role), autoescape=True) for role in roles]
+        matches = and_(matches, or_(false(), *named))
     # Every move out of pending sets ``decided_at`` (``spend``), so the key has no nulls.
     keys = (table.c.created_at, table.c.id) if pending else (table.c.decided_at, table.c.id)
     order = list(keys) if pending else [key.desc() for key in keys]

@@ -54,6 +54,7 @@ class ApprovalsView:
                 now=now if open_only else None,
                 # An N-of-M request this key already approved is no longer its to decide.
                 not_approved_by=who.name if open_only and not who.is_operator else None,
+                roles=None if who.is_operator else who.roles,
             )
             mine = (r for r in found if who.is_operator or r.may_decide(who.name, who.roles))
             visible = list(itertools.islice(mine, limit))
@@ -74,7 +75,7 @@ class ApprovalsView:
         with self.store.reading() as conn:
             mine = (
                 r
-                for r in pending.in_status(conn, None)
+                for r in pending.in_status(conn, None, roles=None if who.is_operator else who.roles)
                 if who.is_operator or set(r.approvers) & who.roles
             )
             rows = list(itertools.islice(mine, limit))

@@ -109,6 +109,9 @@ class Checks:
         """An approver's edit of ``requested_by``'s call of ``tool``, checked as a submission
         of those arguments would be. The API checks an edit before sending it; the approval
         worker checks it again where it applies it."""
+        if self.registry.get(tool) is None:
+            # As the approval worker answers any decision on such a request.
+            return EditRefused(409, f"tool {tool} is no longer registered")
         checked = self.check(requested_by, tool, args, None)
         if isinstance(checked, Refused):
             status = 413 if checked.result.http_status == 413 else 422

@@ -282,8 +282,8 @@ async def decide(request: Request) -> Response:
 
 
 def flash_of(lines: list[str], refused: list[str]) -> str:
-    """One line per decision while they fit the flash; past that, each refusal and a
-    count of the rest, so none goes unreported."""
+    """One line per decision while they fit the flash; past that, a count of those
+    decided as asked, the first refusals and a count of any more."""
     if len(lines) <= FLASH_LINES:
         return "\n".join(lines)
     shown = refused[:FLASH_LINES]

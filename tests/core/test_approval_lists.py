@@ -126,3 +126,25 @@ def test_a_list_reads_the_decisions_of_the_requests_it_shows_in_one_query(
     finally:
         event.remove(runtime.engine, "before_cursor_execute", count)
     assert len(statements) <= 6, statements
+
+
+def test_a_key_reads_only_the_requests_that_name_one_of_its_roles(
+    runtime: Runtime, clock: FakeClock, small_pages: int
+) -> None:
+    """Requests of other roles are left out by the query: a key that may decide none of
+    many reads one page, not all of them."""
+    for _ in range(small_pages * 3):
+        gated(runtime, clock, "finance_wire")
+    reads: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        if "FROM approval_requests" in statement:
+            reads.append(statement)
+
+    event.listen(runtime.engine, "before_cursor_execute", count)
+    try:
+        assert listed(runtime, APPROVER) == []
+        assert runtime.approvals_view.history(APPROVER) == []
+    finally:
+        event.remove(runtime.engine, "before_cursor_execute", count)
+    assert len(reads) == 2, reads

@@ -13,6 +13,7 @@ from router.audit import log as audit
 from router.auth.principal import Principal
 from router.clock import FakeClock
 from router.db.schema import audit_log
+from router.dispatch.checks import EditRefused
 from router.runtime import Runtime
 from workers.execution import Executor
 
@@ -293,3 +294,10 @@ def test_an_approver_no_longer_sees_what_it_already_approved(runtime: Runtime) -
     ]
     other = Principal("approver2", APPROVER)
     assert request_id in [r["request_id"] for r in runtime.approvals_view.list_requests(other)]
+
+
+def test_an_edit_of_a_tool_no_longer_registered_is_refused_as_the_worker_would(
+    runtime: Runtime,
+) -> None:
+    refused = runtime.dispatcher.checks.check_edit("agent", "retired_tool", {"n": 1})
+    assert refused == EditRefused(409, "tool retired_tool is no longer registered")

@@ -28,6 +28,13 @@ def request_of(stack: Stack, request_id: str) -> dict[str, Any]:
         return http.get(f"/v1/approvals/{request_id}").json()["request"]  # type: ignore[no-any-return]
 
 
+def settle(stack: Stack, request_id: str) -> None:
+    """Deny what a test left pending: the stack is shared, and later lists start oldest."""
+    with stack.client("approver") as http:
+        answer = http.post(f"/v1/approvals/{request_id}/deny", json={"reason": "test over"})
+    assert answer.status_code == 200, answer.text
+
+
 def edit_form(inbox: httpx.Client, call: dict[str, Any], args: str) -> dict[str, str]:
     request = call["request_id"]
     return {
@@ -60,6 +67,7 @@ def test_an_edit_with_a_number_json_cannot_hold_is_refused_on_the_page(
     request = request_of(stack, call["request_id"])
     assert (request["status"], request["decisions"]) == ("pending", [])
     assert "Traceback" not in stack.log("api")[logged_before:]
+    settle(stack, call["request_id"])
 
 
 def test_arguments_holding_a_lone_surrogate_can_be_reviewed_and_edited(
@@ -98,3 +106,4 @@ def test_a_file_in_the_reasons_place_is_refused_and_nothing_is_decided(
     assert "The reason must be text. Nothing was sent." in html.unescape(inbox.get("/ui/").text)
     request = request_of(stack, call["request_id"])
     assert (request["status"], request["decisions"]) == ("pending", [])
+    settle(stack, call["request_id"])
