@@ -10,7 +10,6 @@ from fastapi import APIRouter, Depends, Request
 from ..auth.principal import Principal
 from ..errors import BadRequest, Forbidden
 from ..status import Role
-from ..tools.routing import check_budget
 from .bodies import object_body
 from .deps import in_thread, principal, runtime_of
 from .models import errors
@@ -37,8 +36,6 @@ async def route(request: Request, who: Principal = Depends(principal)) -> dict[s
             task.encode("utf-8")
         except UnicodeEncodeError:
             raise BadRequest("task must be text: it holds a lone surrogate") from None
-    if body.get("budget") is not None:
-        check_budget(body["budget"])
     limit = body.get("limit", 10)
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100:
         raise BadRequest("limit must be an integer between 1 and 100")

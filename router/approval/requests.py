@@ -169,18 +169,10 @@ def count_pending(conn: Connection, *, now: int) -> int:
 def decisions_of(conn: Connection, request_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
     """The decisions recorded on each of ``request_ids``, oldest first, in one query (as
     ``decisions`` reads them without a keyring)."""
-    found: dict[str, list[dict[str, Any]]] = {request_id: [] for request_id in request_ids}
-    if not found:
-        return found
-    rows = conn.execute(
-        select(approval_decisions)
-        .where(approval_decisions.c.request_id.in_(list(found)))
-        .order_by(approval_decisions.c.id)
-    )
-    for r in rows:
-        found[r.request_id].append(
-            {"approver": r.approver, "decision": r.decision, "reason": r.reason, "at": r.at}
-        )
+    found = _recorded(conn, request_ids)
+    for listed in found.values():
+        for d in listed:
+            d.pop("mac")
     return found
 
 
@@ -194,21 +186,7 @@ def decisions(
     """The decisions recorded on a request, oldest first. With ``keyring`` and ``request``,
     only those the approval worker sealed over its current arguments: a row written any
     other way, or on arguments since edited, is not a decision."""
-    rows = conn.execute(
-        select(approval_decisions)
-        .where(approval_decisions.c.request_id == request_id)
-        .order_by(approval_decisions.c.id)
-    )
-    found = [
-        {
-            "approver": r.approver,
-            "decision": r.decision,
-            "reason": r.reason,
-            "at": r.at,
-            "mac": r.mac,
-        }
-        for r in rows
-    ]
+    found = _recorded(conn, [request_id])[request_id]
     if keyring is not None and request is not None:
         # Seals made before they covered the arguments hold only while none were edited.
         hashes = [request.args_sha256] + ([None] if request.edited_by is None else [])
@@ -226,6 +204,29 @@ def decisions(
         ]
     for d in found:
         d.pop("mac")
+    return found
+
+
+def _recorded(conn: Connection, request_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """The decision rows of each of ``request_ids``, oldest first, their seals included."""
+    found: dict[str, list[dict[str, Any]]] = {request_id: [] for request_id in request_ids}
+    if not found:
+        return found
+    rows = conn.execute(
+        select(approval_decisions)
+        .where(approval_decisions.c.request_id.in_(list(found)))
+        .order_by(approval_decisions.c.id)
+    )
+    for r in rows:
+        found[r.request_id].append(
+            {
+                "approver": r.approver,
+                "decision": r.decision,
+                "reason": r.reason,
+                "at": r.at,
+                "mac": r.mac,
+            }
+        )
     return found
 
 

@@ -87,7 +87,10 @@ class Ranker:
     ) -> Ranking:
         """Unnamed, the strategy is the default for a task, and ``capability`` for a
         capability alone (a call by capability has no task): so a route and a call by
-        capability given the same fields rank alike."""
+        capability given the same fields rank alike. A ``budget`` is checked whatever the
+        strategy (``routing.check_budget``)."""
+        if budget is not None:
+            routing.check_budget(budget)
         if strategy is None and not task.strip() and capability is not None:
             chosen = Strategy.CAPABILITY
         else:

@@ -140,18 +140,12 @@ def check_budget(budget: object) -> None:
 def _by_cost(
     tools: list[Tool], budget: dict[str, Any], latency_s: dict[str, float | None]
 ) -> list[Candidate]:
-    """Lower cost and latency score higher; tools over the remaining budget are left out."""
-    try:
-        remaining = float(budget.get("remaining", math.inf))
-        ceiling = float(budget.get("max", max([t.spec.cost_per_call for t in tools] + [1.0])))
-        cost_weight = float(budget.get("cost_weight", 0.5))
-        latency_weight = float(budget.get("latency_weight", 0.5))
-    except (TypeError, ValueError, OverflowError):
-        raise BadRequest("budget fields must be numbers") from None
-    if not all(math.isfinite(x) for x in (ceiling, cost_weight, latency_weight)) or math.isnan(
-        remaining
-    ):
-        raise BadRequest("budget fields must be finite numbers (remaining may be omitted)")
+    """Lower cost and latency score higher; tools over the remaining budget are left out.
+    ``budget`` has passed ``check_budget``."""
+    remaining = float(budget.get("remaining", math.inf))
+    ceiling = float(budget.get("max", max([t.spec.cost_per_call for t in tools] + [1.0])))
+    cost_weight = float(budget.get("cost_weight", 0.5))
+    latency_weight = float(budget.get("latency_weight", 0.5))
     ranked = []
     for tool in tools:
         cost = tool.spec.cost_per_call

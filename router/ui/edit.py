@@ -19,7 +19,7 @@ from starlette.datastructures import FormData
 
 from ..approval.model import Decision
 from ..auth.principal import Principal
-from ..dispatch.checks import EditRefused
+from ..dispatch.checks import Checked, EditRefused
 from ..errors import RequestError, Unavailable
 from ..threads import in_thread
 from .routes import (
@@ -81,6 +81,12 @@ async def _current(request: Request, who: Principal, request_id: str) -> dict[st
     return await in_thread(view.get, who, request_id)
 
 
+async def _vetted(request: Request, item: dict[str, Any], edited: Any) -> Checked | EditRefused:
+    """The edit checked as the approval worker will check it (``Checks.check_edit``)."""
+    checks = _runtime(request).dispatcher.checks
+    return await in_thread(checks.check_edit, item["requested_by"], item["tool"], edited)
+
+
 def _changed(item: dict[str, Any], form: FormData) -> bool:
     return str(form.get("args_sha256") or "") != item["args_sha256"]
 
@@ -109,8 +115,7 @@ async def review(request: Request) -> Response:
     context: dict[str, Any] = {"who": who, "csrf": csrf, "item": item, "text": text}
     if isinstance(edited, str):
         return _page(request, "edit.html", 422, error=edited, **context)
-    checks = _runtime(request).dispatcher.checks
-    vetted = await in_thread(checks.check_edit, item["requested_by"], item["tool"], edited)
+    vetted = await _vetted(request, item, edited)
     if isinstance(vetted, EditRefused):
         return _page(request, "edit.html", vetted.http_status, error=vetted.error, **context)
     if vetted.digest == item["args_sha256"]:
@@ -140,8 +145,7 @@ async def approve(request: Request) -> Response:
         item = await _current(request, who, request_id)
         if _changed(item, form):
             return _redirect_with_flash(request, CHANGED.format(request_id))
-        checks = runtime.dispatcher.checks
-        vetted = await in_thread(checks.check_edit, item["requested_by"], item["tool"], edited)
+        vetted = await _vetted(request, item, edited)
         if isinstance(vetted, EditRefused):
             return _redirect_with_flash(request, f"{request_id}: {vetted.error} Nothing was sent.")
         # The hash reviewed goes along: the approval worker refuses it if an edit came since.
