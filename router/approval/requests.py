@@ -15,7 +15,7 @@ from sqlalchemy import and_, delete, exists, false, func, or_, select, tuple_, u
 from sqlalchemy.engine import Connection
 
 from ..canonical import load_for_display
-from ..db.engine import insert_rows
+from ..db.direct import insert_rows
 from ..db.schema import approval_decisions, approval_requests, calls
 from ..trust.keyring import KeyRing, Purpose
 from .binding import binding_text, decision_text, request_binding

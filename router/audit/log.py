@@ -18,7 +18,7 @@ from sqlalchemy import select, text
 from sqlalchemy.engine import Connection
 
 from ..canonical import canonical_json, sha256_hex
-from ..db.engine import execute_direct, insert_rows
+from ..db.direct import execute_direct, insert_rows
 from ..db.schema import audit_checkpoints, audit_log
 from ..trust.keyring import KeyRing, Purpose
 

@@ -15,8 +15,9 @@ from sqlalchemy import Engine, and_, bindparam, select, update
 from sqlalchemy.engine import Connection
 
 from ..status import CallStatus
+from .direct import execute_direct, execute_direct_many, insert_rows
 from .durability import commit_early, flush_earlier_commits
-from .engine import execute_direct, execute_direct_many, insert_rows, translate_errors
+from .engine import translate_errors
 from .rows import AttemptOutcome, CallRow, Fence
 from .schema import calls
 

@@ -18,7 +18,8 @@ import redis
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from router.db.engine import COPY_MIN_ROWS, insert_rows, make_engine
+from router.db.direct import COPY_MIN_ROWS, insert_rows
+from router.db.engine import make_engine
 from router.db.schema import calls
 from router.messaging.celery_app import make_celery
 from router.messaging.message_builder import _envelope

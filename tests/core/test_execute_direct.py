@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import DateTime, bindparam, create_engine, exc, literal, select, text, update
 
 from router.audit.log import _HEAD
-from router.db.engine import execute_direct, normalize_url
+from router.db.direct import execute_direct
+from router.db.engine import normalize_url
 from router.db.schema import calls
 from router.db.store import _CLAIM, _FINISH, _GET
 from router.dispatch.submission import Submission
