@@ -306,6 +306,8 @@ class Runtime:
         _ = self.keyring
 
     def close(self) -> None:
+        if "store" in self.__dict__:
+            self.store.close()
         if "engine" in self.__dict__:
             self.engine.dispose()
         if "mcp" in self.__dict__:

@@ -18,6 +18,7 @@ from ..status import CallStatus
 from .direct import execute_direct, execute_direct_many, insert_rows
 from .durability import commit_early, flush_earlier_commits
 from .engine import translate_errors
+from .kept import KeptConnections
 from .rows import AttemptOutcome, CallRow, Fence
 from .schema import calls
 
@@ -67,15 +68,26 @@ class Store:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._kept = KeptConnections(engine) if engine.dialect.name == "sqlite" else None
 
     @contextmanager
     def transaction(self, *, durable: bool = True) -> Iterator[Connection]:
         """A write transaction; ``StoreUnavailable`` when the database does not answer.
         Not ``durable``: a crash of the database may undo it (``durability``)."""
+        if self._kept is not None:  # SQLite commits never wait for the disk here
+            with translate_errors(), self._kept.connection() as conn, conn.begin():
+                yield conn
+            return
         with translate_errors(), ExitStack() as stack:
             with nullcontext() if durable else commit_early():
                 conn = stack.enter_context(self.engine.begin())
             yield conn
+
+    def close(self) -> None:
+        """Close the connections kept between transactions (the engine's pool is the
+        engine's to dispose of)."""
+        if self._kept is not None:
+            self._kept.close()
 
     def wait_for_disk(self) -> None:
         """Returns once every commit made so far, durable or not, is on disk."""
