@@ -72,23 +72,7 @@ def _postgresql_engine(url: str) -> Engine:
         isolation level, read-only flag and autocommit cannot be changed then (psycopg
         refuses); roll back first, as ``bench.audit_fill`` does for ``VACUUM``."""
         new = record.info.pop(_NEW, False)
-        pgconn = dbapi_connection.pgconn
-        if pgconn.transaction_status == pq.TransactionStatus.UNKNOWN:
-            began, reason = False, "the connection is gone"  # libpq knows already
-        elif (
-            dbapi_connection.autocommit
-            or dbapi_connection.isolation_level is not None
-            or dbapi_connection.read_only is not None
-            or pgconn.transaction_status != pq.TransactionStatus.IDLE
-        ):
-            return  # psycopg begins such a transaction itself
-        else:
-            try:
-                result = pgconn.exec_(begin_statement())
-                began = result.status == pq.ExecStatus.COMMAND_OK
-                reason = (result.error_message or b"").decode(errors="replace").strip()
-            except Exception as error:  # the driver's error for a connection gone
-                began, reason = False, str(error)
+        began, reason = begin_as_the_ping(dbapi_connection)
         if began:
             return
         if new:
@@ -98,6 +82,30 @@ def _postgresql_engine(url: str) -> Engine:
         raise exc.DisconnectionError(f"BEGIN failed: {reason}")
 
     return engine
+
+
+def begin_as_the_ping(dbapi_connection: Any) -> tuple[bool, str]:
+    """Begin a transaction on an idle PostgreSQL connection (``durability`` says how):
+    False, with the reason, when the connection is gone. A connection psycopg begins
+    itself (autocommit, an isolation level or read-only flag of its own, or a
+    transaction already open) is left to it."""
+    pgconn = dbapi_connection.pgconn
+    if pgconn.transaction_status == pq.TransactionStatus.UNKNOWN:
+        return False, "the connection is gone"  # libpq knows already
+    if (
+        dbapi_connection.autocommit
+        or dbapi_connection.isolation_level is not None
+        or dbapi_connection.read_only is not None
+        or pgconn.transaction_status != pq.TransactionStatus.IDLE
+    ):
+        return True, ""
+    try:
+        result = pgconn.exec_(begin_statement())
+    except Exception as error:  # the driver's error for a connection gone
+        return False, str(error)
+    if result.status == pq.ExecStatus.COMMAND_OK:
+        return True, ""
+    return False, (result.error_message or b"").decode(errors="replace").strip()
 
 
 def _sqlite_engine(url: str) -> Engine:

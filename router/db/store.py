@@ -68,26 +68,23 @@ class Store:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self._kept = KeptConnections(engine) if engine.dialect.name == "sqlite" else None
+        self._kept = KeptConnections(engine)
 
     @contextmanager
     def transaction(self, *, durable: bool = True) -> Iterator[Connection]:
         """A write transaction; ``StoreUnavailable`` when the database does not answer.
         Not ``durable``: a crash of the database may undo it (``durability``)."""
-        if self._kept is not None:  # SQLite commits never wait for the disk here
-            with translate_errors(), self._kept.connection() as conn, conn.begin():
-                yield conn
-            return
         with translate_errors(), ExitStack() as stack:
+            # Around the transaction's begin only: one begun in its body is its own.
             with nullcontext() if durable else commit_early():
-                conn = stack.enter_context(self.engine.begin())
+                conn = stack.enter_context(self._kept.connection())
+                stack.enter_context(conn.begin())
             yield conn
 
     def close(self) -> None:
         """Close the connections kept between transactions (the engine's pool is the
         engine's to dispose of)."""
-        if self._kept is not None:
-            self._kept.close()
+        self._kept.close()
 
     def wait_for_disk(self) -> None:
         """Returns once every commit made so far, durable or not, is on disk."""

@@ -104,3 +104,36 @@ def test_a_new_connection_that_cannot_begin_is_store_unavailable(database_url: s
             conn.execute(text("SELECT 1"))
     finally:
         engine.dispose()
+
+
+def test_a_kept_connection_the_server_dropped_is_replaced_before_the_transaction_runs(
+    database_url: str,
+) -> None:
+    """A store keeps a few connections checked out between its write transactions
+    (``router.db.kept``); each transaction's ``BEGIN`` there is the same check."""
+    engine = make_engine(database_url)
+    admin = create_engine(normalize_url(database_url))
+    store = Store(engine)
+    try:
+        with store.transaction() as conn:
+            conn.execute(text("CREATE TABLE kept_probe (x int)"))
+            first = conn.execute(text("SELECT pg_backend_pid()")).scalar()
+        with admin.connect() as other:
+            other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first})
+            for _ in range(200):
+                if not other.execute(
+                    text("SELECT 1 FROM pg_stat_activity WHERE pid = :pid"), {"pid": first}
+                ).first():
+                    break
+                other.rollback()
+                time.sleep(0.01)
+        with store.transaction() as conn:
+            conn.execute(text("INSERT INTO kept_probe VALUES (1)"))
+            second = conn.execute(text("SELECT pg_backend_pid()")).scalar()
+        assert second != first
+        with admin.connect() as other:
+            assert other.execute(text("SELECT count(*) FROM kept_probe")).scalar() == 1
+    finally:
+        store.close()
+        engine.dispose()
+        admin.dispose()
