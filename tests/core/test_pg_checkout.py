@@ -27,22 +27,27 @@ def backend_pid(engine: object) -> int:
         return int(conn.execute(text("SELECT pg_backend_pid()")).scalar())
 
 
+def terminate(admin: Any, pid: int) -> None:
+    """End the backend ``pid`` and wait until it has gone (``pg_terminate_backend`` only
+    signals it)."""
+    deadline = time.monotonic() + 30
+    with admin.connect() as other:
+        other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        while other.execute(
+            text("SELECT 1 FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
+        ).first():
+            assert time.monotonic() < deadline, f"backend {pid} still there"
+            other.rollback()
+            time.sleep(0.01)
+
+
 def test_a_connection_the_server_dropped_while_pooled_is_replaced(database_url: str) -> None:
     engine = make_engine(database_url)
     admin = create_engine(normalize_url(database_url))
     try:
         engine.pool.dispose()
         first = backend_pid(engine)
-        with admin.connect() as other:
-            other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first})
-            # pg_terminate_backend only signals: wait until the backend has gone.
-            for _ in range(200):
-                if not other.execute(
-                    text("SELECT 1 FROM pg_stat_activity WHERE pid = :pid"), {"pid": first}
-                ).first():
-                    break
-                other.rollback()
-                time.sleep(0.01)
+        terminate(admin, first)
         # The pool hands out the dead connection first; its BEGIN fails, and the pool
         # replaces it before the transaction runs anything.
         with engine.begin() as conn:
@@ -118,15 +123,7 @@ def test_a_kept_connection_the_server_dropped_is_replaced_before_the_transaction
         with store.transaction() as conn:
             conn.execute(text("CREATE TABLE kept_probe (x int)"))
             first = conn.execute(text("SELECT pg_backend_pid()")).scalar()
-        with admin.connect() as other:
-            other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": first})
-            for _ in range(200):
-                if not other.execute(
-                    text("SELECT 1 FROM pg_stat_activity WHERE pid = :pid"), {"pid": first}
-                ).first():
-                    break
-                other.rollback()
-                time.sleep(0.01)
+        terminate(admin, first)
         with store.transaction() as conn:
             conn.execute(text("INSERT INTO kept_probe VALUES (1)"))
             second = conn.execute(text("SELECT pg_backend_pid()")).scalar()
