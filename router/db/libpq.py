@@ -90,8 +90,10 @@ def run_many(
     transformer = Transformer(connection)
     # Every value converted before anything is sent: a value that cannot be leaves the
     # connection as it was.
-    dumped = [
-        _with_nulls(transformer.dump_sequence(one, [PyFormat.TEXT] * len(one))) for one in values
+    # A None among the values is SQL's NULL, as libpq takes it (psycopg's stubs leave None
+    # out of the parameters' type).
+    dumped: list[Any] = [
+        transformer.dump_sequence(one, [PyFormat.TEXT] * len(one)) for one in values
     ]
     begin = _begin(connection)
     if not begin and len(dumped) == 1:
@@ -194,12 +196,6 @@ def _answer(transformer: abc.Transformer, result: pq.abc.PGresult) -> Answer:
         transformer.set_pgresult(result)
         rows = transformer.load_rows(0, result.ntuples, tuple)
     return Answer(columns, rows, _rowcount(result))
-
-
-def _with_nulls(dumped: Sequence[Any]) -> Any:
-    """``dumped`` as libpq's calls take it: a None is SQL's NULL (psycopg's stubs leave
-    None out of the parameters' type)."""
-    return dumped
 
 
 def _check(connection: psycopg.Connection[Any], result: pq.abc.PGresult) -> pq.abc.PGresult:
