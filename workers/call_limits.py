@@ -1,16 +1,20 @@
-"""Each call's own time limits, for messages that carry several calls.
+"""Each call's own time limits, kept by the pool process that runs it.
 
 Celery keeps time limits per message: the pool's main process signals the child at the
-soft limit and kills it at the hard one. A message of several calls (``message_builder.pack``)
-gets no soft limit from Celery, and a hard one that only stops a message outliving all
-its calls; the process running the calls keeps each one's limits itself:
+soft limit, wherever the child is, and kills it at the hard one. A run is more than its
+handler: a soft limit striking the commit of an outcome the handler has produced would
+lose that outcome (the call stays running until the reaper runs it again or, if its tool
+is not idempotent, marks it ``interrupted``). So no message gets a soft limit from
+Celery, and its hard limit only stops a message outliving all its calls
+(``message_builder``); the process running the calls, alone in their message or shared
+(``message_builder.pack``), keeps each one's limits itself:
 
 - **soft**, at the tool's ``timeout_s``: a watchdog thread signals the main thread, whose
   handler raises Celery's own ``SoftTimeLimitExceeded`` inside the tool's handler, as
   Celery's soft limit does (a blocking system call is interrupted the same way);
 - **hard**, ``grace_s`` later, if the handler ignored that: the watchdog calls
-  ``on_hard`` (which records the call as timed out and hands the message's unstarted
-  calls back to the queue) and kills its own process, which the pool replaces;
+  ``on_hard`` (which records the call as timed out and hands a shared message's
+  unstarted calls back to the queue) and kills its own process, which the pool replaces;
 - and if the watchdog cannot run at all (a handler holding the GIL in C code), the
   kernel's ``ITIMER_REAL``, armed with ``SIGALRM`` at its default action, ends the
   process a moment later anyway; the reaper then recovers the call as a lost run. The
@@ -22,8 +26,8 @@ The soft limit is raised only while a handler runs (``in_handler``): struck anyw
 same call, if any. Only prefork pool processes keep these limits (``enable``, at
 ``worker_process_init``): in a threads or solo pool Celery's own limits do not apply
 either, and ending the process would end the whole worker. A handler that sets
-``SIGALRM`` or ``SIGUSR2`` itself conflicts with this and should go one call per message
-(``calls_per_message: 1``).
+``SIGUSR2`` or ``SIGALRM`` itself takes the soft limit or the kernel's backstop from its
+own calls; the watchdog's hard limit still ends them.
 """
 
 from __future__ import annotations

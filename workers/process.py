@@ -56,7 +56,7 @@ def _fresh_after_fork(**_: Any) -> None:
     # Never share a parent's database connections with a forked child.
     global _state
     _state = None
-    # A prefork pool process: it keeps the time limits of each call of a shared message.
+    # A prefork pool process: it keeps the time limits of each call it runs.
     limits.enable()
 
 

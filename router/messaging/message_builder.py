@@ -110,12 +110,10 @@ def _task_message(
     """Celery's message running ``call_ids`` (calls of ``message``'s tool), with the time
     limits of a message of ``count`` calls (a template has one placeholder for them all)."""
     args, kwargs = list(call_ids), {"tool": message.tool}
-    if count == 1:
-        soft_limit, hard_limit = message.timeout_s, message.timeout_s + grace
-    else:
-        # Each call's limits are kept by the worker (``workers.call_limits``); Celery's hard
-        # limit only stops a message that somehow outlives all of them.
-        soft_limit, hard_limit = None, count * (message.timeout_s + grace) + grace
+    # Each call's limits are kept by the worker (``workers.call_limits``): Celery's soft
+    # limit would strike anywhere, the commit of a finished call's outcome too. Its hard
+    # limit only stops a message that somehow outlives all of them.
+    hard_limit = count * (message.timeout_s + grace) + grace
     return app.amqp.create_task_message(
         task_id,
         RUN_CALL_TASK,
@@ -123,7 +121,6 @@ def _task_message(
         # The tool name rides along for Flower and logs; arguments never do.
         kwargs,
         countdown=message.countdown,
-        soft_time_limit=soft_limit,
         time_limit=hard_limit,
         ignore_result=True,
         # What Flower shows; plain repr is enough for an id and a tool name.

@@ -51,17 +51,16 @@ def in_full(
     publisher: Publisher, message: RunMessage, task_id: str, call_ids: list[str] | None = None
 ) -> dict[str, Any]:
     ids = call_ids or [message.call_id]
-    several = len(ids) * (message.timeout_s + 10) + 10
+    hard_limit = len(ids) * (message.timeout_s + 10) + 10
     headers, properties, body, _ = publisher.app.amqp.create_task_message(
         task_id,
         "toolrouter.run_call",
         ids,
         {"tool": message.tool},
         countdown=message.countdown,
-        # One call: Celery's limits are the call's. Several: the worker keeps each call's
-        # limits, Celery only stops a message that outlives them all.
-        soft_time_limit=message.timeout_s if len(ids) == 1 else None,
-        time_limit=message.timeout_s + 10 if len(ids) == 1 else several,
+        # The worker keeps each call's limits; Celery only stops a message that outlives
+        # them all, and sets no soft limit (it would strike the commit of an outcome too).
+        time_limit=hard_limit,
         ignore_result=True,
         argsrepr=repr(ids),
         kwargsrepr=repr({"tool": message.tool}),
@@ -83,7 +82,7 @@ def test_a_templated_message_is_the_full_message_with_its_own_ids(publisher: Pub
         args, kwargs, _ = json.loads(base64.b64decode(got["body"]))
         assert args == [message.call_id] and kwargs == {"tool": "echo"}
         assert got["headers"]["argsrepr"] == repr([message.call_id])
-        assert got["headers"]["timelimit"] == [40.0, 30.0]
+        assert got["headers"]["timelimit"] == [1 * 40 + 10, None]
         expected = in_full(publisher, message, task_id)
         tag = got["properties"].pop("delivery_tag")
         expected["properties"].pop("delivery_tag")

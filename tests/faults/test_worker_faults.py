@@ -21,6 +21,7 @@ import psutil
 import pytest
 import redis
 
+from router.audit.log import locked_head
 from router.dispatch.dispatcher import Dispatcher
 from router.messaging.celery_app import make_celery
 from router.messaging.publisher import Publisher
@@ -33,7 +34,7 @@ from ..support.audit import call_audit_events
 from ..support.calls import queue_call
 from ..support.faults import FAST_RECOVERY
 from ..support.stack import Stack, stack_env, start_with_recovery
-from ..support.waiting import wait_until_finished
+from ..support.waiting import wait_for, wait_until_a_transaction_waits, wait_until_finished
 
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 # Redis dbs of the fault stacks: apart from the session stacks (11, 12) and unit tests (13).
@@ -183,6 +184,36 @@ def test_handler_that_swallows_the_soft_limit_is_ended_by_the_hard_limit(stack: 
         "value": {"n": 2},
     }
     assert worker.is_running()
+
+
+@pytest.mark.parametrize(
+    "stack", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True
+)
+def test_an_outcome_whose_commit_outlasts_the_soft_limit_is_kept(
+    stack: Stack, stack_runtime: Runtime, tmp_path: Path
+) -> None:
+    # The soft limit stops a handler, never the commit of the outcome it produced: struck
+    # there, it rolled the outcome back and left the call running, for the reaper to mark
+    # ``interrupted`` although its run had succeeded. The test holds the audit chain's
+    # lock, which every outcome's commit takes, from the handler's end until past the
+    # tool's limit (PostgreSQL shows who waits for a lock; SQLite does not).
+    path, until = tmp_path / "ledger.txt", tmp_path / "until"
+    call_id = queue_call(stack_runtime, "ledger", {"path": str(path), "until": str(until)})
+    wait_for_run(path, call_id)
+    run_seen = time.monotonic()
+    tool = stack_runtime.registry.get("ledger")
+    assert tool is not None
+
+    with stack_runtime.store.transaction() as conn:
+        locked_head(conn)
+        Path(f"{until}.1").touch()  # the handler returns; its outcome's commit waits
+        wait_until_a_transaction_waits(stack_runtime, "advisory")
+        wait_for(lambda: time.monotonic() - run_seen > tool.spec.timeout_s + 2, 30, "soft limit")
+
+    row = wait_until_finished(stack_runtime, [call_id], timeout=60)[call_id]
+
+    assert row.status == CallStatus.SUCCEEDED, (row.status, row.error)
+    assert len(ledger_runs(path)[call_id]) == 1
 
 
 def test_duplicated_message_runs_the_handler_once(

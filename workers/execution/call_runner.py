@@ -9,10 +9,13 @@ after a backoff, a fallback along the tool's chain, or the outcome recorded
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import time
 from typing import Any
+
+from celery.exceptions import SoftTimeLimitExceeded
 
 from router import metrics
 from router.audit import entries
@@ -51,6 +54,23 @@ class CallRunner:
         # The call this runner claimed last, and its claim: a timeout is recorded against
         # that claim alone.
         self.last_claim: tuple[str, Fence] | None = None
+
+    def run_alone(self, call_id: str, tool_hint: str | None = None) -> RunOutcome:
+        """``run`` for a call alone in its message, under its own time limits
+        (``workers.call_limits``), as each call of a shared message runs: the soft limit
+        interrupts the handler alone, never the claim or the commit of an outcome the
+        handler has already produced."""
+        self.last_claim = None
+        timeout = timeout_of(self.registry.get(tool_hint))
+        grace = self.runtime.publisher.hard_limit_grace_s
+        try:
+            with limits.applied(timeout, grace, functools.partial(self.record_timeout, call_id)):
+                return self.run(call_id, tool_hint)
+        except SoftTimeLimitExceeded:
+            # Struck just before the handler started or as it returned, outside what the
+            # handler adapters catch: the call timed out all the same.
+            self.record_timeout(call_id)
+            return RunOutcome.ERROR
 
     def run(self, call_id: str, tool_hint: str | None = None) -> RunOutcome:
         """Run one call if it is still queued. Returns what happened, for the worker log.
@@ -108,6 +128,12 @@ class CallRunner:
                 outcome, answered_by = self._fall_back(row, tool, outcome)
                 return self.ledger.finish(row, outcome, answered_by=answered_by)
         return self.ledger.finish(row, outcome)
+
+    def record_timeout(self, call_id: str) -> None:
+        """Fail ``call_id`` as timed out if this runner's last claim, of it, still holds."""
+        last_claim = self.last_claim
+        if last_claim is not None and last_claim[0] == call_id:
+            self.fail_hard_timeout(call_id, fence=last_claim[1])
 
     def fail_hard_timeout(self, call_id: str, fence: Fence | None = None) -> None:
         """The handler ignored its soft limit and was killed: fail the call as timed out

@@ -33,8 +33,8 @@ class Executor:
         self.shared = SharedMessageRunner(self.ledger, self.calls, self.recovery)
 
     def run(self, call_id: str, tool_hint: str | None = None) -> RunOutcome:
-        """Run one call if it is still queued (``CallRunner.run``)."""
-        return self.calls.run(call_id, tool_hint)
+        """Run one call if it is still queued, under its time limits (``CallRunner.run_alone``)."""
+        return self.calls.run_alone(call_id, tool_hint)
 
     def run_many(self, call_ids: Sequence[str], tool_hint: str | None = None) -> list[RunOutcome]:
         """Run the calls of one shared message in turn (``SharedMessageRunner.run_many``)."""

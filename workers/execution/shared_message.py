@@ -87,7 +87,7 @@ class SharedMessageRunner:
                 except SoftTimeLimitExceeded:
                     # Struck just before the handler started or as it returned, outside
                     # what the handler adapters catch: the call timed out all the same.
-                    self._record_timeout(call_id)
+                    self.calls.record_timeout(call_id)
                     done.append(RunOutcome.ERROR)
                 except Exception:
                     # This call's trouble (the database or Redis gone): it stays queued or
@@ -128,7 +128,7 @@ class SharedMessageRunner:
             self.recovery.republish(unstarted)
         finally:
             self.ledger.held = None  # from here on, an outcome is committed as it comes
-            self._record_timeout(call_id)
+            self.calls.record_timeout(call_id)
 
     def _oldest_held_ms(self, when: float) -> float:
         """How long the oldest outcome held will have been held at ``when``, in ms."""
@@ -189,12 +189,6 @@ class SharedMessageRunner:
             del self.ledger.held[: len(held)]
         self._held_since = None
         return fenced
-
-    def _record_timeout(self, call_id: str) -> None:
-        """Fail ``call_id`` as timed out if this process's claim of it still holds."""
-        last_claim = self.calls.last_claim
-        if last_claim is not None and last_claim[0] == call_id:
-            self.calls.fail_hard_timeout(call_id, fence=last_claim[1])
 
     def _requeue_claimed_ahead(self) -> None:
         """A call claimed with the last outcome but not started goes back to ``queued``
