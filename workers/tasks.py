@@ -46,8 +46,8 @@ def reconcile_queued() -> int:
 def _on_run_failure(
     task_id: str | None = None, exception: BaseException | None = None, args: Any = None, **_: Any
 ) -> None:
-    # Fires in the worker's main process when the hard time limit killed a handler. A
-    # message of several calls keeps each call's limits itself (``workers.call_limits``).
+    # Fires in the worker's main process when Celery's hard limit killed a pool process:
+    # only if the call's own limits (``workers.call_limits``) could not end it first.
     if isinstance(exception, TimeLimitExceeded) and args and len(args) == 1:
         try:
             executor().fail_hard_timeout(str(args[0]))

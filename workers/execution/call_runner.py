@@ -58,7 +58,7 @@ class CallRunner:
     def run_alone(self, call_id: str, tool_hint: str | None = None) -> RunOutcome:
         """``run`` for a call alone in its message, under its own time limits
         (``workers.call_limits``), as each call of a shared message runs: the soft limit
-        interrupts the handler alone, never the claim or the commit of an outcome the
+        interrupts only the handler, never the claim or the commit of an outcome the
         handler has already produced."""
         self.last_claim = None
         timeout = timeout_of(self.registry.get(tool_hint))
@@ -130,7 +130,8 @@ class CallRunner:
         return self.ledger.finish(row, outcome)
 
     def record_timeout(self, call_id: str) -> None:
-        """Fail ``call_id`` as timed out if this runner's last claim, of it, still holds."""
+        """Fail ``call_id`` as timed out if this runner claimed it last and that claim still
+        holds."""
         last_claim = self.last_claim
         if last_claim is not None and last_claim[0] == call_id:
             self.fail_hard_timeout(call_id, fence=last_claim[1])
