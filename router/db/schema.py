@@ -124,6 +124,8 @@ approval_requests = Table(
     Column("original_args_sha256", String(64), nullable=True),
     Column("edited_by", String(128), nullable=True),
     Index("ix_approval_requests_status_expires", "status", "expires_at"),
+    # Decided requests are listed most recently decided first (migration 0014).
+    Index("ix_approval_requests_decided", "decided_at", "id"),
 )
 
 approval_decisions = Table(
