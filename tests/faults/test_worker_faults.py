@@ -193,8 +193,8 @@ def test_an_outcome_whose_commit_outlasts_the_soft_limit_is_kept(
     stack: Stack, stack_runtime: Runtime, tmp_path: Path
 ) -> None:
     # The soft limit stops a handler, never the commit of the outcome it produced: struck
-    # there, it rolled the outcome back and left the call running, for the reaper to mark
-    # ``interrupted`` although its run had succeeded. The test holds the audit chain's
+    # there, it would roll the outcome back and leave the call running, for the reaper to
+    # mark ``interrupted`` although its run succeeded. The test holds the audit chain's
     # lock, which every outcome's commit takes, from the handler's end until past the
     # tool's limit (PostgreSQL shows who waits for a lock; SQLite does not).
     path, until = tmp_path / "ledger.txt", tmp_path / "until"
