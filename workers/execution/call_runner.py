@@ -13,6 +13,7 @@ import functools
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
@@ -55,16 +56,23 @@ class CallRunner:
         # that claim alone.
         self.last_claim: tuple[str, Fence] | None = None
 
-    def run_alone(self, call_id: str, tool_hint: str | None = None) -> RunOutcome:
-        """``run`` for a call alone in its message, under its own time limits
-        (``workers.call_limits``), as each call of a shared message runs: the soft limit
+    def run_within_limits(
+        self,
+        call_id: str,
+        tool_hint: str | None = None,
+        on_hard: Callable[[], None] | None = None,
+    ) -> RunOutcome:
+        """``run`` under the call's own time limits (``workers.call_limits``), whether it
+        is alone in its message or one of a shared message's calls: the soft limit
         interrupts only the handler, never the claim or the commit of an outcome the
-        handler has already produced."""
+        handler has already produced. ``on_hard`` is what the watchdog does at the hard
+        limit before it ends the process; by default the call is recorded as timed out."""
         self.last_claim = None
         timeout = timeout_of(self.registry.get(tool_hint))
         grace = self.runtime.publisher.hard_limit_grace_s
+        on_hard = on_hard or functools.partial(self.record_timeout, call_id)
         try:
-            with limits.applied(timeout, grace, functools.partial(self.record_timeout, call_id)):
+            with limits.applied(timeout, grace, on_hard):
                 return self.run(call_id, tool_hint)
         except SoftTimeLimitExceeded:
             # Struck just before the handler started or as it returned, outside what the

@@ -33,8 +33,9 @@ class Executor:
         self.shared = SharedMessageRunner(self.ledger, self.calls, self.recovery)
 
     def run(self, call_id: str, tool_hint: str | None = None) -> RunOutcome:
-        """Run one call if it is still queued, under its time limits (``CallRunner.run_alone``)."""
-        return self.calls.run_alone(call_id, tool_hint)
+        """Run one call if it is still queued, under its time limits
+        (``CallRunner.run_within_limits``)."""
+        return self.calls.run_within_limits(call_id, tool_hint)
 
     def run_many(self, call_ids: Sequence[str], tool_hint: str | None = None) -> list[RunOutcome]:
         """Run the calls of one shared message in turn (``SharedMessageRunner.run_many``)."""

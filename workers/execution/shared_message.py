@@ -17,15 +17,12 @@ import logging
 import time
 from collections.abc import Sequence
 
-from celery.exceptions import SoftTimeLimitExceeded
-
 from router.db.rows import CallRow
 from router.tools.registry import Tool, is_idempotent
 
-from ..call_limits import limits
 from ..pace import pace
 from .call_runner import CallRunner
-from .ledger import Ledger, timeout_of
+from .ledger import Ledger
 from .recovery import Recovery
 from .run_outcome import NOT_RUN, RunOutcome
 
@@ -62,8 +59,6 @@ class SharedMessageRunner:
         Held outcomes are committed when their run ends, or sooner once the oldest has
         been held for ``outcome_hold_ms``."""
         tool = self.registry.get(tool_hint)
-        timeout = timeout_of(tool)
-        grace = self.runtime.publisher.hard_limit_grace_s
         # A rate-limited tool's calls each ask the limiter first, before their claim.
         ahead = tool is None or not tool.spec.rate_limit
         hold_ms = self.outcome_hold_ms(tool)
@@ -74,7 +69,6 @@ class SharedMessageRunner:
         self.ledger.held, self._held_since = [], None
         try:
             for index, call_id in enumerate(call_ids):
-                self.calls.last_claim = None
                 if ahead and call_id not in claimed_ahead:
                     # Its run is claimed with the outcomes held so far.
                     claim = call_ids[index : index + run_length]
@@ -82,13 +76,7 @@ class SharedMessageRunner:
                 on_hard = functools.partial(self.at_hard_timeout, call_id, call_ids[index + 1 :])
                 started = time.monotonic()
                 try:
-                    with limits.applied(timeout, grace, on_hard):
-                        done.append(self.calls.run(call_id, tool_hint))
-                except SoftTimeLimitExceeded:
-                    # Struck just before the handler started or as it returned, outside
-                    # what the handler adapters catch: the call timed out all the same.
-                    self.calls.record_timeout(call_id)
-                    done.append(RunOutcome.ERROR)
+                    done.append(self.calls.run_within_limits(call_id, tool_hint, on_hard))
                 except Exception:
                     # This call's trouble (the database or Redis gone): it stays queued or
                     # running, for the reconciler or the reaper, as with a message of its
