@@ -2,8 +2,10 @@
 
 In front of the SDK, in this order: the Host/Origin check against DNS rebinding (the SDK's
 own rules, answered as JSON), POST only (405: being stateless, there is no event stream to
-GET and no session to DELETE), then the bearer key (401 without a valid one). Whatever the
-SDK answers as plain text (wrong content type, body too large) is rewritten as the API's
+GET and no session to DELETE), then the bearer key (401 without a valid one), then a
+request's ``id`` (the SDK would take a request whose id is neither a string nor an integer
+for a notification and answer 202, silently). Whatever the SDK answers as plain text (wrong
+content type, body too large) is rewritten as the API's
 ``{"ok": false, "error"}``; an unexpected exception is a JSON 500, never a traceback.
 """
 
@@ -26,7 +28,7 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from ..auth.principal import Principal
-from ..errors import NotAuthenticated, Unavailable
+from ..errors import NotAuthenticated, PayloadTooLarge, Unavailable
 from ..messaging.completions import CompletionListener
 from ..runtime import Runtime
 from ..settings import Settings
@@ -42,6 +44,7 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 ANY_ADDRESS = ("", "0.0.0.0", "::")
 # For a body that is JSON but no JSON-RPC message (``[]``, ``null``, a wrong version).
 NOT_JSON_RPC = "invalid request: not a JSON-RPC 2.0 request, notification or response"
+BAD_REQUEST_ID = "invalid request: a request's id must be a string or an integer"
 
 
 def transport_security(settings: Settings) -> TransportSecuritySettings:
@@ -84,16 +87,17 @@ class McpEndpoint:
         self.runtime = runtime
         self.security = transport_security(runtime.settings)
         self.mcp = ToolrouterMcp(runtime, listener, principal_in_scope)
+        # Arguments are measured (and refused) by the dispatcher; the body may carry them
+        # escaped, up to six bytes a character.
+        self.max_body = max(
+            DEFAULT_MAX_REQUEST_BODY_SIZE, 6 * runtime.settings.max_args_bytes + 65536
+        )
         self.manager = StreamableHTTPSessionManager(
             app=self.mcp.server,
             # No session state in the process: any API process can answer any request.
             stateless=True,
             security_settings=self.security,
-            # Arguments are measured (and refused) by the dispatcher; the body may carry
-            # them escaped, up to six bytes a character.
-            max_request_body_size=max(
-                DEFAULT_MAX_REQUEST_BODY_SIZE, 6 * runtime.settings.max_args_bytes + 65536
-            ),
+            max_request_body_size=self.max_body,
         )
 
     def run(self) -> AbstractAsyncContextManager[None]:
@@ -123,12 +127,68 @@ class McpEndpoint:
             except Unavailable as exc:
                 await guarded.error(503, str(exc))
                 return
-            await self.manager.handle_request({**scope, PRINCIPAL_SCOPE_KEY: who}, receive, guarded)
+            body = await BufferedBody.read(receive, self.max_body)
+            if has_bad_request_id(body.whole):
+                await guarded.rpc_error(400, INVALID_REQUEST, BAD_REQUEST_ID)
+                return
+            await self.manager.handle_request(
+                {**scope, PRINCIPAL_SCOPE_KEY: who}, body.replay, guarded
+            )
+        except PayloadTooLarge:
+            raise  # the API's body limit answers it with 413
         except Exception:
             # Last resort: log the traceback here, never send it.
             log.exception("unhandled error at /mcp")
             if not guarded.started:
                 await guarded.error(500, "internal error")
+
+
+def has_bad_request_id(body: bytes | None) -> bool:
+    """A JSON object with a ``method`` and an ``id`` that is neither a string nor an integer
+    (``null``, ``true``, ``1.5``, an object): no notification, and no valid request."""
+    if body is None:
+        return False
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return False  # the SDK answers a parse error
+    if not isinstance(message, dict) or "method" not in message or "id" not in message:
+        return False
+    request_id = message["id"]
+    return not isinstance(request_id, str) and (
+        not isinstance(request_id, int) or isinstance(request_id, bool)
+    )
+
+
+class BufferedBody:
+    """A request body read ahead (up to a limit) and handed on unchanged as ``replay``."""
+
+    def __init__(self, receive: Receive, head: list[Message], whole: bytes | None) -> None:
+        self._receive = receive
+        self._head = head
+        # The body, when it ended within the limit; None when it is larger or cut short.
+        self.whole = whole
+
+    @classmethod
+    async def read(cls, receive: Receive, limit: int) -> BufferedBody:
+        head: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            head.append(message)
+            if message["type"] != "http.request":
+                return cls(receive, head, None)
+            size += len(message.get("body", b""))
+            if size > limit:
+                return cls(receive, head, None)  # the SDK refuses it with 413
+            if not message.get("more_body", False):
+                whole = b"".join(part.get("body", b"") for part in head)
+                return cls(receive, head, whole)
+
+    async def replay(self) -> Message:
+        if self._head:
+            return self._head.pop(0)
+        return await self._receive()
 
 
 class JsonErrors:
@@ -152,6 +212,12 @@ class JsonErrors:
         text = text[:1].lower() + text[1:]
         self.started = True
         await self._send_json(status, json.dumps({"ok": False, "error": text}), headers or [])
+
+    async def rpc_error(self, status: int, code: int, message: str) -> None:
+        """A JSON-RPC error as the SDK words its own (``id`` null: the request had none)."""
+        self.started = True
+        body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+        await self._send_json(status, json.dumps(body), [])
 
     async def _send_json(self, status: int, body: str, headers: list[tuple[bytes, bytes]]) -> None:
         payload = body.encode("utf-8")

@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from router.cli import processes
 from router.mcp import transport_security
-from router.mcp.http import NOT_JSON_RPC
+from router.mcp.http import BAD_REQUEST_ID, NOT_JSON_RPC
 from router.mcp.tools import render
 from router.results import CallResult
 from router.settings import Settings
@@ -462,6 +462,63 @@ def test_sdk_refusals_are_json_errors_not_text_or_html(stack: Stack) -> None:
         assert response.status_code == 400, response.text
         error = response.json()["error"]
         assert error == {"code": -32600, "message": NOT_JSON_RPC}, error
+
+
+def test_a_request_whose_id_is_no_string_or_integer_is_refused_not_taken_for_a_notification(
+    stack: Stack,
+) -> None:
+    url = f"{stack.base_url}/mcp"
+    headers = {
+        **ACCEPT,
+        "Authorization": f"Bearer {stack.keys['agent']}",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    before = last_seq(stack)
+    call = {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "echo", "arguments": {}}}
+    for bad in (None, True, 1.5, {}, [1]):
+        response = httpx.post(url, json={**call, "id": bad}, headers=headers)
+        assert response.status_code == 400, (bad, response.text)
+        assert response.json() == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32600, "message": BAD_REQUEST_ID},
+        }
+    # None of them ran: no call was queued.
+    assert audit_trail(stack, after_seq=before) == []
+    # Ids that are strings or integers, and notifications without one, pass on to the SDK.
+    for good in ("one", 7):
+        response = httpx.post(
+            url, json={"jsonrpc": "2.0", "id": good, "method": "ping"}, headers=headers
+        )
+        assert response.status_code == 200, response.text
+        (answer,) = [
+            json.loads(line.removeprefix("data:"))
+            for line in response.text.splitlines()
+            if line.startswith("data:") and line.removeprefix("data:").strip()
+        ] or [response.json()]
+        assert answer == {"jsonrpc": "2.0", "id": good, "result": {}}, answer
+    notification = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert httpx.post(url, json=notification, headers=headers).status_code == 202
+
+
+def test_an_mcp_body_past_the_limit_is_413_json(stack: Stack) -> None:
+    url = f"{stack.base_url}/mcp"
+    headers = {**ACCEPT, "Authorization": f"Bearer {stack.keys['agent']}"}
+    blob = "a" * (stack.settings.max_args_bytes + 32 * 1024)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo"}}
+    body["params"]["arguments"] = {"blob": blob}
+
+    def chunks() -> Iterator[bytes]:
+        encoded = json.dumps(body).encode()
+        for start in range(0, len(encoded), 64 * 1024):
+            yield encoded[start : start + 64 * 1024]
+
+    # Streamed without a length: the limit strikes while the endpoint reads ahead.
+    streamed = httpx.post(
+        url, content=chunks(), headers={**headers, "Content-Type": "application/json"}
+    )
+    assert json_error(streamed, 413).startswith("body is over the limit of")
 
 
 # -- stdio --------------------------------------------------------------------------------
