@@ -17,6 +17,7 @@ from contextlib import AbstractAsyncContextManager
 from http import HTTPStatus
 from typing import Any
 
+import pydantic_core
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import (
     DEFAULT_MAX_REQUEST_BODY_SIZE,
@@ -149,7 +150,8 @@ def has_bad_request_id(body: bytes | None) -> bool:
     if body is None:
         return False
     try:
-        message = json.loads(body)
+        # The SDK's own parser: it refuses nesting too deep for it with a ValueError too.
+        message = pydantic_core.from_json(body)
     except ValueError:
         return False  # the SDK answers a parse error
     if not isinstance(message, dict) or "method" not in message or "id" not in message:

@@ -486,6 +486,11 @@ def test_a_request_whose_id_is_no_string_or_integer_is_refused_not_taken_for_a_n
         }
     # None of them ran: no call was queued.
     assert audit_trail(stack, after_seq=before) == []
+    # Nested past any parser's depth: a parse error, not a 500.
+    for deep in (b"[" * 100_000, b'{"id": ' * 20_000):
+        response = httpx.post(url, content=deep, headers=headers)
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["code"] == -32700
     # Ids that are strings or integers, and notifications without one, pass on to the SDK.
     for good in ("one", 7):
         response = httpx.post(
