@@ -198,6 +198,66 @@ def test_late_finish_of_an_interrupted_run_does_not_overwrite_it(
     assert (row.status, row.value, row.error) == (CallStatus.INTERRUPTED, None, WORKER_LOST)
 
 
+def test_a_hard_timeout_recorded_for_a_run_leaves_a_later_claim_of_its_call_alone(
+    runtime: Runtime, executor: Executor, clock: FakeClock, tmp_path: Path
+) -> None:
+    """The watchdog's action at a lone run's hard limit (``record_timeout``) is fenced by
+    that run's own claim: if the call was reaped and claimed again meanwhile, the second
+    run is left to finish."""
+    path, release = tmp_path / "ledger.txt", tmp_path / "release"
+    args = {"path": str(path), "until": str(release)}
+    call_id = queue_call(runtime, "ledger_idempotent", args)
+    answers: list[str] = []
+    first = threading.Thread(
+        target=lambda: answers.append(executor.calls.run(call_id, "ledger_idempotent"))
+    )
+    first.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not ledger_lines(path) and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the first run's handler has started
+        assert len(ledger_lines(path)) == 1
+        clock.advance(executor.lease_ms("ledger_idempotent") + 1)
+        assert executor.reap() == {"requeued": 1}
+        second = claim_and_vanish(runtime, executor, call_id, "ledger_idempotent")
+
+        executor.calls.record_timeout(call_id)  # the first run's hard limit strikes late
+
+        row = call_row(runtime, call_id)
+        assert (row.status, row.attempt, row.fence) == (CallStatus.RUNNING, 2, second.fence)
+    finally:
+        Path(f"{release}.1").touch()
+        first.join(timeout=60)
+    assert answers == ["fenced"]
+    assert executor.finish(second, Outcome.of_value("second", max_nesting=64)) == "ok"
+    assert events(runtime, call_id) == [AuditEvent.QUEUED, AuditEvent.RETRY, AuditEvent.OK]
+
+
+def test_a_hard_timeout_recorded_while_the_runs_claim_holds_fails_the_call(
+    runtime: Runtime, executor: Executor, tmp_path: Path
+) -> None:
+    path, release = tmp_path / "ledger.txt", tmp_path / "release"
+    call_id = queue_call(runtime, "ledger", {"path": str(path), "until": str(release)})
+    answers: list[str] = []
+    run = threading.Thread(target=lambda: answers.append(executor.calls.run(call_id, "ledger")))
+    run.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not ledger_lines(path) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(ledger_lines(path)) == 1
+
+        executor.calls.record_timeout(call_id)
+
+        row = call_row(runtime, call_id)
+        assert (row.status, row.error) == (CallStatus.FAILED, "timeout after 5 s")
+    finally:
+        Path(f"{release}.1").touch()
+        run.join(timeout=60)
+    assert answers == ["fenced"]
+    assert call_row(runtime, call_id).error == "timeout after 5 s"
+
+
 # -- the reaper --------------------------------------------------------------------------
 
 
