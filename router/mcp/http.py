@@ -216,7 +216,7 @@ class JsonErrors:
         await self._send_json(status, json.dumps({"ok": False, "error": text}), headers or [])
 
     async def rpc_error(self, status: int, code: int, message: str) -> None:
-        """A JSON-RPC error as the SDK words its own (``id`` null: the request had none)."""
+        """A JSON-RPC error as the SDK words its own (``id`` null: the request's is unusable)."""
         self.started = True
         body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
         await self._send_json(status, json.dumps(body), [])
