@@ -12,7 +12,7 @@ from ..errors import BadRequest
 from . import routing, stats
 from .registry import ToolRegistry
 from .routing import Rule
-from .selection.candidates import Ranking, Strategy
+from .selection.candidates import TEXT_STRATEGIES, Ranking, Strategy
 from .selection.index import ToolIndex
 from .selection.llm import LlmFailed, LlmSelector
 from .selection.semantic import SemanticUnavailable
@@ -95,6 +95,9 @@ class Ranker:
             chosen = Strategy.CAPABILITY
         else:
             chosen = self.default if strategy is None else routing.strategy_named(strategy)
+        if chosen in TEXT_STRATEGIES and not task.strip() and capability is None:
+            # Ranked by nothing, every tool would score alike: an answer that means nothing.
+            raise BadRequest(f"strategy {chosen.value} needs a task or a capability")
         if chosen == Strategy.LLM:
             return self._by_llm(task, capability, limit)
         latency: dict[str, float | None] = {}

@@ -205,6 +205,27 @@ def test_route_refuses_what_is_not_text_or_not_a_finite_number(stack: Stack) -> 
         assert http.post("/v1/route", json={"task": "echo"}).status_code == 200
 
 
+def test_a_route_with_nothing_to_rank_by_is_refused(stack: Stack) -> None:
+    refused = {
+        "hybrid": [{}, {"task": " \n"}, {"task": None}, {"limit": 3}],
+        "lexical": [{"strategy": "lexical"}],
+        "semantic": [{"strategy": "semantic", "task": ""}],
+        "rules": [{"strategy": "rules"}],
+    }
+    with stack.client("agent") as http:
+        for strategy, bodies in refused.items():
+            for body in bodies:
+                answer = http.post("/v1/route", json=body)
+                assert answer.status_code == 422, (body, answer.text)
+                expected = f"strategy {strategy} needs a task or a capability"
+                assert answer.json() == {"ok": False, "error": expected}, body
+        # What ranks without a task still does: by cost, or a capability's tools.
+        for body in ({"strategy": "cost"}, {"capability": "search.web"}):
+            answer = http.post("/v1/route", json=body)
+            assert answer.status_code == 200, (body, answer.text)
+            assert answer.json()["candidates"], body
+
+
 @pytest.mark.parametrize("strategy", ["cost", "lexical"])
 def test_a_budget_is_checked_whatever_the_strategy(stack: Stack, strategy: str) -> None:
     refused = {

@@ -18,8 +18,10 @@ class Strategy(StrEnum):
     RULES = "rules"
 
 
-# Strategies that read the task's text.
-TEXT_STRATEGIES = frozenset({Strategy.LEXICAL, Strategy.SEMANTIC, Strategy.HYBRID, Strategy.LLM})
+# Strategies that rank by the task's text (``llm`` by a capability alone, too).
+TEXT_STRATEGIES = frozenset(
+    {Strategy.LEXICAL, Strategy.SEMANTIC, Strategy.HYBRID, Strategy.LLM, Strategy.RULES}
+)
 
 
 @dataclass(frozen=True, slots=True)
