@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from ..settings import Settings
 
 CELERY_APP = "workers.app"
+# uvicorn's httptools protocol, answering what it cannot parse in the API's JSON.
+HTTP_PROTOCOL = "router.api.http_protocol:JsonErrorsHttpToolsProtocol"
 
 
 def celery(*args: str) -> list[str]:
@@ -35,6 +37,8 @@ def api_argv(settings: Settings, *, host: str | None = None, port: int | None = 
         host or settings.api_host,
         "--port",
         str(port or settings.api_port),
+        "--http",
+        HTTP_PROTOCOL,
         "--no-access-log",
         "--timeout-graceful-shutdown",
         "5",

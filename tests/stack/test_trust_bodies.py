@@ -1,5 +1,5 @@
 """Request bodies declared or streamed past their limit, or cut off by a client that leaves,
-sent raw to a real API process on both databases.
+and requests no HTTP parser takes, sent raw to a real API process on both databases.
 
 Each test prints one line of what happened, for the closing note.
 """
@@ -130,3 +130,29 @@ def test_a_client_that_leaves_mid_body_is_logged_in_one_line(stack: Stack, path:
     line = next(line for line in written.splitlines() if CLIENT_LEFT in line)
     assert path in line
     print(f"\n[{backend}] client gone mid-body on {path} -> logged {line!r}")
+
+
+MALFORMED_REQUESTS = {
+    "no method": b"GARBAGE\r\n\r\n",
+    "a control byte in a header name": b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad\x01: y\r\n\r\n",
+    "a length that is no number": (
+        b"POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n{}"
+    ),
+    "a version no server speaks": b"GET /healthz HTTP/7.3\r\nHost: x\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("what", MALFORMED_REQUESTS)
+def test_a_request_no_parser_takes_is_answered_in_json(stack: Stack, what: str) -> None:
+    host, port = address(stack)
+    with socket.create_connection((host, port), timeout=30) as sock:
+        sock.sendall(MALFORMED_REQUESTS[what])
+        status, headers, body = read_response(sock)
+        closed = sock.recv(1) == b""
+    assert status == 400, (what, body)
+    assert headers["content-type"] == "application/json", (what, headers)
+    assert json.loads(body) == {"ok": False, "error": "malformed HTTP request"}, what
+    assert closed, what
+    with stack.client("agent") as http:
+        assert http.get("/healthz").status_code == 200
+    print(f"\n[{backend_of(stack)}] {what} -> {status} {body.decode()}")

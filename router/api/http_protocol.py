@@ -1,0 +1,29 @@
+"""The API's HTTP protocol: uvicorn's httptools one, with its one answer of its own in JSON.
+
+uvicorn answers a request it cannot parse (a bad request line, a header no parser takes)
+itself, before any application code runs, with a plain-text 400. Every other error of the
+API is ``{"ok": false, "error": ...}``, so this one is too. Selected by ``--http`` in
+``router.cli.processes.api_argv``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+MALFORMED = json.dumps({"ok": False, "error": "malformed HTTP request"}).encode("ascii")
+
+
+class JsonErrorsHttpToolsProtocol(HttpToolsProtocol):
+    def send_400_response(self, msg: str) -> None:
+        head = [b"HTTP/1.1 400 Bad Request\r\n"]
+        for name, value in self.server_state.default_headers:
+            head += [name, b": ", value, b"\r\n"]
+        head += [
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(MALFORMED),
+            b"connection: close\r\n\r\n",
+        ]
+        self.transport.write(b"".join(head) + MALFORMED)
+        self.transport.close()
