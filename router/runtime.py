@@ -209,8 +209,10 @@ class Runtime:
         return GroupCommit(
             lambda: self.dispatcher,
             hold_s=self.settings.group_hold_ms / 1000,
-            # A full group fills a message for each of a worker's pool processes.
+            # A full group fills a message for each of a worker's pool processes; a group is
+            # held while each has a call to run and one more waiting.
             full=self.settings.worker_concurrency * PYTHON_CALLS_PER_MESSAGE,
+            busy=self.settings.worker_concurrency * 2,
             heard=lambda call_id: self.listener.heard_recently(call_id),
         )
 

@@ -17,14 +17,14 @@ A small group can be held back for a moment (``hold_s``), as Nagle's algorithm h
 small TCP segment while earlier data is unacknowledged. Under a steady load the calls
 arrive one at a time, at the rate the workers finish earlier ones, and left alone each
 group is one or two calls: each its own transaction, its own message and a worker's whole
-per-message cost. So while this process has at least ``full`` calls published and not
+per-message cost. So while this process has at least ``busy`` calls published and not
 finished (``router.dispatch.in_flight``: the workers have that much to do already), a group
-smaller than ``full`` waits until it is full, until enough of those calls finish, or
-``hold_s`` at most. A lone caller never waits: nothing of its own is in flight. One caller
-sending call after call while its earlier calls still run (fire and forget into a backlog)
-waits once per ``quiet_s`` at most: a hold that ran out with nothing else arriving gathered
-nothing, so no group is held for ``quiet_s``, or until calls arrive together (two queued at
-once, or one arriving while a group is accepted).
+smaller than ``full`` waits until it is full, until enough of those calls finish that
+fewer than ``busy`` are left, or ``hold_s`` at most. A lone caller never waits: nothing of
+its own is in flight. One caller sending call after call while its earlier calls still run
+(fire and forget into a backlog) waits once per ``quiet_s`` at most: a hold that ran out
+with nothing else arriving gathered nothing, so no group is held for ``quiet_s``, or until
+calls arrive together (two queued at once, or one arriving while a group is accepted).
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ class GroupCommit:
         max_group: int = MAX_GROUP,
         hold_s: float = 0.0,
         full: int = 16,
+        busy: int | None = None,
         quiet_s: float = QUIET_S,
         heard: Callable[[str], bool] | None = None,
     ):
@@ -81,6 +82,7 @@ class GroupCommit:
         self._dispatcher = dispatcher
         self.max_group = max_group
         self.hold_s, self.full, self.quiet_s = hold_s, full, quiet_s
+        self.busy = full if busy is None else busy
         # Told of completions by the process's listener (``CompletionListener``); with
         # none, the calls are forgotten after a while and the hold ends by its timeout.
         self.in_flight = InFlight(on_finished=self._workers_short, heard=heard)
@@ -109,8 +111,8 @@ class GroupCommit:
         return await future
 
     def _workers_short(self, in_flight: int) -> None:
-        """A completion was heard: a held group goes once fewer than ``full`` are left."""
-        if in_flight >= self.full:
+        """A completion was heard: a held group goes once fewer than ``busy`` are left."""
+        if in_flight >= self.busy:
             return
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -127,7 +129,7 @@ class GroupCommit:
             self.hold_s > 0
             and asyncio.get_running_loop().time() >= queue.quiet_until
             and len(queue.waiting) < self.full
-            and self.in_flight.count() >= self.full
+            and self.in_flight.count() >= self.busy
         )
 
     async def _hold(self, queue: _Queue) -> None:

@@ -501,6 +501,34 @@ def test_a_held_group_goes_as_soon_as_the_workers_run_short(runtime: Runtime) ->
     assert counting.groups == [1]
 
 
+def test_a_group_is_held_from_busy_calls_in_flight_until_fewer_are_left(
+    runtime: Runtime,
+) -> None:
+    counting = CountingDispatcher(runtime.dispatcher)
+    # Held from four calls in flight, far fewer than a full group of sixteen.
+    group_commit = GroupCommit(lambda: counting, hold_s=60, full=16, busy=4)  # type: ignore[arg-type,return-value]
+    busy(group_commit, 3)
+
+    async def scenario() -> list[CallResult]:
+        # Three in flight: not busy, so a call goes at once, and makes four.
+        alone = await asyncio.wait_for(
+            group_commit.submit(Submission("agent", "echo", {"n": 0})), timeout=30
+        )
+        held = [
+            asyncio.ensure_future(group_commit.submit(Submission("agent", "echo", {"n": n})))
+            for n in (1, 2)
+        ]
+        await asyncio.sleep(0.05)
+        assert not any(h.done() for h in held)  # two of sixteen, and the workers busy
+        group_commit.in_flight.finished("busy-0")  # three left: the workers run short
+        return [alone, *await asyncio.wait_for(asyncio.gather(*held), timeout=30)]
+
+    results = asyncio.run(scenario())
+
+    assert counting.groups == [1, 2]
+    assert [r.status for r in results] == ["queued"] * 3
+
+
 def test_a_hold_lasts_hold_s_at_most(runtime: Runtime) -> None:
     counting = CountingDispatcher(runtime.dispatcher)
     group_commit = GroupCommit(lambda: counting, hold_s=0.05, full=4)  # type: ignore[arg-type,return-value]
