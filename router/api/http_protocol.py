@@ -12,7 +12,9 @@ import json
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-MALFORMED = json.dumps({"ok": False, "error": "malformed HTTP request"}).encode("ascii")
+MALFORMED = json.dumps(
+    {"ok": False, "error": "malformed HTTP request"}, separators=(",", ":")
+).encode("ascii")
 
 
 class JsonErrorsHttpToolsProtocol(HttpToolsProtocol):
