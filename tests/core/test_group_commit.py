@@ -710,8 +710,8 @@ def message_sizes(redis_url: str, api: Stack) -> list[int]:
 
 def test_under_a_steady_load_the_api_gathers_calls_into_full_messages(tmp_path: Path) -> None:
     """Eight agents, each submitting its next call when the last is answered, against a
-    real API with no worker: once a full group (8, with one pool process) is in flight,
-    every group is held until all eight have come, and goes as one message of eight."""
+    real API with no worker: once two calls are in flight (with one pool process), every
+    group is held until eight have come (a full group), and goes as one message of eight."""
     with api_without_workers(tmp_path) as (api, redis_url):
 
         async def agent(client: AsyncClient, n: int) -> None:
@@ -728,10 +728,15 @@ def test_under_a_steady_load_the_api_gathers_calls_into_full_messages(tmp_path: 
         asyncio.run(scenario())
         sizes = message_sizes(redis_url, api)
     assert sum(sizes) == 48
-    # The first calls go as they come (fewer than eight in flight); after that, in eights.
-    # Without the hold, callers answered one by one come back one by one: groups of one
-    # to five.
-    assert sizes[-3:] == [8, 8, 8], sizes
+    assert_held_in_eights(sizes)
+
+
+def assert_held_in_eights(sizes: list[int]) -> None:
+    """The first one or two groups go as they come (fewer than two calls in flight); after
+    them, in eights, but for the last group: the rest of the agents' calls. Without the
+    hold, callers answered one by one come back one by one: groups of one to five."""
+    held = sizes[2:-1]
+    assert len(held) >= 3 and set(held) == {8}, sizes
 
 
 def test_mcp_tool_calls_share_the_group_queue_with_http_calls(tmp_path: Path) -> None:
@@ -755,4 +760,4 @@ def test_mcp_tool_calls_share_the_group_queue_with_http_calls(tmp_path: Path) ->
         anyio.run(scenario)
         sizes = message_sizes(redis_url, api)
     assert sum(sizes) == 48
-    assert sizes[-3:] == [8, 8, 8], sizes
+    assert_held_in_eights(sizes)
