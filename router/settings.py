@@ -91,7 +91,7 @@ class Settings(BaseSettings):
     # this many messages: with several workers on one queue, set it to their processes in all.
     worker_concurrency: int = Field(default=2, ge=1)
     # Longest an API process holds a small group of submissions back while the workers
-    # already have a full group of its calls to run (router.dispatch.group_commit); 0: never.
+    # already have two of its calls per pool process (router.dispatch.group_commit); 0: never.
     group_hold_ms: float = Field(default=10.0, ge=0, le=1000)
     # Messages a worker takes ahead, per pool process: 2 keeps the next call ready while
     # one runs, so a pool process does not wait on Redis between calls; 1 suits slow
