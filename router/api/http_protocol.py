@@ -8,18 +8,17 @@ API is ``{"ok": false, "error": ...}``, so this one is too. Selected by ``--http
 
 from __future__ import annotations
 
-import json
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from .responses import AsciiJSONResponse
 
-MALFORMED = json.dumps(
-    {"ok": False, "error": "malformed HTTP request"}, separators=(",", ":")
-).encode("ascii")
+# Written by the API's one JSON response class, as every other error body is.
+MALFORMED = AsciiJSONResponse({"ok": False, "error": "malformed HTTP request"}).body
 
 
 class JsonErrorsHttpToolsProtocol(HttpToolsProtocol):
     def send_400_response(self, msg: str) -> None:
-        head = [b"HTTP/1.1 400 Bad Request\r\n"]
+        head = [STATUS_LINE[400]]
         for name, value in self.server_state.default_headers:
             head += [name, b": ", value, b"\r\n"]
         head += [
