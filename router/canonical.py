@@ -15,6 +15,14 @@ def canonical_json(value: Any) -> str:
     )
 
 
+def ascii_json(value: Any) -> bytes:
+    """Compact JSON with non-ASCII escaped and no NaN, as every answer is written: a lone
+    surrogate a client sent comes back as ``\\ud800`` instead of failing to encode."""
+    return json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode(
+        "ascii"
+    )
+
+
 def storable_text(text: str) -> str:
     """``text`` as every database stores it: NULs and lone surrogates (which PostgreSQL and
     SQLite's UTF-8 refuse) written out as their escapes, everything else unchanged."""

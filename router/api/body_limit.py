@@ -5,12 +5,12 @@ limit. Nothing larger than the limit is ever held in memory.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import PayloadTooLarge
+from .responses import AsciiJSONResponse
 
 
 class BodyLimit:
@@ -26,7 +26,9 @@ class BodyLimit:
         limit = self.limit_for(str(scope.get("path", "")))
         declared = _content_length(scope)
         if declared is not None and declared > limit:
-            await _refuse(send, f"body is {declared} bytes, over the limit of {limit}")
+            await _refuse(
+                scope, receive, send, f"body is {declared} bytes, over the limit of {limit}"
+            )
             return
         received = 0
         started = over = False
@@ -59,7 +61,7 @@ class BodyLimit:
         except PayloadTooLarge as exc:
             # An endpoint outside the API's error table (a mounted ASGI app) let it through.
             if not started:
-                await _refuse(send, str(exc))
+                await _refuse(scope, receive, send, str(exc))
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -72,17 +74,8 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _refuse(send: Send, error: str) -> None:
-    body = json.dumps({"ok": False, "error": error}).encode("ascii")
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
-            ],
-        }
+async def _refuse(scope: Scope, receive: Receive, send: Send, error: str) -> None:
+    refusal = AsciiJSONResponse(
+        {"ok": False, "error": error}, status_code=413, headers={"connection": "close"}
     )
-    await send({"type": "http.response.body", "body": body})
+    await refusal(scope, receive, send)

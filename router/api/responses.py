@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi.responses import JSONResponse
+
+from ..canonical import ascii_json
 
 
 class AsciiJSONResponse(JSONResponse):
@@ -13,6 +14,4 @@ class AsciiJSONResponse(JSONResponse):
     back as ``\\ud800`` instead of failing to encode (and turning into a 500)."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(
-            content, ensure_ascii=True, allow_nan=False, separators=(",", ":")
-        ).encode("ascii")
+        return ascii_json(content)

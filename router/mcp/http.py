@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from ..auth.principal import Principal
+from ..canonical import ascii_json
 from ..errors import NotAuthenticated, PayloadTooLarge, Unavailable
 from ..messaging.completions import CompletionListener
 from ..runtime import Runtime
@@ -213,16 +214,18 @@ class JsonErrors:
         # The SDK capitalises its messages; the API's are lower case ("invalid Host header").
         text = text[:1].lower() + text[1:]
         self.started = True
-        await self._send_json(status, json.dumps({"ok": False, "error": text}), headers or [])
+        body = ascii_json({"ok": False, "error": text})
+        await self._send_json(status, body, headers or [])
 
     async def rpc_error(self, status: int, code: int, message: str) -> None:
         """A JSON-RPC error as the SDK words its own (``id`` null: the request's is unusable)."""
         self.started = True
         body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
-        await self._send_json(status, json.dumps(body), [])
+        await self._send_json(status, ascii_json(body), [])
 
-    async def _send_json(self, status: int, body: str, headers: list[tuple[bytes, bytes]]) -> None:
-        payload = body.encode("utf-8")
+    async def _send_json(
+        self, status: int, payload: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> None:
         await self.send(
             {
                 "type": "http.response.start",
@@ -262,13 +265,13 @@ class JsonErrors:
     async def _json_error(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         """A JSON-RPC error as the SDK wrote it, but for a message that is not JSON-RPC: the
         SDK's text is its validation library's report (with the input and a web address)."""
-        body = self._body.decode("utf-8", "replace")
+        body = self._body
         try:
             answer = json.loads(body)
             error = answer["error"]
             if str(error["message"]).startswith("Validation error"):
                 error.update(code=INVALID_REQUEST, message=NOT_JSON_RPC)
-                body = json.dumps(answer)
+                body = ascii_json(answer)
         except (ValueError, TypeError, KeyError):
             pass  # not such an error: passed on as it is
         await self._send_json(status, body, headers)

@@ -20,6 +20,7 @@ from starlette.datastructures import FormData
 from ..approval.model import Decision
 from ..auth.principal import Principal
 from ..auth.sessions import COOKIE, FLASH_COOKIE, LoginThrottle, Session, SessionStore
+from ..canonical import ascii_json
 from ..constants import LOGIN_FAILURES
 from ..errors import NotAuthenticated, RequestError, Unavailable
 from ..messaging.redis_clients import redis_client
@@ -153,7 +154,7 @@ async def pending_ids(request: Request) -> Response:
     signed_in = await _signed_in(request)
     if signed_in is None or not may_use_inbox(signed_in[1]):
         return Response(
-            json.dumps({"ok": False, "error": "not signed in"}),
+            ascii_json({"ok": False, "error": "not signed in"}),
             status_code=401,
             media_type="application/json",
         )
@@ -161,7 +162,7 @@ async def pending_ids(request: Request) -> Response:
         _runtime(request).approvals_view.list_requests, signed_in[1], "pending", INBOX_SHOWS
     )
     body = {"ok": True, "request_ids": [item["request_id"] for item in items]}
-    return Response(json.dumps(body), media_type="application/json")
+    return Response(ascii_json(body), media_type="application/json")
 
 
 @router.post("/login")
