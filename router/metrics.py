@@ -25,13 +25,14 @@ WAIT_BUCKETS = (1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 86400)
 
 
 class Untrusted(StrEnum):
-    """What a message from Redis that failed its tag was."""
+    """What a message from Redis that failed its tag (or its check) was."""
 
     COMPLETION = "completion"
     CACHED_RESULT = "cached_result"
     KEY_ACK = "key_ack"
     DECISION = "decision"
     DECISION_REPLY = "decision_reply"
+    RUN_MESSAGE = "run_message"  # named another tool than its call's
 
 
 class Tampered(StrEnum):

@@ -565,7 +565,7 @@ def test_unknown_tool_at_run_time_fails_the_call(
     with runtime.store.transaction() as conn:
         conn.execute(text("UPDATE calls SET tool = 'gone' WHERE id = :id"), {"id": call_id})
 
-    assert executor.run(call_id) == "error"
+    assert executor.run(call_id, "echo") == "error"
 
     row = call_row(runtime, call_id)
     assert (row.status, row.error, row.error_type) == (

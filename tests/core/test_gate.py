@@ -279,7 +279,7 @@ def test_a_worker_refuses_arguments_changed_after_approval(runtime: Runtime) -> 
             text("UPDATE calls SET args = :args WHERE id = :id"), {"args": '{"n":2}', "id": call_id}
         )
     executor = Executor(runtime, runtime.notifier(), actor="test-worker")
-    assert executor.run(call_id) == "error"
+    assert executor.run(call_id, "high_echo") == "error"
     row = runtime.calls.read(call_id)
     assert (row.status, row.error_type) == ("failed", "TamperedArguments")
 

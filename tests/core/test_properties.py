@@ -206,7 +206,8 @@ class Operator:
         elif op == "cancel":
             self.cancel(call_id, request_id, Principal(who, frozenset({"agent"})))
         elif op == "run":
-            self.executor.run(call_id)
+            # As its message names it: a message naming another tool is put back unrun.
+            self.executor.run(call_id, self.runtime.calls.read(call_id).tool)
 
     def cancel(self, call_id: str, request_id: str | None, who: Principal) -> None:
         row = self.runtime.calls.read(call_id)

@@ -26,7 +26,7 @@ from router.db.rows import CallRow, Fence
 from router.errors import Unavailable
 from router.messaging.policies import fallback_chain
 from router.messaging.run_message import message_for
-from router.metrics import Tampered
+from router.metrics import Tampered, Untrusted
 from router.status import CallStatus
 from router.tools.registry import Tool, is_idempotent
 
@@ -102,8 +102,10 @@ class CallRunner:
         if row is None:
             # Not queued any more: a duplicate or redelivered message, or a cancelled call.
             return RunOutcome.DROPPED
-        self.last_claim = (row.id, row.fence)
         tool = self.registry.get(row.tool)
+        if tool is not None and row.tool != tool_hint:
+            return self._put_back(tool, row)
+        self.last_claim = (row.id, row.fence)
         if refusal is not None:
             # Run only what was accepted and, if gated, released for exactly this call.
             log.error("call %s refused: %s", row.id, refusal.error)
@@ -212,6 +214,20 @@ class CallRunner:
         if outcome.error is None or not self.redact:
             return dataclasses.replace(outcome, ran_ms=ran_ms)
         return dataclasses.replace(outcome, error=self.redact(outcome.error), ran_ms=ran_ms)
+
+    def _put_back(self, tool: Tool, row: CallRow) -> RunOutcome:
+        """The message named another tool than the call's, so no API process made it, and
+        its limits (time, lease, rate) were another tool's: the call goes back to its queue
+        unrun, under a message of its own tool."""
+        log.error("call %s of %s came in a message for another tool: put back", row.id, tool.name)
+        metrics.untrusted(Untrusted.RUN_MESSAGE)
+        with self.store.transaction() as conn:
+            self.store.requeue_lost(conn, row.id, fence=row.fence, now=self.clock())
+        try:
+            self.runtime.publisher.publish([message_for(tool, row.id)])
+        except Unavailable as exc:
+            log.warning("call %s not published again: %s", row.id, exc)  # the reconciler will
+        return RunOutcome.MISNAMED
 
     def _defer(self, tool: Tool, call_id: str, wait_s: float) -> RunOutcome:
         """Send the call back to wait ``wait_s`` in the broker, still queued."""

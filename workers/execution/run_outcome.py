@@ -15,6 +15,8 @@ class RunOutcome(StrEnum):
     DEFERRED = "deferred"  # over its tool's rate limit: waits in the broker, not run
     FENCED = "fenced"  # its attempt lost the call meanwhile: the outcome dropped
     FAILED = "failed"  # the database or Redis did not answer: left to the reaper or reconciler
+    # Its message named another tool than the call's: queued again, under its own tool's.
+    MISNAMED = "misnamed"
     # The reaper, for a run whose worker is gone:
     REQUEUED = "requeued"  # queued again (an idempotent tool)
     INTERRUPTED = "interrupted"  # failed as unknown, never run again (any other tool)
@@ -23,4 +25,6 @@ class RunOutcome(StrEnum):
 
 
 # A call that was not run says nothing about how long its tool's runs take.
-NOT_RUN: frozenset[RunOutcome] = frozenset({RunOutcome.DROPPED, RunOutcome.DEFERRED})
+NOT_RUN: frozenset[RunOutcome] = frozenset(
+    {RunOutcome.DROPPED, RunOutcome.DEFERRED, RunOutcome.MISNAMED}
+)
