@@ -310,13 +310,21 @@ class Gate:
 
     def _approvals(self, conn: Any, request: pending.ApprovalRequest) -> int:
         """Distinct approvers whose approval this worker recorded (sealed) on the arguments
-        now bound; rows written any other way are not approvals."""
+        now bound, and who may still decide it: rows written any other way are not
+        approvals, and a key revoked or stripped of its approver role since no longer
+        counts."""
         recorded = pending.decisions(conn, request.id)
         sealed = pending.decisions(conn, request.id, keyring=self.keyring, request=request)
         if len(sealed) != len(recorded):
             metrics.tampered(Tampered.APPROVAL_DECISION)
             log.error("request %s has decisions this worker did not seal; ignored", request.id)
-        return len({d["approver"] for d in sealed if d["decision"] == Decision.APPROVE})
+        approvers = {d["approver"] for d in sealed if d["decision"] == Decision.APPROVE}
+        return sum(1 for name in approvers if self._may_still_decide(conn, request, name))
+
+    @staticmethod
+    def _may_still_decide(conn: Any, request: pending.ApprovalRequest, name: str) -> bool:
+        who = principal_named(conn, name)
+        return who is not None and request.may_decide(name, who.roles)
 
     def _close(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 
@@ -33,6 +34,10 @@ def storable_text(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
+
+
+# What ``sha256_hex`` writes: a client's copy of a digest is checked against it.
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def sha256_hex(text: str) -> str:

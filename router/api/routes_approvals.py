@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -11,6 +10,7 @@ from pydantic import WithJsonSchema
 
 from ..approval.model import Decision
 from ..auth.principal import Principal
+from ..canonical import SHA256_HEX
 from ..dispatch.checks import EditRefused
 from ..errors import BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, Unavailable
 from ..messaging.waiting import wait_for_call
@@ -36,7 +36,6 @@ DECISION_FIELDS = {
     Decision.APPROVE: frozenset({"reason", "wait_s", "args", "expected_args_sha256"}),
     Decision.DENY: frozenset({"reason"}),
 }
-SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 APPROVALS_PAGE_MAX = 500
 # Parsed by ``int_param`` for its own messages; an integer to the document.
 PageSize = Annotated[
@@ -92,6 +91,9 @@ async def _decide(
         edit = await in_thread(checks.check_edit, pending.requested_by, pending.tool, args)
         if isinstance(edit, EditRefused):
             raise REFUSALS[edit.http_status](edit.error)
+    # Bound to the arguments as read now, when the approver named none: a decision message
+    # replayed from Redis after another approver's edit is then refused, not counted.
+    expected = expected or pending.args_sha256
     answer = await in_thread(
         runtime.decisions.send, request_id, who.name, decision, reason, args, expected
     )

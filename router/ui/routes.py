@@ -20,7 +20,7 @@ from starlette.datastructures import FormData
 from ..approval.model import Decision
 from ..auth.principal import Principal
 from ..auth.sessions import COOKIE, FLASH_COOKIE, LoginThrottle, Session, SessionStore
-from ..canonical import ascii_json
+from ..canonical import SHA256_HEX, ascii_json
 from ..constants import LOGIN_FAILURES
 from ..errors import NotAuthenticated, RequestError, Unavailable
 from ..messaging.redis_clients import redis_client
@@ -269,9 +269,17 @@ async def decide(request: Request) -> Response:
     runtime = _runtime(request)
     lines, refused = [], []
     for request_id in request_ids:
+        # The hash of the arguments the page showed: an edit since then refuses the decision.
+        shown = str(form.get(f"args_sha256.{request_id}") or "")
         try:
             await in_thread(runtime.approvals_view.precheck, who, request_id)
-            answer = await in_thread(runtime.decisions.send, request_id, who.name, decision, reason)
+            if not SHA256_HEX.fullmatch(shown):
+                lines.append(f"{request_id}: the page was stale; reload it. Nothing was sent.")
+                refused.append(lines[-1])
+                continue
+            answer = await in_thread(
+                runtime.decisions.send, request_id, who.name, decision, reason, None, shown
+            )
         except (RequestError, Unavailable) as exc:
             lines.append(f"{request_id}: {exc}")
             refused.append(lines[-1])

@@ -171,6 +171,21 @@ def test_n_of_m_needs_distinct_approvers_and_releases_on_the_nth(runtime: Runtim
     assert queue_length(runtime) == 1
 
 
+def test_an_approver_revoked_before_the_nth_approval_no_longer_counts(runtime: Runtime) -> None:
+    call_id, request_id = submit_gated(runtime, tool="two_man")
+    gate = gate_for(runtime)
+    assert gate.decide(request_id, "approver", "approve").approvals == 1
+    runtime.keys.revoke("approver")
+
+    second = gate.decide(request_id, "approver2", "approve")
+
+    assert (second.released, second.approvals) == (False, 1)
+    assert call_status(runtime, call_id) == "pending"
+    third = gate.decide(request_id, "approver3", "approve")
+    assert (third.released, third.approvals) == (True, 2)
+    assert queue_length(runtime) == 1
+
+
 def test_one_denial_ends_an_n_of_m_request(runtime: Runtime) -> None:
     call_id, request_id = submit_gated(runtime, tool="two_man")
     gate = gate_for(runtime)

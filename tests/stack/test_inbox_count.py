@@ -6,6 +6,7 @@ import html
 
 import httpx
 
+from router.canonical import args_digest
 from router.ui.routes import FLASH_LINES, INBOX_SHOWS, MAX_SELECTED
 
 from ..support.inbox import csrf_of, sign_in_with
@@ -52,7 +53,12 @@ def test_a_bulk_decision_reports_every_refusal_and_sends_no_more_than_it_may(
         flash = html.unescape(inbox.get("/ui/").text)
         assert f"Select at most {MAX_SELECTED} requests at a time. Nothing was sent." in flash
         chosen = [m["request_id"] for m in made] + [unknown]
-        inbox.post("/ui/decide", data={**form, "request_id": chosen})
+        # The hash of each request's arguments, as the page shows them (some may be listed
+        # below the oldest shown, behind other tests' requests).
+        shown = {
+            f"args_sha256.{m['request_id']}": args_digest({"bulk": n}) for n, m in enumerate(made)
+        }
+        inbox.post("/ui/decide", data={**form, **shown, "request_id": chosen})
         flash = html.unescape(inbox.get("/ui/").text)
     assert f"{len(made)} of {len(chosen)} decided as asked" in flash
     assert f"{unknown}: unknown request" in flash

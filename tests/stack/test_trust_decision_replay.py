@@ -1,0 +1,83 @@
+"""A decision is bound to the arguments it was made on, wherever it is made: a decision
+message replayed from Redis (SPEC §16: not trusted) after another approver edited the
+arguments, or an inbox form posted from a page that showed the arguments before that edit,
+must not count towards the edited arguments' approval."""
+
+from __future__ import annotations
+
+import html
+import uuid
+from typing import Any
+
+import httpx
+
+from router.constants import APPROVALS_QUEUE
+
+from ..support.audit import audit_events
+from ..support.inbox import form_of, sign_in_with
+from ..support.redis_attacker import (
+    attacker_celery,
+    call_status,
+    canary_approval,
+    decide,
+    pushes_seen,
+    request_detail,
+    send_decision,
+    submit,
+)
+from ..support.stack import Stack
+
+
+def two_approver_call(stack: Stack) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A call that needs two approvers, and the arguments another approver will edit it to."""
+    args = {"to": "alice", "amount": 10, "nonce": uuid.uuid4().hex}
+    call = submit(stack, "two_man", args)
+    assert call["status"] == "pending", call
+    return call, {**args, "to": "mallory", "amount": 99999}
+
+
+def test_a_decision_replayed_after_an_edit_does_not_count(stack: Stack) -> None:
+    call, edited = two_approver_call(stack)
+    request_id = call["request_id"]
+    with pushes_seen(stack, APPROVALS_QUEUE) as pushed:
+        first = decide(stack, request_id, "approver")
+    assert first.status_code == 200 and first.json()["released"] is False, first.text
+    [(message_args, _, _)] = pushed
+    edit = decide(stack, request_id, "approver2", args=edited)
+    assert edit.status_code == 200 and edit.json()["released"] is False, edit.text
+
+    with attacker_celery(stack) as app:
+        send_decision(app, message_args[0])  # within the message's own deadline
+    canary_approval(stack)
+
+    request = request_detail(stack, request_id)
+    assert request["status"] == "pending"
+    assert [d["approver"] for d in request["decisions"]] == ["approver2"]
+    assert call_status(stack, call["call_id"])["status"] == "pending"
+    print(f"replayed {request_id}'s first approval after an edit: still pending")
+    # A second approver who has read the edited arguments releases them.
+    done = decide(stack, request_id, "approver3", wait_s=30)
+    assert (done.json()["status"], done.json()["value"]) == ("succeeded", edited), done.text
+    events = audit_events(stack, call["call_id"])
+    assert [event for event, _ in events] == ["pending", "approved", "approved", "approved", "ok"]
+    assert [actor for _, actor in events[1:4]] == ["approver", "approver2", "approver3"]
+
+
+def test_an_inbox_decision_from_a_page_shown_before_an_edit_is_refused(stack: Stack) -> None:
+    call, edited = two_approver_call(stack)
+    request_id = call["request_id"]
+    with httpx.Client(base_url=stack.base_url, timeout=30) as inbox:
+        assert sign_in_with(inbox, stack.keys["approver"]).status_code == 303
+        page = inbox.get("/ui/")
+        assert "alice" in page.text and "mallory" not in page.text
+        edit = decide(stack, request_id, "approver2", args=edited)
+        assert edit.status_code == 200 and edit.json()["released"] is False, edit.text
+        form = {"decision": "approve", "request_id": request_id, **form_of(page)}
+        assert inbox.post("/ui/decide", data=form).status_code == 303
+        flash = html.unescape(inbox.get("/ui/").text)
+    assert "the arguments changed since you read them" in flash
+    request = request_detail(stack, request_id)
+    assert (request["status"], request["args"]) == ("pending", edited)
+    assert [d["approver"] for d in request["decisions"]] == ["approver2"]
+    done = decide(stack, request_id, "approver3", wait_s=30)
+    assert done.json()["status"] == "succeeded", done.text
