@@ -110,8 +110,10 @@ def submit(file: Path, wait: bool, timeout_s: float, key: str | None) -> None:
     if not source.lines:
         _fail(f"{file} has no calls")
     from rich.console import Console  # here: only a submission draws progress
+    from rich.markup import escape
 
-    console = Console(stderr=True)
+    # Unwrapped: a piped summary line stays one line, whatever the width.
+    console = Console(stderr=True, soft_wrap=True)
     accepted = replayed = 0
     rejected: list[tuple[int, str]] = []
     batch_id = ""
@@ -129,13 +131,14 @@ def submit(file: Path, wait: bool, timeout_s: float, key: str | None) -> None:
                     replayed += receipt.replayed
                     rejected += [(low + index, error) for index, error in receipt.rejected]
                     progress.advance(task, len(chunk))
+            # The server's words name the caller's tools: shown as text, never as markup.
             console.print(
-                f"batch {batch_id}: {len(source.lines)} calls, {accepted} new, "
+                f"batch {escape(batch_id)}: {len(source.lines)} calls, {accepted} new, "
                 f"{replayed} already stored, {len(rejected)} rejected"
             )
             for index, error in rejected[:20]:
                 number = source.line_numbers[index]
-                console.print(f"  line {number}: {source.problems.get(number, error)}")
+                console.print(f"  line {number}: {escape(source.problems.get(number, error))}")
             if len(rejected) > 20:
                 console.print(f"  … and {len(rejected) - 20} more")
             status = _follow(client, batch_id, timeout_s, console) if wait else None
@@ -166,6 +169,8 @@ def _progress(console: Console) -> Progress:
 
 def _follow(client: Client, batch_id: str, timeout_s: float, console: Console) -> BatchStatus:
     """Poll the batch's counts (a status read every half second) until all calls finished."""
+    from rich.markup import escape
+
     deadline = time.monotonic() + timeout_s
     status = client.batch_status(batch_id)
     with _progress(console) as progress:
@@ -179,7 +184,8 @@ def _follow(client: Client, batch_id: str, timeout_s: float, console: Console) -
             status = client.batch_status(batch_id)
     counts = ", ".join(f"{n} {name}" for name, n in sorted(status.counts.items()) if n)
     console.print(
-        f"batch {batch_id}: {counts or 'no calls'}" + ("" if status.done else " (timed out)")
+        f"batch {escape(batch_id)}: {escape(counts or 'no calls')}"
+        + ("" if status.done else " (timed out)")
     )
     return status
 

@@ -67,23 +67,25 @@ def stats(as_json: bool) -> None:
         click.echo(json.dumps({"tools": rows, "cost_by_key": spent}, indent=2))
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table("tool", "calls", "success", "p50 s", "p95 s", "cost", "errors")
     # A long name wraps rather than being cut, so two tools never read the same.
     table.columns[0].overflow = "fold"
+    # Tool, error and key names are anyone's words: shown as text, never as markup.
     for row in rows:
         rate = row["success_rate"]
         table.add_row(
-            row["tool"],
+            escape(row["tool"]),
             str(row["calls"]),
             "-" if rate is None else f"{rate:.0%}",
             "-" if row["latency_p50_s"] is None else f"{row['latency_p50_s']:.3f}",
             "-" if row["latency_p95_s"] is None else f"{row['latency_p95_s']:.3f}",
             f"{row['cost']:g}",
-            ", ".join(f"{k}:{v}" for k, v in row["errors_by_type"].items()),
+            escape(", ".join(f"{k}:{v}" for k, v in row["errors_by_type"].items())),
         )
-    console = Console()
+    console = Console(soft_wrap=True)  # the cost line stays one line when piped
     console.print(table)
     if spent:
-        console.print("cost by key: " + ", ".join(f"{k} {v:g}" for k, v in spent.items()))
+        console.print("cost by key: " + escape(", ".join(f"{k} {v:g}" for k, v in spent.items())))

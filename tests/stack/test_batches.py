@@ -377,3 +377,26 @@ def test_cli_submits_a_file_waits_and_a_rerun_adds_nothing(stack: Stack, tmp_pat
     assert (counts["total"], counts["counts"]["succeeded"], counts["done"]) == (5, 5, True)
     missing = cli(stack, "batch", "results", "batch_" + "0" * 24)
     assert missing.returncode == 2 and "unknown batch" in missing.stderr
+
+
+def test_cli_shows_tool_names_as_written_and_the_summary_on_one_line(
+    stack: Stack, tmp_path: Path
+) -> None:
+    # The server's errors quote the file's tool names, which may read as terminal markup.
+    lines = [
+        json.dumps({"tool": "[bold]x", "args": {}}),
+        json.dumps({"tool": "[/x]", "args": {}}),
+        json.dumps({"tool": "echo", "args": {"m": uuid.uuid4().hex}}),
+    ]
+    path = tmp_path / "markup.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = cli(stack, "batch", "submit", str(path), "--wait")
+    assert done.returncode == 1, done.stderr
+    batch_id = done.stdout.strip().splitlines()[-1]
+    assert batch_id.startswith("batch_"), done.stdout + done.stderr
+    shown = done.stderr.splitlines()
+    # Longer than 80 columns, and still one line when stderr is not a terminal.
+    assert f"batch {batch_id}: 3 calls, 1 new, 0 already stored, 2 rejected" in shown, shown
+    assert "  line 1: unknown tool: [bold]x" in shown, shown
+    assert "  line 2: unknown tool: [/x]" in shown, shown
+    assert f"batch {batch_id}: 1 succeeded" in shown, shown

@@ -5,9 +5,13 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import uuid
+
+import httpx
 
 from router.metrics import Tampered, Untrusted
 from router.notify.model import Outcome
+from router.runtime import Runtime
 from router.tools.notify_config import ChannelType
 
 from ..support.launcher import REPO
@@ -85,3 +89,29 @@ def test_toolrouter_stats_prints_the_table(stack: Stack) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert '"tool": "echo"' in result.stdout and "cost_by_key" in result.stdout
+
+
+def test_toolrouter_stats_shows_a_key_name_that_reads_as_markup_as_written(stack: Stack) -> None:
+    name = f"[/a] [bold]{uuid.uuid4().hex[:8]}"
+    runtime = Runtime(stack.settings)
+    try:
+        token = runtime.keys.create(name, ["agent"])
+    finally:
+        runtime.close()
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=stack.base_url, headers=headers, timeout=60) as http:
+        done = http.post("/v1/calls", json={"tool": "echo", "args": {}, "wait_s": 20}).json()
+    assert done["status"] == "succeeded", done
+    result = subprocess.run(
+        [sys.executable, "-m", "router.cli.main", "stats"],
+        env=stack.env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    # Every key on one line however many there are, this one by its own name.
+    spent = result.stdout.splitlines()[-1]
+    assert spent.startswith("cost by key: "), result.stdout
+    assert f"{name} 0" in spent.removeprefix("cost by key: ").split(", "), spent
