@@ -172,7 +172,8 @@ def _run(settings: Settings, runtime: Runtime, verbose: bool) -> int:
             except subprocess.TimeoutExpired:
                 private_redis.kill()
             marker.unlink(missing_ok=True)
-        print("stopped", flush=True)
+        if children or private_redis is not None:
+            print("stopped", flush=True)  # a refusal before any start says its one line only
 
 
 def _children(settings: Settings) -> list[Child]:

@@ -191,6 +191,26 @@ def test_commands_refuse_an_old_postgres_schema_until_db_upgrade(
 
 
 @pytest.mark.postgres
+def test_up_refuses_an_old_postgres_schema_in_one_line_and_says_nothing_of_stopping(
+    tmp_path: Path, empty_pg_database: str, redis_base: str
+) -> None:
+    home = Home(
+        tmp_path,
+        TOOLROUTER_DATABASE_URL=empty_pg_database,
+        TOOLROUTER_REDIS_URL=f"{redis_base}/{CLI_REDIS_DB}",
+        TOOLROUTER_API_PORT=str(free_port()),
+        TOOLROUTER_FLOWER_PORT=str(free_port()),
+    )
+    refused = home.run("up")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    # Nothing was started, so nothing was stopped.
+    assert refused.stdout == ""
+    assert len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert refused.stderr.startswith("error: database schema is at nothing"), refused.stderr
+    assert "toolrouter db upgrade" in refused.stderr
+
+
+@pytest.mark.postgres
 @pytest.mark.timeout(120)
 def test_beat_starts_on_postgres_with_a_state_dir_that_does_not_exist_yet(
     tmp_path: Path, pg_template: None, redis_base: str
