@@ -67,8 +67,9 @@ def audit_verify(as_json: bool) -> None:
     if not report.ok:
         for problem in report.problems:
             click.echo(f"problem: {problem}", err=True)
+        count = len(report.problems)
         more = " (and more)" if report.truncated else ""
-        fail(f"audit log does not verify: {len(report.problems)} problems{more}")
+        fail(f"audit log does not verify: {count} problem{'' if count == 1 else 's'}{more}")
     click.echo(f"audit chain ok: {report.checked} rows verified")
 
 

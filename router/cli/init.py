@@ -26,7 +26,8 @@ def init(folder: Path) -> None:
     targets = [folder / name for name in STARTER_FILES]
     existing = [str(path) for path in targets if path.exists()]
     if existing:
-        fail(f"{', '.join(existing)} already exists; nothing written")
+        verb = "exists" if len(existing) == 1 else "exist"
+        fail(f"{', '.join(existing)} already {verb}; nothing written")
     folder.mkdir(parents=True, exist_ok=True)
     starter = resources.files("router.cli").joinpath("starter")
     for name, path in zip(STARTER_FILES, targets, strict=True):

@@ -328,6 +328,18 @@ def test_audit_verify_is_ok_on_a_fresh_state_dir(home: Home) -> None:
     assert (home.state_dir / "toolrouter.db").exists()  # SQLite brought up to date by itself
 
 
+def test_init_run_again_writes_nothing_and_names_the_files_that_exist(home: Home) -> None:
+    assert ok(home.run("init")).startswith("wrote toolrouter.yaml\nwrote my_tools.py\n")
+    both = home.run("init")
+    assert both.returncode == 2, both.stdout + both.stderr
+    assert both.stderr == "error: toolrouter.yaml, my_tools.py already exist; nothing written\n"
+    (home.cwd / "my_tools.py").unlink()
+    one = home.run("init")
+    assert one.returncode == 2, one.stdout + one.stderr
+    assert one.stderr == "error: toolrouter.yaml already exists; nothing written\n"
+    assert not (home.cwd / "my_tools.py").exists()
+
+
 # -- calls through a running API ----------------------------------------------------------------
 
 
