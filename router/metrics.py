@@ -32,7 +32,7 @@ class Untrusted(StrEnum):
     KEY_ACK = "key_ack"
     DECISION = "decision"
     DECISION_REPLY = "decision_reply"
-    RUN_MESSAGE = "run_message"  # named another tool than its call's
+    RUN_MESSAGE = "run_message"  # named no call, or another tool than its call's
 
 
 class Tampered(StrEnum):

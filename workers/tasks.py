@@ -8,7 +8,10 @@ from typing import Any
 from celery import signals
 from celery.exceptions import TimeLimitExceeded
 
+from router import metrics
 from router.constants import REAP_TASK, RECONCILE_TASK, RUN_CALL_TASK
+from router.ids import is_call_id
+from router.metrics import Untrusted
 
 from . import process
 from .app import app
@@ -26,10 +29,16 @@ def executor() -> Executor:
 def run_call(*call_ids: str, tool: str | None = None) -> RunOutcome | list[RunOutcome]:
     """Run the calls ``call_ids`` (usually one; several calls of ``tool`` may share a
     message, see ``message_builder.pack``); ``tool`` is a hint for the lease and for Flower."""
+    runner = executor()  # also sets up this process's metrics
+    if not call_ids or not all(map(is_call_id, call_ids)) or not isinstance(tool, str | None):
+        # No API process sends these: nothing to run, and nothing of them worth a traceback.
+        metrics.untrusted(Untrusted.RUN_MESSAGE)
+        log.warning("ignored a run message that names no call")
+        return RunOutcome.DROPPED
     if len(call_ids) == 1:
         # Alone in its message: Celery's own soft and hard time limits apply.
-        return executor().run(call_ids[0], tool)
-    return executor().run_many(call_ids, tool)
+        return runner.run(call_ids[0], tool)
+    return runner.run_many(call_ids, tool)
 
 
 @app.task(name=REAP_TASK, ignore_result=True)

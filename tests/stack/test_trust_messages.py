@@ -11,7 +11,6 @@ Each test prints one line of what was tried and what happened.
 from __future__ import annotations
 
 import json
-import re
 import secrets
 import socket
 import subprocess
@@ -57,6 +56,7 @@ from ..support.redis_attacker import (
     send_decision,
     submit,
     submit_gated,
+    untrusted,
 )
 from ..support.stack import Stack, stack_env
 
@@ -83,16 +83,6 @@ def wait_until(check: Callable[[], Any], what: str, timeout: float = DEADLINE_S)
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout:g} s: {what}")
         time.sleep(0.1)
-
-
-def untrusted(stack: Stack, kind: str) -> float:
-    """``toolrouter_untrusted_messages_total{kind=...}`` as the API's /metrics shows it."""
-    body = httpx.get(f"{stack.base_url}/metrics", timeout=30).text
-    pattern = re.compile(
-        r'^toolrouter_untrusted_messages_total\{kind="' + re.escape(kind) + r'"\} (\S+)$', re.M
-    )
-    found = pattern.search(body)
-    return float(found.group(1)) if found else 0.0
 
 
 def log_count(stack: Stack, name: str, needle: str) -> int:

@@ -136,6 +136,16 @@ def canary_approval(stack: Stack) -> None:
     assert response.json()["released"] is True
 
 
+def untrusted(stack: Stack, kind: str) -> float:
+    """``toolrouter_untrusted_messages_total{kind=...}`` as the API's /metrics shows it."""
+    body = httpx.get(f"{stack.base_url}/metrics", timeout=30).text
+    pattern = re.compile(
+        r'^toolrouter_untrusted_messages_total\{kind="' + re.escape(kind) + r'"\} (\S+)$', re.M
+    )
+    found = pattern.search(body)
+    return float(found.group(1)) if found else 0.0
+
+
 @contextmanager
 def pushes_seen(stack: Stack, queue: str) -> Iterator[list[dict[str, Any]]]:
     """The task messages pushed onto ``queue`` while inside, as someone reading Redis's
