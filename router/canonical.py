@@ -18,7 +18,9 @@ def canonical_json(value: Any) -> str:
 
 def ascii_json(value: Any) -> bytes:
     """Compact JSON with non-ASCII escaped and no NaN, as every answer is written: a lone
-    surrogate a client sent comes back as ``\\ud800`` instead of failing to encode."""
+    surrogate a client sent comes back as ``\\ud800`` instead of failing to encode. Not
+    canonical (keys keep their order), but here for the same reason: one JSON writer for
+    every layer that answers (the API, MCP, the inbox)."""
     return json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode(
         "ascii"
     )

@@ -91,9 +91,11 @@ async def _decide(
         edit = await in_thread(checks.check_edit, pending.requested_by, pending.tool, args)
         if isinstance(edit, EditRefused):
             raise REFUSALS[edit.http_status](edit.error)
-    # Bound to the arguments as read now, when the approver named none: a decision message
-    # replayed from Redis after another approver's edit is then refused, not counted.
-    expected = expected or pending.args_sha256
+    if decision is Decision.APPROVE:
+        # Bound to the arguments as read now, when the approver named none: an approval
+        # replayed from Redis after another approver's edit is refused, not counted. (A
+        # denial ends the request whatever its arguments.)
+        expected = expected or pending.args_sha256
     answer = await in_thread(
         runtime.decisions.send, request_id, who.name, decision, reason, args, expected
     )

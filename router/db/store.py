@@ -11,7 +11,7 @@ from collections.abc import Collection, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
-from sqlalchemy import Engine, and_, bindparam, select, update
+from sqlalchemy import Engine, String, and_, bindparam, func, select, update
 from sqlalchemy.engine import Connection
 
 from ..status import CallStatus
@@ -28,7 +28,14 @@ from .schema import calls
 _GET = select(calls).where(calls.c.id == bindparam("call_id"))
 _CLAIM = (
     update(calls)
-    .where(and_(calls.c.id == bindparam("call_id"), calls.c.status == CallStatus.QUEUED))
+    .where(
+        and_(
+            calls.c.id == bindparam("call_id"),
+            calls.c.status == CallStatus.QUEUED,
+            # Of the tool its message names, whose limits the worker applies; any, if none.
+            calls.c.tool == func.coalesce(bindparam("tool", type_=String), calls.c.tool),
+        )
+    )
     .values(
         status=CallStatus.RUNNING,
         attempt=calls.c.attempt + 1,
@@ -193,15 +200,27 @@ class Store:
             .values(published_at=now)
         )
 
-    def claim(self, conn: Connection, call_id: str, *, now: int, lease_ms: int) -> CallRow | None:
-        """``queued -> running`` with attempt + 1; None if someone else has it, or it is done."""
-        return self.claim_many(conn, [call_id], now=now, lease_ms=lease_ms)[0]
+    def claim(
+        self, conn: Connection, call_id: str, *, now: int, lease_ms: int, tool: str | None = None
+    ) -> CallRow | None:
+        """``queued -> running`` with attempt + 1; None if someone else has it, it is done,
+        or it is a call of another tool than ``tool`` (when given)."""
+        return self.claim_many(conn, [call_id], now=now, lease_ms=lease_ms, tool=tool)[0]
 
     def claim_many(
-        self, conn: Connection, call_ids: Sequence[str], *, now: int, lease_ms: int
+        self,
+        conn: Connection,
+        call_ids: Sequence[str],
+        *,
+        now: int,
+        lease_ms: int,
+        tool: str | None = None,
     ) -> list[CallRow | None]:
         """``claim`` of each of ``call_ids`` in turn, sent together."""
-        params = [{"call_id": c, "lease_until": now + lease_ms, "now": now} for c in call_ids]
+        lease_until = now + lease_ms
+        params = [
+            {"call_id": c, "lease_until": lease_until, "now": now, "tool": tool} for c in call_ids
+        ]
         claimed = execute_direct_many(conn, _CLAIM, params)
         return [CallRow.from_mapping(result.first()) for result in claimed]
 

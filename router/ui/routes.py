@@ -7,6 +7,7 @@ same pre-checks and the same approval worker as ``POST /v1/approvals/…``.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -269,16 +270,24 @@ async def decide(request: Request) -> Response:
     runtime = _runtime(request)
     lines, refused = [], []
     for request_id in request_ids:
-        # The hash of the arguments the page showed: an edit since then refuses the decision.
+        # The hash of the arguments the page showed: an edit since then refuses an approval.
+        # (A denial ends the request whatever its arguments.)
         shown = str(form.get(f"args_sha256.{request_id}") or "")
         try:
             await in_thread(runtime.approvals_view.precheck, who, request_id)
-            if not SHA256_HEX.fullmatch(shown):
+            if decision == Decision.APPROVE and not SHA256_HEX.fullmatch(shown):
                 lines.append(f"{request_id}: the page was stale; reload it. Nothing was sent.")
                 refused.append(lines[-1])
                 continue
             answer = await in_thread(
-                runtime.decisions.send, request_id, who.name, decision, reason, None, shown
+                functools.partial(
+                    runtime.decisions.send,
+                    request_id,
+                    who.name,
+                    decision,
+                    reason,
+                    expected_args_sha256=shown if decision == Decision.APPROVE else None,
+                )
             )
         except (RequestError, Unavailable) as exc:
             lines.append(f"{request_id}: {exc}")

@@ -107,8 +107,6 @@ def test_a_transaction_not_durable_still_commits(runtime: Runtime, tmp_path: Pat
         # Idempotent: a claim undone by a crash leaves the call queued, to be run again.
         ("ledger_idempotent", "ledger_idempotent", False),
         ("ledger", "ledger", True),  # not idempotent: it must never run twice
-        ("ledger", "ledger_idempotent", True),  # a message naming another tool than the call's
-        ("ledger_idempotent", None, True),  # no tool named: not known to be idempotent
     ],
 )
 def test_only_an_idempotent_tools_claim_commits_without_waiting(

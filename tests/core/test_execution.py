@@ -565,7 +565,7 @@ def test_unknown_tool_at_run_time_fails_the_call(
     with runtime.store.transaction() as conn:
         conn.execute(text("UPDATE calls SET tool = 'gone' WHERE id = :id"), {"id": call_id})
 
-    assert executor.run(call_id, "echo") == "error"
+    assert executor.run(call_id, "gone") == "error"  # its message names the tool it had
 
     row = call_row(runtime, call_id)
     assert (row.status, row.error, row.error_type) == (
@@ -740,7 +740,7 @@ def finish_claiming(executor: Executor, row: CallRow, next_call: str) -> list[st
     the next call's claim. Returns the calls fenced off."""
     outcome = Outcome(ok=True, value_json="1")
     done = Finished(row, outcome, CallStatus.SUCCEEDED, AuditEvent.OK, at=row.created_at)
-    return executor.ledger.commit([done], claim=[next_call])
+    return executor.ledger.commit([done], claim=[next_call], tool_hint=row.tool)
 
 
 def test_a_call_claimed_ahead_goes_back_to_the_queue_if_its_process_must_end(

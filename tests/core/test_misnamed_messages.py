@@ -1,6 +1,7 @@
 """A run message names its call's tool, and that tool's limits (time, lease, rate) are the
 ones the worker applies before it reads the call. Redis is not trusted (SPEC §16): a
-message naming another tool, or none, must not run the call under that tool's limits.
+message naming another tool, or none, must not run the call under that tool's limits, nor
+spend one of its attempts.
 
 Real databases and real Redis, no Celery: ``Executor`` is what the task calls.
 """
@@ -59,7 +60,8 @@ def test_a_message_naming_another_tool_puts_its_call_back_unrun(
     assert executor.run(call_id, named) == "misnamed"
 
     assert runs(path) == 0
-    assert runtime.calls.read(call_id).status == CallStatus.QUEUED
+    row = runtime.calls.read(call_id)
+    assert (row.status, row.attempt) == (CallStatus.QUEUED, 0)  # not claimed: no attempt spent
     # Sent again under its own tool's name, and that message runs it.
     assert queued_messages(runtime, broker)[-1] == ([call_id], "ledger")
     assert executor.run(call_id, "ledger") == "ok"
@@ -75,7 +77,8 @@ def test_a_shared_message_naming_another_tool_runs_none_of_its_calls(
     assert executor.run_many(call_ids, "slow") == ["misnamed"] * 3
 
     assert runs(path) == 0
-    assert [runtime.calls.read(call_id).status for call_id in call_ids] == [CallStatus.QUEUED] * 3
+    rows = [runtime.calls.read(call_id) for call_id in call_ids]
+    assert [(row.status, row.attempt) for row in rows] == [(CallStatus.QUEUED, 0)] * 3
     assert queued_messages(runtime, broker)[-3:] == [([call_id], "ledger") for call_id in call_ids]
     assert executor.run_many(call_ids, "ledger") == ["ok"] * 3
     assert runs(path) == 3

@@ -6,21 +6,24 @@ must not count towards the edited arguments' approval."""
 from __future__ import annotations
 
 import html
+import json
 import uuid
 from typing import Any
 
 import httpx
 
+from router.canonical import args_digest
 from router.constants import APPROVALS_QUEUE
 
 from ..support.audit import audit_events
-from ..support.inbox import form_of, sign_in_with
+from ..support.inbox import csrf_of, sign_in_with
 from ..support.redis_attacker import (
     attacker_celery,
     call_status,
     canary_approval,
     decide,
     pushes_seen,
+    redis_client,
     request_detail,
     send_decision,
     submit,
@@ -28,27 +31,44 @@ from ..support.redis_attacker import (
 from ..support.stack import Stack
 
 
-def two_approver_call(stack: Stack) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A call that needs two approvers, and the arguments another approver will edit it to."""
+def two_approver_call(stack: Stack) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A call that needs two approvers, its arguments, and what another approver will edit
+    them to."""
     args = {"to": "alice", "amount": 10, "nonce": uuid.uuid4().hex}
     call = submit(stack, "two_man", args)
     assert call["status"] == "pending", call
-    return call, {**args, "to": "mallory", "amount": 99999}
+    return call, args, {**args, "to": "mallory", "amount": 99999}
+
+
+def reply_to_replay(stack: Stack, reply_to: str) -> dict[str, Any]:
+    """The approval worker's answer to the replayed message, left on its reply list (the
+    API read the answer to the original and waits for nothing more there)."""
+    with redis_client(stack) as client:
+        [raw] = client.lrange(reply_to, 0, -1)
+    _, _, text = raw.decode().partition("|")
+    return json.loads(text)
 
 
 def test_a_decision_replayed_after_an_edit_does_not_count(stack: Stack) -> None:
-    call, edited = two_approver_call(stack)
+    call, args, edited = two_approver_call(stack)
     request_id = call["request_id"]
     with pushes_seen(stack, APPROVALS_QUEUE) as pushed:
         first = decide(stack, request_id, "approver")
     assert first.status_code == 200 and first.json()["released"] is False, first.text
-    [(message_args, _, _)] = pushed
+    [([message], _, _)] = pushed
+    # The approver named no hash: the API bound the approval to the arguments it read.
+    assert message["expected_args_sha256"] == args_digest(args)
     edit = decide(stack, request_id, "approver2", args=edited)
     assert edit.status_code == 200 and edit.json()["released"] is False, edit.text
 
     with attacker_celery(stack) as app:
-        send_decision(app, message_args[0])  # within the message's own deadline
-    canary_approval(stack)
+        send_decision(app, message)
+    canary_approval(stack)  # the approval worker takes one message at a time, in order
+    answer = reply_to_replay(stack, message["reply_to"])
+    if answer["http_status"] == 409:
+        assert answer["error"].startswith("the arguments changed since you read them"), answer
+    else:  # a loaded host took the message's deadline (the stack's decision timeout) first
+        assert answer["error"].endswith("decision arrived after its deadline; not applied")
 
     request = request_detail(stack, request_id)
     assert request["status"] == "pending"
@@ -64,15 +84,20 @@ def test_a_decision_replayed_after_an_edit_does_not_count(stack: Stack) -> None:
 
 
 def test_an_inbox_decision_from_a_page_shown_before_an_edit_is_refused(stack: Stack) -> None:
-    call, edited = two_approver_call(stack)
+    call, args, edited = two_approver_call(stack)
     request_id = call["request_id"]
     with httpx.Client(base_url=stack.base_url, timeout=30) as inbox:
         assert sign_in_with(inbox, stack.keys["approver"]).status_code == 303
         page = inbox.get("/ui/")
-        assert "alice" in page.text and "mallory" not in page.text
         edit = decide(stack, request_id, "approver2", args=edited)
         assert edit.status_code == 200 and edit.json()["released"] is False, edit.text
-        form = {"decision": "approve", "request_id": request_id, **form_of(page)}
+        # As the page's approve form sends it: the hash of the arguments it showed.
+        form = {
+            "decision": "approve",
+            "request_id": request_id,
+            "csrf": csrf_of(page),
+            f"args_sha256.{request_id}": args_digest(args),
+        }
         assert inbox.post("/ui/decide", data=form).status_code == 303
         flash = html.unescape(inbox.get("/ui/").text)
     assert "the arguments changed since you read them" in flash

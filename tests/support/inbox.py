@@ -63,13 +63,6 @@ def csrf_of(page: httpx.Response) -> str:
     return match.group(1)
 
 
-def form_of(page: httpx.Response) -> dict[str, str]:
-    """What a decision form of ``page`` sends besides the choice: its CSRF token and the
-    hash of each request's arguments as shown (a browser sends the bulk form's copies)."""
-    shown = re.findall(r'name="(args_sha256\.[^"]+)" value="([0-9a-f]{64})"', page.text)
-    return {"csrf": csrf_of(page), **dict(shown)}
-
-
 def session_rows(stack: Stack, key_name: str) -> list[Any]:
     with runtime_of(stack.settings) as runtime, runtime.store.reading() as conn:
         return list(

@@ -21,7 +21,6 @@ from celery.exceptions import SoftTimeLimitExceeded
 from router import metrics
 from router.audit import entries
 from router.context import CallContext
-from router.db.durability import commit_durably
 from router.db.rows import CallRow, Fence
 from router.errors import Unavailable
 from router.messaging.policies import fallback_chain
@@ -59,7 +58,7 @@ class CallRunner:
     def run_within_limits(
         self,
         call_id: str,
-        tool_hint: str | None = None,
+        tool_hint: str | None,
         on_hard: Callable[[], None] | None = None,
     ) -> RunOutcome:
         """``run`` under the call's own time limits (``workers.call_limits``), whether it
@@ -80,7 +79,7 @@ class CallRunner:
             self.record_timeout(call_id)
             return RunOutcome.ERROR
 
-    def run(self, call_id: str, tool_hint: str | None = None) -> RunOutcome:
+    def run(self, call_id: str, tool_hint: str | None) -> RunOutcome:
         """Run one call if it is still queued. Returns what happened, for the worker log.
         In a shared message, its outcome may be held (``shared_message``)."""
         if call_id in self.ledger.claimed_ahead:
@@ -93,19 +92,14 @@ class CallRunner:
                     # Over the limit: the call waits in the broker, not in a worker slot.
                     return self._defer(hinted, call_id, wait)
             # An idempotent tool's claim need not wait for the disk: undone by a database
-            # crash, the call is queued again and re-run, as after a lost worker.
-            early = is_idempotent(hinted)
-            with self.store.transaction(durable=not early) as conn:
+            # crash, the call is queued again and re-run, as after a lost worker. (Only a
+            # call of the tool its message names is claimed.)
+            with self.store.transaction(durable=not is_idempotent(hinted)) as conn:
                 row, refusal = self.ledger.claim(conn, call_id, tool_hint)
-                if early and row is not None and not is_idempotent(self.registry.get(row.tool)):
-                    commit_durably(conn)  # the message named another tool than the call's
         if row is None:
-            # Not queued any more: a duplicate or redelivered message, or a cancelled call.
-            return RunOutcome.DROPPED
-        tool = self.registry.get(row.tool)
-        if tool is not None and row.tool != tool_hint:
-            return self._put_back(tool, row)
+            return self._unclaimed(call_id, tool_hint)
         self.last_claim = (row.id, row.fence)
+        tool = self.registry.get(row.tool)
         if refusal is not None:
             # Run only what was accepted and, if gated, released for exactly this call.
             log.error("call %s refused: %s", row.id, refusal.error)
@@ -215,18 +209,24 @@ class CallRunner:
             return dataclasses.replace(outcome, ran_ms=ran_ms)
         return dataclasses.replace(outcome, error=self.redact(outcome.error), ran_ms=ran_ms)
 
-    def _put_back(self, tool: Tool, row: CallRow) -> RunOutcome:
-        """The message named another tool than the call's, so no API process made it, and
-        its limits (time, lease, rate) were another tool's: the call goes back to its queue
-        unrun, under a message of its own tool."""
-        log.error("call %s of %s came in a message for another tool: put back", row.id, tool.name)
+    def _unclaimed(self, call_id: str, tool_hint: str | None) -> RunOutcome:
+        """Why a message's call was not claimed. Mostly it is not queued any more (a
+        duplicate or redelivered message, a cancelled call). Still queued, it is a call of
+        another tool than the message names: no API process made that message, and its
+        limits (time, lease, rate) are another tool's. The call stays queued, unrun, and a
+        message of its own tool is sent for it."""
+        with self.store.reading() as conn:
+            row = self.store.get(conn, call_id)
+        if row is None or row.status != CallStatus.QUEUED or row.tool == tool_hint:
+            return RunOutcome.DROPPED
+        log.error("call %s of %s came in a message for another tool", call_id, row.tool)
         metrics.untrusted(Untrusted.RUN_MESSAGE)
-        with self.store.transaction() as conn:
-            self.store.requeue_lost(conn, row.id, fence=row.fence, now=self.clock())
-        try:
-            self.runtime.publisher.publish([message_for(tool, row.id)])
-        except Unavailable as exc:
-            log.warning("call %s not published again: %s", row.id, exc)  # the reconciler will
+        tool = self.registry.get(row.tool)
+        if tool is not None:
+            try:
+                self.runtime.publisher.publish([message_for(tool, call_id)])
+            except Unavailable as exc:
+                log.warning("call %s not published again: %s", call_id, exc)  # the reconciler's
         return RunOutcome.MISNAMED
 
     def _defer(self, tool: Tool, call_id: str, wait_s: float) -> RunOutcome:

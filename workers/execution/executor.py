@@ -32,12 +32,12 @@ class Executor:
         self.recovery = Recovery(self.ledger)
         self.shared = SharedMessageRunner(self.ledger, self.calls, self.recovery)
 
-    def run(self, call_id: str, tool_hint: str | None = None) -> RunOutcome:
+    def run(self, call_id: str, tool_hint: str | None) -> RunOutcome:
         """Run one call if it is still queued, under its time limits
         (``CallRunner.run_within_limits``)."""
         return self.calls.run_within_limits(call_id, tool_hint)
 
-    def run_many(self, call_ids: Sequence[str], tool_hint: str | None = None) -> list[RunOutcome]:
+    def run_many(self, call_ids: Sequence[str], tool_hint: str | None) -> list[RunOutcome]:
         """Run the calls of one shared message in turn (``SharedMessageRunner.run_many``)."""
         return self.shared.run_many(call_ids, tool_hint)
 

@@ -143,11 +143,14 @@ class Ledger:
     def claim_many(
         self, conn: Connection, call_ids: Sequence[str], tool_hint: str | None
     ) -> dict[str, Claim]:
-        """``claim`` of each of ``call_ids``, the claims sent together."""
+        """``claim`` of each of ``call_ids``, the claims sent together: only calls of
+        ``tool_hint``, the tool their message names, whose limits the run applies."""
         if not call_ids:
             return {}  # most commits claim nothing
+        if tool_hint is None:
+            return {call_id: (None, None) for call_id in call_ids}  # no API process sent it
         rows = self.store.claim_many(
-            conn, call_ids, now=self.clock(), lease_ms=self.lease_ms(tool_hint)
+            conn, call_ids, now=self.clock(), lease_ms=self.lease_ms(tool_hint), tool=tool_hint
         )
         return {
             call_id: (None, None) if row is None else (row, self.refusal(conn, row))

@@ -53,7 +53,7 @@ class SharedMessageRunner:
             return 0.0
         return self.runtime.settings.outcome_hold_ms
 
-    def run_many(self, call_ids: Sequence[str], tool_hint: str | None = None) -> list[RunOutcome]:
+    def run_many(self, call_ids: Sequence[str], tool_hint: str | None) -> list[RunOutcome]:
         """Run the calls of one message in turn; what became of each, in order.
 
         Held outcomes are committed when their run ends, or sooner once the oldest has
