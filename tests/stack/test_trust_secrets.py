@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import threading
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -62,6 +63,17 @@ class ChattyHook(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def do_GET(self) -> None:
+        # What it was asked (the caller's query) before the key it was sent.
+        query = urllib.parse.unquote(urllib.parse.urlsplit(self.path).query)
+        message = f"asked {query} by {self.headers.get('Authorization')}"
+        body = json.dumps({"error": message}).encode()
+        self.send_response(404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
@@ -99,6 +111,14 @@ tools:
     handler:
       http:
         url: "http://127.0.0.1:{chatty}/hook/${{TR_TEST_TOKEN}}"
+        headers: {{Authorization: "Bearer ${{TR_TEST_TOKEN}}"}}
+  - name: hook_query
+    risk: low
+    timeout_s: 10
+    handler:
+      http:
+        url: "http://127.0.0.1:{chatty}/query"
+        method: GET
         headers: {{Authorization: "Bearer ${{TR_TEST_TOKEN}}"}}
 """
 
@@ -354,3 +374,18 @@ def test_a_failing_http_tool_never_reveals_its_secret(secret_stack: SecretStack)
         f"secret found in {len(stored)} call rows / {len(audited)} audit rows / "
         f"{sum(len(t) for t in logs.values())} log bytes / {scanned} Redis keys: 0"
     )
+
+
+def test_a_secret_across_the_error_texts_cut_is_replaced_whole(secret_stack: SecretStack) -> None:
+    """The remote's error text is cut to 500 characters. A caller padding its own query can
+    put the cut inside the secret the service repeats; what is left of it must not show."""
+    secret = secret_stack.secret
+    # "asked note=<pad> by Bearer <secret>": the cut falls half way into the secret.
+    pad = 500 - len("asked note=") - len(" by Bearer ") - len(secret) // 2
+    with secret_stack.client() as http:
+        accepted = http.post("/v1/calls", json={"tool": "hook_query", "args": {"note": "a" * pad}})
+        assert accepted.status_code == 200, accepted.text[:300]
+        result = finished(http, accepted.json()["call_id"])
+    assert result["status"] == "failed" and result["error_type"] == "HTTPError", result
+    assert secret[: len(secret) // 2] not in result["error"]
+    assert result["error"].endswith(" by Bearer ${TR_TEST_TOKEN}"), result["error"][-80:]

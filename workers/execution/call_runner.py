@@ -203,7 +203,14 @@ class CallRunner:
         """Run the handler, timed (the tool's measured latency); its error, stored and
         audited, never carries a config secret."""
         started = time.monotonic()
-        outcome = invoke(tool, args, ctx, mcp=self.runtime.mcp, max_nesting=self.max_nesting)
+        outcome = invoke(
+            tool,
+            args,
+            ctx,
+            mcp=self.runtime.mcp,
+            max_nesting=self.max_nesting,
+            redact=self.redact or str,
+        )
         ran_ms = round((time.monotonic() - started) * 1000)
         if outcome.error is None or not self.redact:
             return dataclasses.replace(outcome, ran_ms=ran_ms)

@@ -5,6 +5,7 @@ Each adapter turns one run into an ``Outcome`` and never raises.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from router.context import CallContext
@@ -24,12 +25,14 @@ def invoke(
     *,
     mcp: McpConnections | None = None,
     max_nesting: int = 64,
+    redact: Callable[[str], str] = str,
 ) -> Outcome:
     """Run ``tool``'s handler once, whatever its kind (MCP tools use ``mcp``'s sessions).
-    A result nested deeper than ``max_nesting`` fails the call."""
+    A result nested deeper than ``max_nesting`` fails the call. ``redact`` replaces config
+    secrets in text a handler cuts to length (the caller replaces them in the rest)."""
     kind = tool.spec.handler.kind
     if kind == "http":
-        return run_http(tool, args, ctx, max_nesting=max_nesting)
+        return run_http(tool, args, ctx, max_nesting=max_nesting, redact=redact)
     if kind == "mcp":
         if mcp is None:
             return Outcome(

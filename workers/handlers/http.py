@@ -8,6 +8,7 @@ retry policy decides what to do with that).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -33,7 +34,17 @@ def client() -> httpx.Client:
     return _client
 
 
-def run_http(tool: Tool, args: dict[str, Any], ctx: CallContext, *, max_nesting: int) -> Outcome:
+def run_http(
+    tool: Tool,
+    args: dict[str, Any],
+    ctx: CallContext,
+    *,
+    max_nesting: int,
+    redact: Callable[[str], str] = str,
+) -> Outcome:
+    """One request to ``tool``'s endpoint. ``redact`` replaces config secrets in the remote's
+    error text before it is cut to length: cut first, a secret across the cut would be left
+    in part, which no later replacement recognises."""
     spec = tool.spec.handler.http
     assert spec is not None
     headers = {
@@ -80,7 +91,7 @@ def run_http(tool: Tool, args: dict[str, Any], ctx: CallContext, *, max_nesting:
     status = response.status_code
     return Outcome(
         ok=False,
-        error=f"HTTP {status}: {_remote_message(response)}",
+        error=f"HTTP {status}: {_remote_message(response, redact)}",
         error_type="HTTPError",
         retryable=status == 429 or status >= 500,
         retry_after_s=_retry_after(response),
@@ -95,7 +106,7 @@ def _query(args: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def _remote_message(response: httpx.Response) -> str:
+def _remote_message(response: httpx.Response, redact: Callable[[str], str]) -> str:
     """The service's own words: a JSON body's error/message/detail, else its text."""
     try:
         body = response.json()
@@ -104,9 +115,9 @@ def _remote_message(response: httpx.Response) -> str:
     if isinstance(body, dict):
         for key in ("error", "message", "detail"):
             if isinstance(body.get(key), str) and body[key]:
-                return str(body[key])[:MAX_ERROR_TEXT]
+                return redact(str(body[key]))[:MAX_ERROR_TEXT]
     text = response.text.strip()
-    return text[:MAX_ERROR_TEXT] if text else response.reason_phrase
+    return redact(text)[:MAX_ERROR_TEXT] if text else response.reason_phrase
 
 
 def _retry_after(response: httpx.Response) -> float | None:
