@@ -319,6 +319,18 @@ def test_too_many_calls_or_too_large_a_body_is_413(stack: Stack) -> None:
             413,
             f"too many calls: {limit + 1}",
         )
+        # NDJSON: counted before any line is parsed; blank lines are no calls.
+        lines = b"\n\n".join([b"{}"] * (limit + 1))
+        assert_error(
+            http.post("/v1/batches", content=lines, headers=NDJSON),
+            413,
+            f"too many calls: {limit + 1}, over the limit of {limit}",
+        )
+        exactly = http.post(
+            "/v1/batches", content=b"\n\n".join([b"{}"] * limit) + b"\n\n", headers=NDJSON
+        )
+        assert exactly.status_code == 200, exactly.text[:300]
+        assert exactly.json()["total"] == limit
         big = b"\n" * (stack.settings.max_batch_bytes + 1)
         assert_error(http.post("/v1/batches", content=big, headers=NDJSON), 413, "over the limit")
 
