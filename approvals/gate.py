@@ -319,12 +319,7 @@ class Gate:
             metrics.tampered(Tampered.APPROVAL_DECISION)
             log.error("request %s has decisions this worker did not seal; ignored", request.id)
         approvers = {d["approver"] for d in sealed if d["decision"] == Decision.APPROVE}
-        return sum(1 for name in approvers if self._may_still_decide(conn, request, name))
-
-    @staticmethod
-    def _may_still_decide(conn: Any, request: pending.ApprovalRequest, name: str) -> bool:
-        who = principal_named(conn, name)
-        return who is not None and request.may_decide(name, who.roles)
+        return sum(1 for name in approvers if pending.counts_now(conn, request, name))
 
     def _close(
         self,

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import and_, delete, exists, false, func, or_, select, tuple_, update
 from sqlalchemy.engine import Connection
 
+from ..auth.keys import principal_named
 from ..canonical import load_for_display
 from ..db.direct import insert_rows
 from ..db.schema import approval_decisions, approval_requests, calls
@@ -338,6 +339,13 @@ def edit(
         )
     )
     return edited, forgotten
+
+
+def counts_now(conn: Connection, request: ApprovalRequest, approver: str) -> bool:
+    """Whether ``approver``'s approval of ``request`` counts now: its key is not revoked
+    and may still decide it (its roles as they are now)."""
+    who = principal_named(conn, approver)
+    return who is not None and request.may_decide(approver, who.roles)
 
 
 def to_public(

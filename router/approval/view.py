@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..auth.principal import Principal
@@ -59,6 +59,8 @@ class ApprovalsView:
             mine = (r for r in found if who.is_operator or r.may_decide(who.name, who.roles))
             visible = list(itertools.islice(mine, limit))
             decided = pending.decisions_of(conn, [r.id for r in visible])
+            if open_only:
+                _mark_uncounted(conn, visible, decided)
             args = pending.args_of(conn, [r.call_id for r in visible])
             escalated = escalation.recorded(conn, [r.id for r in visible])
         return [
@@ -93,6 +95,8 @@ class ApprovalsView:
         with self.store.reading() as conn:
             args = pending.args_of(conn, [request.call_id]).get(request.call_id)
             decided = pending.decisions(conn, request_id)
+            if request.status == RequestStatus.PENDING:
+                _mark_uncounted(conn, [request], {request_id: decided})
             escalated = escalation.recorded(conn, [request_id])
         body = pending.to_public(request, args=args, decided=decided, now=self.clock())
         return self._escalation(body, request, escalated)
@@ -128,3 +132,14 @@ class ApprovalsView:
         if request is None:
             raise NotFound(f"unknown request: {request_id}")
         return request
+
+
+def _mark_uncounted(
+    conn: Any, requests: Sequence[ApprovalRequest], decided: Mapping[str, list[dict[str, Any]]]
+) -> None:
+    """Mark ``"counts": false`` on the approvals of pending ``requests`` that the approval
+    worker would not count now: their key was revoked, or lost its approver role, since."""
+    for request in requests:
+        for decision in decided[request.id]:
+            if not pending.counts_now(conn, request, decision["approver"]):
+                decision["counts"] = False

@@ -181,6 +181,12 @@ def test_an_approver_revoked_before_the_nth_approval_no_longer_counts(runtime: R
 
     assert (second.released, second.approvals) == (False, 1)
     assert call_status(runtime, call_id) == "pending"
+    # What approvers see says so: the revoked key's approval is listed, and does not count.
+    shown = runtime.approvals_view.get(Principal("operator", frozenset({"operator"})), request_id)
+    assert [(d["approver"], d.get("counts", True)) for d in shown["decisions"]] == [
+        ("approver", False),
+        ("approver2", True),
+    ]
     third = gate.decide(request_id, "approver3", "approve")
     assert (third.released, third.approvals) == (True, 2)
     assert queue_length(runtime) == 1
