@@ -29,6 +29,7 @@ from ..db.schema import audit_checkpoints, audit_log
 from ..db.store import Store
 from ..files import private_dir, private_file
 from ..trust.keyring import KeyRing, Purpose
+from . import manifest
 from .log import GENESIS_HASH, AuditLog, lock_chain
 
 DAY_MS = 86_400_000
@@ -59,19 +60,6 @@ class Checkpoint:
 
     def verifies(self, keyring: KeyRing) -> bool:
         return keyring.verify(Purpose.AUDIT_HEAD, self.signed_text(), self.mac)
-
-
-def manifest_line(entry: dict[str, Any], keyring: KeyRing) -> str:
-    """One manifest line: ``entry`` with its signature."""
-    body = {key: value for key, value in entry.items() if key != "mac"}
-    return json.dumps(
-        {**body, "mac": keyring.sign(Purpose.AUDIT_HEAD, canonical_json(body))}, sort_keys=True
-    )
-
-
-def manifest_entry_verifies(entry: dict[str, Any], keyring: KeyRing) -> bool:
-    body = {key: value for key, value in entry.items() if key != "mac"}
-    return keyring.verify(Purpose.AUDIT_HEAD, canonical_json(body), entry.get("mac"))
 
 
 def latest_checkpoint(conn: Connection) -> Checkpoint | None:
@@ -181,8 +169,7 @@ def archive(
         "sha256": digest,
         "archived_at": now,
     }
-    with (archive_dir / "manifest.jsonl").open("a", encoding="utf-8") as manifest:
-        manifest.write(manifest_line(entry, log.keyring) + "\n")
+    manifest.append(archive_dir, entry, log.keyring)
     return ArchiveResult(count, name, last_old, _prune(archive_dir, now, archive_days))
 
 
@@ -228,15 +215,9 @@ def verify_archives(
     Returns (lines to show, problems). A segment may be missing only once it is past the
     archive retention; rows a checkpoint covers must have left the hot table.
     """
-    manifest: dict[int, dict[str, Any]] = {}
-    manifest_path = archive_dir / "manifest.jsonl"
-    if manifest_path.exists():
-        for line in manifest_path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                entry = json.loads(line)
-                manifest[int(entry["through_seq"])] = entry
     lines: list[str] = []
-    problems: list[str] = []
+    found, problems = manifest.read(archive_dir)
+    signed = _signed_lines(found, log, problems)
     prev_hash = GENESIS_HASH
     retention_cutoff = now - int(archive_days * DAY_MS)
     expected_from = 1
@@ -252,20 +233,11 @@ def verify_archives(
                 f"one before it ended (seq {expected_from})"
             )
         expected_from = checkpoint.through_seq + 1
-        entry = manifest.get(checkpoint.through_seq)
+        line = signed.pop(checkpoint.through_seq, None)
         if (
-            entry is not None
-            and checkpoint.through_seq > log.keyed_from_seq
-            and not (manifest_entry_verifies(entry, log.keyring))
-        ):
-            problems.append(
-                f"manifest line through seq {checkpoint.through_seq} is not signed with this "
-                "deployment's key (forged)"
-            )
-        if (
-            entry is None
-            or entry["sha256"] != checkpoint.segment_sha256
-            or (entry["last_hash"] != checkpoint.last_hash)
+            line is None
+            or line.entry["sha256"] != checkpoint.segment_sha256
+            or line.entry["last_hash"] != checkpoint.last_hash
         ):
             problems.append(
                 f"checkpoint through seq {checkpoint.through_seq} has no matching manifest entry"
@@ -289,4 +261,18 @@ def verify_archives(
         ).scalar_one()
         if leftover:
             problems.append(f"{leftover} rows covered by a checkpoint are still in the hot table")
+    problems.extend(f"{line.describe()} names no checkpoint" for line in signed.values())
     return lines, problems
+
+
+def _signed_lines(
+    found: list[manifest.Line], log: AuditLog, problems: list[str]
+) -> dict[int, manifest.Line]:
+    """The lines that may vouch for a checkpoint, by seq: signed, or from before the key."""
+    signed: dict[int, manifest.Line] = {}
+    for line in found:
+        if line.through_seq > log.keyed_from_seq and not manifest.verifies(line.entry, log.keyring):
+            problems.append(f"{line.describe()} is not signed with this deployment's key (forged)")
+        else:
+            signed[line.through_seq] = line
+    return signed

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import stat
 import threading
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from router.audit import archive
+from router.audit import archive, manifest
 from router.audit import head as audit_head
 from router.audit import log as audit
 from router.audit.log import AuditEntry, AuditLog, hashed_text
@@ -320,7 +321,7 @@ def test_a_forged_checkpoint_and_manifest_line_do_not_cover_deleted_rows(
     ) in found
     assert (
         None,
-        "manifest line through seq 3 is not signed with this deployment's key (forged)",
+        "manifest line 1 (through seq 3) is not signed with this deployment's key (forged)",
     ) in found
     assert (4, "seq 1-3 missing before it (deleted, or this row inserted)") in found
 
@@ -336,6 +337,78 @@ def test_verify_reports_a_missing_segment_within_retention(
     assert report.ok and f"segment {result.segment}: 2 rows ok" in report.lines
     (runtime.archive_dir / result.segment).unlink()
     assert problems(runtime) == [(None, f"segment {result.segment} is missing")]
+
+
+UNSIGNED = "with this deployment's key (forged)"
+
+
+@pytest.mark.parametrize(
+    ("added", "reason"),
+    [
+        (b"garbage{", "manifest line 2 is not JSON"),
+        (b'["x"]', "manifest line 2 is not a JSON object"),
+        (b'{"through_seq": 5}', "manifest line 2 is incomplete: lacks last_hash, sha256"),
+        (
+            b'{"through_seq": "2", "last_hash": "x", "sha256": 1}',
+            "manifest line 2 is incomplete: has through_seq, sha256 of the wrong type",
+        ),
+        (b"\xff\xfe{}", "manifest line 2 is not UTF-8 text"),
+        (b"[" * 100_000, "manifest line 2 is nested too deeply to read"),
+        (
+            b'{"through_seq": 5, "last_hash": "x", "sha256": "x", "rows": NaN}',
+            f"manifest line 2 (through seq 5) is not signed {UNSIGNED}",
+        ),
+    ],
+    ids=["not-json", "not-an-object", "incomplete", "wrong-types", "not-utf8", "deep", "nan"],
+)
+def test_verify_reports_a_malformed_or_unsigned_manifest_line_by_its_number(
+    runtime: Runtime, clock: FakeClock, added: bytes, reason: str
+) -> None:
+    append(runtime, 2)
+    clock.advance(91 * DAY_MS)
+    archive_old(runtime, clock)
+    with (runtime.archive_dir / "manifest.jsonl").open("ab") as manifest:
+        manifest.write(added + b"\n")
+    assert problems(runtime) == [(None, reason)]
+
+
+def test_verify_reports_a_manifest_entry_replaced_by_an_incomplete_one(
+    runtime: Runtime, clock: FakeClock
+) -> None:
+    append(runtime, 2)
+    clock.advance(91 * DAY_MS)
+    archive_old(runtime, clock)
+    (runtime.archive_dir / "manifest.jsonl").write_text('{"through_seq": 2}\n')
+    assert problems(runtime) == [
+        (None, "manifest line 1 is incomplete: lacks last_hash, sha256"),
+        (None, "checkpoint through seq 2 has no matching manifest entry"),
+    ]
+
+
+def test_verify_reports_a_manifest_line_that_names_no_checkpoint(
+    runtime: Runtime, clock: FakeClock
+) -> None:
+    """Signed or not, a line for a checkpoint the database does not have is reported; the
+    real line for the same seq as a forged one still vouches for its checkpoint."""
+    append(runtime, 2)
+    clock.advance(91 * DAY_MS)
+    archive_old(runtime, clock)
+    path = runtime.archive_dir / "manifest.jsonl"
+    real = json.loads(path.read_text())
+    signed = manifest.line_text({**real, "through_seq": 9}, runtime.audit.keyring)
+    forged = json.dumps({**real, "rows": 1})
+    path.write_text(path.read_text() + f"{signed}\n\n{forged}\n")
+    assert problems(runtime) == [
+        (None, f"manifest line 4 (through seq 2) is not signed {UNSIGNED}"),
+        (None, "manifest line 2 (through seq 9) names no checkpoint"),
+    ]
+
+
+def test_the_manifest_is_private_to_its_owner(runtime: Runtime, clock: FakeClock) -> None:
+    append(runtime, 2)
+    clock.advance(91 * DAY_MS)
+    archive_old(runtime, clock)
+    assert stat.S_IMODE((runtime.archive_dir / "manifest.jsonl").stat().st_mode) == 0o600
 
 
 def test_an_append_that_waited_for_the_chain_lock_continues_from_the_head_committed_meanwhile(

@@ -90,3 +90,12 @@ def test_audit_archive_then_verify_with_archives(tmp_path: Path) -> None:
     assert "rows ok" in verified.stdout and "audit chain ok" in verified.stdout
     exported = cli(env, "audit", "export")
     assert exported.returncode == 0 and exported.stdout == ""
+    # A tampered manifest is reported like any other problem, not as a traceback.
+    with (tmp_path / "audit-archive" / "manifest.jsonl").open("a") as manifest:
+        manifest.write("garbage{\n")
+    tampered = cli(env, "audit", "verify")
+    assert tampered.returncode == 2 and "Traceback" not in tampered.stderr, tampered.stderr
+    assert "problem: manifest line 2 is not JSON" in tampered.stderr
+    report = json.loads(cli(env, "audit", "verify", "--json").stdout)
+    assert report["ok"] is False
+    assert {"seq": None, "reason": "manifest line 2 is not JSON"} in report["problems"]
