@@ -225,6 +225,27 @@ def test_an_http_tool_sends_json_and_returns_the_json_answer(mcp_stack: tuple[St
     assert call(stack, "http_text", {"q": "x"})["value"] == "hello /text?q=x"
 
 
+def test_an_http_tools_arguments_never_replace_what_its_url_fixes(
+    mcp_stack: tuple[Stack, Path],
+) -> None:
+    stack, _ = mcp_stack
+    answered = call(stack, "http_fixed", {"account": "theirs", "q": "x"})
+    assert answered["value"] == "hello /text?account=ours&q=x", answered
+
+
+def test_an_idempotency_key_in_any_script_reaches_an_http_tool(
+    mcp_stack: tuple[Stack, Path],
+) -> None:
+    stack, _ = mcp_stack
+    with stack.client("agent") as http:
+        result = http.post(
+            "/v1/calls",
+            json={"tool": "http_echo", "args": {}, "idempotency_key": "ключ 1", "wait_s": 30},
+        ).json()
+    assert result["status"] == "succeeded", result
+    assert result["value"]["idempotency_key"] == "%D0%BA%D0%BB%D1%8E%D1%87 1"
+
+
 @pytest.mark.parametrize(
     ("tool", "error", "error_type"),
     [

@@ -8,8 +8,10 @@ retry policy decides what to do with that).
 from __future__ import annotations
 
 import os
+import string
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from celery.exceptions import SoftTimeLimitExceeded
@@ -49,10 +51,14 @@ def run_http(
     assert spec is not None
     headers = {
         **spec.headers,
-        "Idempotency-Key": ctx.idempotency_key,
+        "Idempotency-Key": _header_value(ctx.idempotency_key),
         "X-Toolrouter-Call-Id": ctx.call_id,
     }
-    request: dict[str, Any] = {"params": _query(args)} if spec.method == "GET" else {"json": args}
+    request: dict[str, Any] = (
+        {"params": _query(args, fixed=httpx.URL(spec.url).params)}
+        if spec.method == "GET"
+        else {"json": args}
+    )
     try:
         response = client().request(
             spec.method, spec.url, headers=headers, timeout=tool.spec.timeout_s, **request
@@ -98,12 +104,23 @@ def run_http(
     )
 
 
-def _query(args: dict[str, Any]) -> dict[str, str]:
-    return {
-        key: value if isinstance(value, str) else httpx.QueryParams({key: value})[key]
-        for key, value in args.items()
-        if isinstance(value, str | int | float | bool)
-    }
+def _query(args: dict[str, Any], *, fixed: httpx.QueryParams) -> httpx.QueryParams:
+    """The configured URL's query parameters, then the arguments as more of them. (The
+    client replaces a URL's query with the parameters it is given.) An argument never
+    replaces a parameter the operator wrote (an account, a key)."""
+    return fixed.merge(
+        {
+            key: value if isinstance(value, str) else httpx.QueryParams({key: value})[key]
+            for key, value in args.items()
+            if isinstance(value, str | int | float | bool) and key not in fixed
+        }
+    )
+
+
+def _header_value(text: str) -> str:
+    """``text`` as a header can carry it: ASCII as it is, anything else percent-encoded
+    (UTF-8), so an idempotency key in any script reaches the service."""
+    return text if text.isascii() else quote(text, safe=string.punctuation + " ")
 
 
 def _remote_message(response: httpx.Response, redact: Callable[[str], str]) -> str:
