@@ -94,21 +94,24 @@ def duration(seconds: int) -> str:
 
 def summarize(args: Any, redactor: Redactor) -> str:
     """A one-line, bounded, secret-free view of the arguments."""
-    text = json.dumps(_masked(args), ensure_ascii=False, separators=(", ", ": "))
+    text = json.dumps(_masked(args, redactor), ensure_ascii=False, separators=(", ", ": "))
     text = redactor(text)
     return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
 
 
-def _masked(value: Any) -> Any:
+def _masked(value: Any, redactor: Redactor) -> Any:
+    """``value`` with secret-named keys masked and long strings cut, each string's secrets
+    replaced before its cut (after it, part of a secret would be left)."""
     if isinstance(value, dict):
         return {
-            key: MASK if SECRET_KEY_RE.search(str(key)) else _masked(item)
+            key: MASK if SECRET_KEY_RE.search(str(key)) else _masked(item, redactor)
             for key, item in value.items()
         }
     if isinstance(value, list):
-        return [_masked(item) for item in value]
-    if isinstance(value, str) and len(value) > VALUE_CHARS:
-        return value[: VALUE_CHARS - 1] + "…"
+        return [_masked(item, redactor) for item in value]
+    if isinstance(value, str):
+        value = redactor(value)
+        return value if len(value) <= VALUE_CHARS else value[: VALUE_CHARS - 1] + "…"
     return value
 
 

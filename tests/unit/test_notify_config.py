@@ -87,3 +87,13 @@ def test_an_argument_summary_masks_secrets_and_stays_short() -> None:
     assert '"api_key": "***"' in text and "k-123" not in text
     assert "${TOKEN}" in text and "tok-from-the-environment" not in text
     assert len(text) <= 300
+
+
+def test_a_secret_across_a_values_cut_leaves_none_of_it_in_the_summary() -> None:
+    secret = "tok-from-the-environment"
+    redactor = Redactor({"TOKEN": secret})
+    # The value is cut at 60 characters: here, half way into the secret.
+    note = "a" * (59 - len(secret) // 2) + secret
+    text = summarize({"note": note}, redactor)
+    assert secret[: len(secret) // 2] not in text, text
+    assert "${TOKEN}" in text
