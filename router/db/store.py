@@ -33,7 +33,7 @@ _CLAIM = (
             calls.c.id == bindparam("call_id"),
             calls.c.status == CallStatus.QUEUED,
             # Of the tool its message names, whose limits the worker applies; any, if none.
-            calls.c.tool == func.coalesce(bindparam("tool", type_=String), calls.c.tool),
+            calls.c.tool == func.coalesce(bindparam("named_tool", type_=String), calls.c.tool),
         )
     )
     .values(
@@ -219,7 +219,8 @@ class Store:
         """``claim`` of each of ``call_ids`` in turn, sent together."""
         lease_until = now + lease_ms
         params = [
-            {"call_id": c, "lease_until": lease_until, "now": now, "tool": tool} for c in call_ids
+            {"call_id": c, "lease_until": lease_until, "now": now, "named_tool": tool}
+            for c in call_ids
         ]
         claimed = execute_direct_many(conn, _CLAIM, params)
         return [CallRow.from_mapping(result.first()) for result in claimed]

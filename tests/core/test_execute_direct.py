@@ -38,7 +38,7 @@ def test_rows_and_counts_are_those_conn_execute_gives(runtime: Runtime) -> None:
         assert head.rows == [tuple(conn.execute(_HEAD).one())]
         assert head.columns == ("seq", "hash")
 
-        claim = {"lease_until": 99, "now": 7}
+        claim = {"lease_until": 99, "now": 7, "named_tool": "echo"}
         claimed = execute_direct(conn, _CLAIM, {"call_id": first, **claim}).first()
         assert claimed is not None
         assert (claimed["status"], claimed["attempt"], claimed["started_at"]) == ("running", 1, 7)
@@ -76,7 +76,7 @@ def test_rows_and_counts_are_those_conn_execute_gives(runtime: Runtime) -> None:
 
 def test_the_columns_a_statement_names_are_those_conn_execute_reports(runtime: Runtime) -> None:
     (call_id,) = submitted(runtime, 1)
-    params = {"call_id": call_id, "lease_until": 9, "now": 1}
+    params = {"call_id": call_id, "lease_until": 9, "now": 1, "named_tool": None}
     with runtime.store.transaction() as conn:
         for statement in (_GET, _HEAD, _CLAIM):
             # Taken from the statement, not from the driver's cursor: the same names.
