@@ -54,13 +54,6 @@ def commits(runtime: Runtime) -> Iterator[list[str]]:
     event.remove(runtime.engine, "commit", before_commit)
 
 
-@pytest.fixture
-def executor(runtime: Runtime) -> Iterator[Executor]:
-    notifier = runtime.notifier()
-    yield Executor(runtime, notifier, actor="test-worker")
-    notifier.client.close()
-
-
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 @pytest.mark.postgres
 def test_a_transaction_not_durable_commits_early_and_alone(runtime: Runtime) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,20 +38,6 @@ from ..support.waiting import wait_until_a_transaction_waits
 
 APPEND_ONLY = "audit log is append-only"
 WORKER_LOST = "worker lost during the run; outcome unknown"
-
-
-@pytest.fixture
-def executor(runtime: Runtime) -> Iterator[Executor]:
-    notifier = runtime.notifier()
-    yield Executor(runtime, notifier, actor="test-worker")
-    notifier.client.close()
-
-
-@pytest.fixture
-def broker(runtime: Runtime) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(runtime.redis_url)
-    yield client
-    client.close()
 
 
 def call_row(runtime: Runtime, call_id: str) -> CallRow:

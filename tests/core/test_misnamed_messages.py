@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,20 +22,6 @@ from workers.execution import Executor
 from ..support.calls import queue_call
 
 LOW_QUEUE = "tools.low"
-
-
-@pytest.fixture
-def executor(runtime: Runtime) -> Iterator[Executor]:
-    notifier = runtime.notifier()
-    yield Executor(runtime, notifier, actor="test-worker")
-    notifier.client.close()
-
-
-@pytest.fixture
-def broker(runtime: Runtime) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(runtime.redis_url)
-    yield client
-    client.close()
 
 
 def queued_messages(runtime: Runtime, broker: redis.Redis) -> list[tuple[list[str], str]]:

@@ -4,9 +4,6 @@ the calls it can."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 import redis
 from sqlalchemy import update
 
@@ -16,13 +13,6 @@ from router.runtime import Runtime
 from workers.execution import Executor
 
 from ..support.calls import queue_call
-
-
-@pytest.fixture
-def executor(runtime: Runtime) -> Iterator[Executor]:
-    notifier = runtime.notifier()
-    yield Executor(runtime, notifier, actor="test-worker")
-    notifier.client.close()
 
 
 def test_calls_of_a_retired_tool_do_not_keep_the_reconciler_from_the_rest(

@@ -4,10 +4,6 @@ whatever the calls table holds."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
-
 from router.audit import entries
 from router.audit.entries import AuditEntry
 from router.runtime import Runtime
@@ -17,13 +13,6 @@ from workers.execution import Executor
 
 from ..support.audit import call_audit_rows
 from ..support.calls import queue_call
-
-
-@pytest.fixture
-def executor(runtime: Runtime) -> Iterator[Executor]:
-    notifier = runtime.notifier()
-    yield Executor(runtime, notifier, actor="test-worker")
-    notifier.client.close()
 
 
 def run(tool: str, n: int, *, ms: int | None, error_type: str | None = None) -> AuditEntry:

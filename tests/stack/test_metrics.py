@@ -78,15 +78,19 @@ def test_tool_stats_show_calls_success_latency_and_errors(stack: Stack) -> None:
     assert stats["latency_p50_s"] is not None and stats["latency_p95_s"] is not None
 
 
-def test_toolrouter_stats_prints_the_table(stack: Stack) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "router.cli.main", "stats", "--json"],
+def toolrouter_stats(stack: Stack, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "router.cli.main", "stats", *flags],
         env=stack.env,
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_toolrouter_stats_prints_the_table(stack: Stack) -> None:
+    result = toolrouter_stats(stack, "--json")
     assert result.returncode == 0, result.stderr
     assert '"tool": "echo"' in result.stdout and "cost_by_key" in result.stdout
 
@@ -102,14 +106,7 @@ def test_toolrouter_stats_shows_a_key_name_that_reads_as_markup_as_written(stack
     with httpx.Client(base_url=stack.base_url, headers=headers, timeout=60) as http:
         done = http.post("/v1/calls", json={"tool": "echo", "args": {}, "wait_s": 20}).json()
     assert done["status"] == "succeeded", done
-    result = subprocess.run(
-        [sys.executable, "-m", "router.cli.main", "stats"],
-        env=stack.env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = toolrouter_stats(stack)
     assert result.returncode == 0, result.stderr
     # Every key on one line however many there are, this one by its own name.
     spent = result.stdout.splitlines()[-1]

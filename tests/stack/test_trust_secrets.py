@@ -55,18 +55,14 @@ class ChattyHook(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
-        message = f"no hook at {self.path} for {self.headers.get('Authorization')}"
-        body = json.dumps({"error": message}).encode()
-        self.send_response(404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self._refuse(f"no hook at {self.path} for {self.headers.get('Authorization')}")
 
     def do_GET(self) -> None:
         # What it was asked (the caller's query) before the key it was sent.
         query = urllib.parse.unquote(urllib.parse.urlsplit(self.path).query)
-        message = f"asked {query} by {self.headers.get('Authorization')}"
+        self._refuse(f"asked {query} by {self.headers.get('Authorization')}")
+
+    def _refuse(self, message: str) -> None:
         body = json.dumps({"error": message}).encode()
         self.send_response(404)
         self.send_header("Content-Type", "application/json")
