@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from .responses import AsciiJSONResponse
+from ..canonical import ascii_json
 
-# Written by the API's one JSON response class, as every other error body is.
-MALFORMED = AsciiJSONResponse({"ok": False, "error": "malformed HTTP request"}).body
+# Written as every other error body is.
+MALFORMED = ascii_json({"ok": False, "error": "malformed HTTP request"})
 
 
 class JsonErrorsHttpToolsProtocol(HttpToolsProtocol):

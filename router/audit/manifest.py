@@ -41,19 +41,23 @@ class Line:
 
 def line_text(entry: dict[str, Any], keyring: KeyRing) -> str:
     """One manifest line: ``entry`` with its signature."""
-    body = {key: value for key, value in entry.items() if key != "mac"}
+    body = _signed_part(entry)
     return json.dumps(
         {**body, "mac": keyring.sign(Purpose.AUDIT_HEAD, canonical_json(body))}, sort_keys=True
     )
 
 
 def verifies(entry: dict[str, Any], keyring: KeyRing) -> bool:
-    body = {key: value for key, value in entry.items() if key != "mac"}
+    body = _signed_part(entry)
     try:
         text = canonical_json(body)
     except ValueError:  # NaN or an infinite number: never something the key signed
         return False
     return keyring.verify(Purpose.AUDIT_HEAD, text, entry.get("mac"))
+
+
+def _signed_part(entry: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in entry.items() if key != "mac"}
 
 
 def append(archive_dir: Path, entry: dict[str, Any], keyring: KeyRing) -> None:

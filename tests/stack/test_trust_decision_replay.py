@@ -1,7 +1,8 @@
 """A decision is bound to the arguments it was made on, wherever it is made: a decision
 message replayed from Redis (SPEC §16: not trusted) after another approver edited the
 arguments, or an inbox form posted from a page that showed the arguments before that edit,
-must not count towards the edited arguments' approval."""
+must not count towards the edited arguments' approval. Nor does an approval whose key was
+revoked since."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import httpx
 
 from router.canonical import args_digest
 from router.constants import APPROVALS_QUEUE
+from router.runtime import Runtime
 
 from ..support.audit import audit_events
 from ..support.inbox import csrf_of, sign_in_with
@@ -106,3 +108,31 @@ def test_an_inbox_decision_from_a_page_shown_before_an_edit_is_refused(stack: St
     assert [d["approver"] for d in request["decisions"]] == ["approver2"]
     done = decide(stack, request_id, "approver3", wait_s=30)
     assert done.json()["status"] == "succeeded", done.text
+
+
+def test_the_inbox_does_not_count_an_approval_whose_key_was_revoked_since(stack: Stack) -> None:
+    call, _, _ = two_approver_call(stack)
+    request_id = call["request_id"]
+    name = f"approver-{uuid.uuid4().hex[:8]}"
+    runtime = Runtime(stack.settings)
+    try:
+        token = runtime.keys.create(name, ["approver"])
+        headers = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=stack.base_url, headers=headers, timeout=30) as http:
+            first = http.post(f"/v1/approvals/{request_id}/approve", json={})
+        assert first.status_code == 200 and first.json()["approvals"] == 1, first.text
+        runtime.keys.revoke(name)
+    finally:
+        runtime.close()
+
+    decisions = request_detail(stack, request_id)["decisions"]
+    assert [(d["approver"], d.get("counts", True)) for d in decisions] == [(name, False)]
+    with httpx.Client(base_url=stack.base_url, timeout=30) as inbox:
+        assert sign_in_with(inbox, stack.keys["approver2"]).status_code == 303
+        page = inbox.get("/ui/").text
+    card = page[page.index(f'id="{request_id}"') :].split("</article>")[0]
+    assert "<dt>approvals</dt><dd>0 of 2</dd>" in card, card
+    done = decide(stack, request_id, "approver2")
+    assert done.status_code == 200 and done.json()["released"] is False, done.text
+    settled = decide(stack, request_id, "approver3")
+    assert settled.json()["released"] is True, settled.text
