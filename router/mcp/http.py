@@ -35,7 +35,7 @@ from ..messaging.completions import CompletionListener
 from ..runtime import Runtime
 from ..settings import Settings
 from ..threads import in_thread
-from .server import Context, ToolrouterMcp
+from .server import NOT_JSON_RPC, Context, ToolrouterMcp
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +44,6 @@ log = logging.getLogger(__name__)
 PRINCIPAL_SCOPE_KEY = "toolrouter.principal"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 ANY_ADDRESS = ("", "0.0.0.0", "::")
-# For a body that is JSON but no JSON-RPC message (``[]``, ``null``, a wrong version).
-NOT_JSON_RPC = "invalid request: not a JSON-RPC 2.0 request, notification or response"
 BAD_REQUEST_ID = "invalid request: a request's id must be a string or an integer"
 
 

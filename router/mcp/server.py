@@ -44,6 +44,8 @@ Context = ServerRequestContext[Any, Any]
 Identify = Callable[[Context], Awaitable[Principal]]
 
 NOT_AN_AGENT = "agent role required to submit calls"
+# For a message that is JSON but no JSON-RPC message (``[]``, ``null``, a wrong version).
+NOT_JSON_RPC = "invalid request: not a JSON-RPC 2.0 request, notification or response"
 
 
 class _Server(Server[Any]):

@@ -13,12 +13,21 @@ from typing import Any
 import anyio
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
-from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+from mcp_types import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    ErrorData,
+    JSONRPCError,
+    JSONRPCNotification,
+    JSONRPCRequest,
+    JSONRPCResponse,
+)
+from pydantic import ValidationError
 
 from ..auth.principal import Principal
 from ..runtime import Runtime
 from ..threads import in_thread
-from .server import Context, ToolrouterMcp
+from .server import NOT_JSON_RPC, Context, ToolrouterMcp
 
 CANCELLED = "notifications/cancelled"
 
@@ -26,16 +35,22 @@ CANCELLED = "notifications/cancelled"
 class AnsweredBeforeEnd:
     """Between the transport and the server: at the end of input, the server's read side
     closes only once every request read has been answered or cancelled, so a client that
-    writes its requests and closes stdin still gets every answer."""
+    writes its requests and closes stdin still gets every answer. A line that is no
+    JSON-RPC message is answered here, through ``replies``, as ``/mcp`` answers it."""
 
-    def __init__(self) -> None:
+    def __init__(self, replies: Any) -> None:
+        self.replies = replies
         # Counted, not a set: a client may reuse an id (each use gets its own answer).
         self.open_requests: Counter[tuple[str, str]] = Counter()
         self.changed = anyio.Event()
 
     async def forward_requests(self, source: Any, sink: Any) -> None:
-        async with sink:
+        async with sink, self.replies:
             async for message in source:
+                if isinstance(message, Exception):
+                    # The SDK would drop the line, and its sender wait for an answer.
+                    await self.replies.send(SessionMessage(unreadable(message)))
+                    continue
                 if isinstance(message, SessionMessage):
                     self._note(message.message)
                 await sink.send(message)
@@ -65,6 +80,17 @@ class AnsweredBeforeEnd:
                 await sink.send(message)
 
 
+def unreadable(exc: Exception) -> JSONRPCError:
+    """The error for a line that is no JSON (a parse error) or no JSON-RPC message."""
+    code, text = INVALID_REQUEST, NOT_JSON_RPC
+    if isinstance(exc, ValidationError):
+        for error in exc.errors():
+            if error["type"] == "json_invalid":
+                detail = str(error["msg"]).removeprefix("Invalid JSON: ")
+                code, text = PARSE_ERROR, f"Parse error: {detail}"
+    return JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=code, message=text))
+
+
 def _id(request_id: Any) -> tuple[str, str]:
     return type(request_id).__name__, str(request_id)
 
@@ -80,10 +106,10 @@ async def serve_stdio(runtime: Runtime, token: str) -> None:
     listener.start()
     try:
         mcp = ToolrouterMcp(runtime, listener, identify)
-        relay = AnsweredBeforeEnd()
         async with stdio_server() as (stdin, stdout), anyio.create_task_group() as tasks:
             to_server, server_reads = anyio.create_memory_object_stream[Any](16)
             server_writes, from_server = anyio.create_memory_object_stream[SessionMessage](16)
+            relay = AnsweredBeforeEnd(server_writes.clone())
             tasks.start_soon(relay.forward_requests, stdin, to_server)
             tasks.start_soon(relay.forward_answers, from_server, stdout)
             async with server_writes:

@@ -609,3 +609,20 @@ def test_toolrouter_mcp_answers_every_request_piped_in_before_it_exits(stack: St
     assert set(answers) == {1, 2, 3}, done.stdout
     assert all("result" in answer for answer in answers.values()), answers
     assert answers[3]["result"]["isError"] is False, answers[3]
+
+
+def test_toolrouter_mcp_answers_a_line_it_cannot_read_with_an_error(stack: Stack) -> None:
+    """A line that is no JSON, or no JSON-RPC message, gets an error with id null as over
+    HTTP, not the silence a client would wait on forever; the session goes on."""
+    deep = '{"jsonrpc": "2.0", "id": 4, "method": "ping", "params": {"x": '
+    deep += "[" * 10_000 + "]" * 10_000 + "}}"
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    done = piped_session(stack, ["{nope", deep, "[]", ping], version="2025-11-25")
+    assert done.returncode == 0, done.stderr
+    messages = [json.loads(line) for line in done.stdout.splitlines()]
+    errors = [message["error"] for message in messages if message.get("id", 0) is None]
+    assert [error["code"] for error in errors] == [-32700, -32700, -32600], done.stdout
+    assert errors[0]["message"] == "Parse error: key must be a string at line 1 column 2"
+    assert errors[1]["message"].startswith("Parse error: recursion limit exceeded")
+    assert errors[2]["message"] == NOT_JSON_RPC
+    assert {"jsonrpc": "2.0", "id": 2, "result": {}} in messages

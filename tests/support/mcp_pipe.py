@@ -1,5 +1,6 @@
 """``toolrouter mcp`` fed a whole session through a pipe: the handshake, then the given
-messages, stdin closed at once, as a script or a piping client does."""
+messages (a string is sent as the line it is), stdin closed at once, as a script or a
+piping client does."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from .stack import Stack
 
 
 def piped_session(
-    stack: Stack, messages: list[dict[str, Any]], *, version: str
+    stack: Stack, messages: list[dict[str, Any] | str], *, version: str
 ) -> subprocess.CompletedProcess[str]:
     """Runs ``toolrouter mcp`` as the stack's agent; ``initialize`` has id 1."""
     handshake = [
@@ -33,7 +34,10 @@ def piped_session(
         [sys.executable, "-m", "router.cli.main", "mcp", "--key", stack.keys["agent"]],
         env=stack.env,
         cwd=REPO,
-        input="".join(json.dumps(line) + "\n" for line in handshake + messages),
+        input="".join(
+            (line if isinstance(line, str) else json.dumps(line)) + "\n"
+            for line in [*handshake, *messages]
+        ),
         capture_output=True,
         text=True,
         timeout=120,
