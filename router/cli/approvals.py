@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from urllib.parse import quote, urlencode
 
 import click
 
@@ -17,6 +18,11 @@ KEY_OPTION = click.option(
 )
 
 
+def _segment(request_id: str) -> str:
+    # Quoted whole: an id holding "/approve?" must not reach another endpoint.
+    return quote(request_id, safe="")
+
+
 def _print(body: dict[str, object]) -> None:
     click.echo(json.dumps(body, indent=2))
     sys.exit(0 if body.get("ok") else 1)
@@ -28,7 +34,8 @@ def _print(body: dict[str, object]) -> None:
 @KEY_OPTION
 def list_requests(status: str, as_json: bool, key: str | None) -> None:
     """Requests this key may decide."""
-    body = api_request("GET", f"/v1/approvals?status={status}", key=key, role="approver")
+    query = urlencode({"status": status})
+    body = api_request("GET", f"/v1/approvals?{query}", key=key, role="approver")
     if not body.get("ok"):
         _print(body)
     requests = body.get("requests") or []
@@ -90,7 +97,7 @@ def approve(
     _print(
         api_request(
             "POST",
-            f"/v1/approvals/{request_id}/approve",
+            f"/v1/approvals/{_segment(request_id)}/approve",
             key=key,
             role="approver",
             json_body=payload,
@@ -108,7 +115,11 @@ def deny(request_id: str, reason: str | None, key: str | None) -> None:
     payload = {"reason": reason} if reason else {}
     _print(
         api_request(
-            "POST", f"/v1/approvals/{request_id}/deny", key=key, role="approver", json_body=payload
+            "POST",
+            f"/v1/approvals/{_segment(request_id)}/deny",
+            key=key,
+            role="approver",
+            json_body=payload,
         )
     )
 

@@ -63,6 +63,23 @@ def test_approver_denies_from_the_command_line(stack: Stack) -> None:
     assert json.loads(denied.stdout)["status"] == "denied"
 
 
+def test_a_request_id_holding_a_path_decides_nothing_but_that_id(stack: Stack) -> None:
+    """The id is one path segment: ``deny 'req-…/approve?'`` must not reach the approve
+    endpoint of that request (nor ``approve 'req-…/deny#'`` its deny endpoint)."""
+    env = stack_cli_env(stack, "approver")
+    for verb, other in (("deny", "approve"), ("approve", "deny")):
+        with stack.client("agent") as http:
+            call = http.post("/v1/calls", json={"tool": "high_echo", "args": {}}).json()
+        for tail in ("?", "#", "?x="):
+            crafted = f"{call['request_id']}/{other}{tail}"
+            done = cli(env, "approvals", verb, crafted)
+            assert done.returncode == 1, done.stdout + done.stderr
+            assert json.loads(done.stdout)["ok"] is False
+        with stack.client("approver") as http:
+            request = http.get(f"/v1/approvals/{call['request_id']}").json()["request"]
+        assert request["status"] == "pending", (verb, request)
+
+
 def test_audit_archive_then_verify_with_archives(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLROUTER_")}
     env.update(
