@@ -8,6 +8,7 @@ from urllib.parse import quote, urlencode
 
 import click
 
+from .common import Seconds
 from .http import api_request
 
 KEY_OPTION = click.option(
@@ -58,7 +59,11 @@ def list_requests(status: str, as_json: bool, key: str | None) -> None:
 @click.argument("request_id")
 @click.option("--reason", default=None)
 @click.option(
-    "--wait", "wait_s", type=float, default=0.0, help="Also wait this long for the call's outcome"
+    "--wait",
+    "wait_s",
+    type=Seconds(),
+    default=0.0,
+    help="Also wait this long for the call's outcome",
 )
 @click.option(
     "--args",

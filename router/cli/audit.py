@@ -8,7 +8,7 @@ import sys
 import click
 
 from ..errors import ConfigError, Unavailable
-from .common import fail, runtime
+from .common import COUNT_MAX, fail, runtime
 
 
 @click.group()
@@ -20,9 +20,11 @@ def audit() -> None:
 @click.option("--tool", default=None)
 @click.option("--event", default=None)
 @click.option("--call-id", default=None)
-@click.option("--after-seq", type=click.IntRange(min=0), default=0)
-@click.option("--limit", type=click.IntRange(min=1), default=100, help="The first N rows")
-@click.option("--last", type=click.IntRange(min=1), default=None, help="The last N rows instead")
+@click.option("--after-seq", type=click.IntRange(0, COUNT_MAX), default=0)
+@click.option("--limit", type=click.IntRange(1, COUNT_MAX), default=100, help="The first N rows")
+@click.option(
+    "--last", type=click.IntRange(1, COUNT_MAX), default=None, help="The last N rows instead"
+)
 def audit_list(
     tool: str | None,
     event: str | None,
@@ -87,7 +89,7 @@ def audit_head_command() -> None:
 
 
 @audit.command("export")
-@click.option("--after-seq", type=int, default=0)
+@click.option("--after-seq", type=click.IntRange(0, COUNT_MAX), default=0)
 @click.option(
     "--output",
     "-o",

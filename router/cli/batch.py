@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import RequestError, Unavailable
-from .common import get_settings, local_url
+from .common import Seconds, get_settings, local_url
 from .http import api_key
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def batch() -> None:
 @batch.command("submit")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--wait", is_flag=True, help="Follow the calls until every one has finished")
-@click.option("--timeout", "timeout_s", type=float, default=3600.0, help="Seconds to --wait")
+@click.option("--timeout", "timeout_s", type=Seconds(), default=3600.0, help="Seconds to --wait")
 @KEY_OPTION
 def submit(file: Path, wait: bool, timeout_s: float, key: str | None) -> None:
     """Submit FILE (JSON lines, one call each). Safe to run again after an interruption.

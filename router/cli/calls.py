@@ -9,6 +9,7 @@ from urllib.parse import quote
 import click
 
 from ..status import CallStatus
+from .common import Seconds
 from .http import api_request
 
 key_option = click.option(
@@ -22,7 +23,9 @@ key_option = click.option(
 @click.command()
 @click.argument("tool")
 @click.option("--args", "args_json", default="{}", help="Arguments as one JSON object")
-@click.option("--wait", "wait_s", type=float, default=0.0, help="Seconds to wait for the outcome")
+@click.option(
+    "--wait", "wait_s", type=Seconds(), default=0.0, help="Seconds to wait for the outcome"
+)
 @key_option
 @click.option("--idempotency-key", default=None)
 @click.option(

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import sys
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -12,6 +13,30 @@ from ..errors import ConfigError, SchemaOutdated, Unavailable
 if TYPE_CHECKING:
     from ..runtime import Runtime
     from ..settings import Settings
+
+
+# Counts and audit seqs on the command line: what a database integer holds, as the API takes.
+COUNT_MAX = 2**62
+# Waits and timeouts: a year; longer would overflow the socket's timeout.
+SECONDS_MAX = 365 * 86400.0
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds from 0 to ``SECONDS_MAX`` (``click.FloatRange`` lets NaN
+    through, and a socket refuses infinity with a traceback)."""
+
+    name = "seconds"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if not 0 <= number <= SECONDS_MAX:
+            self.fail(f"{value!r} is not a number of seconds from 0 to {SECONDS_MAX:g}", param, ctx)
+        return number
 
 
 def get_settings() -> Settings:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .common import fail, get_settings
+from .common import COUNT_MAX, fail, get_settings
 
 FOLLOW_POLL_S = 0.2
 
@@ -17,7 +17,12 @@ FOLLOW_POLL_S = 0.2
 @click.argument("process", required=False)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing lines as they are written")
 @click.option(
-    "-n", "--lines", "count", type=click.IntRange(min=0), default=40, help="Lines of each log"
+    "-n",
+    "--lines",
+    "count",
+    type=click.IntRange(0, COUNT_MAX),
+    default=40,
+    help="Lines of each log",
 )
 def logs(process: str | None, follow: bool, count: int) -> None:
     """Show the logs of the processes `toolrouter up` runs: all of them, or PROCESS's."""
