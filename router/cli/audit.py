@@ -8,6 +8,7 @@ import sys
 import click
 
 from ..errors import ConfigError, Unavailable
+from ..status import AuditEvent
 from .common import COUNT_MAX, fail, runtime
 
 
@@ -18,7 +19,8 @@ def audit() -> None:
 
 @audit.command("list")
 @click.option("--tool", default=None)
-@click.option("--event", default=None)
+# A choice, as GET /v1/audit refuses an unknown event: a typo would list nothing.
+@click.option("--event", type=click.Choice([str(event) for event in AuditEvent]), default=None)
 @click.option("--call-id", default=None)
 @click.option("--after-seq", type=click.IntRange(0, COUNT_MAX), default=0)
 @click.option("--limit", type=click.IntRange(1, COUNT_MAX), default=100, help="The first N rows")

@@ -1,5 +1,6 @@
-"""Numbers on the command line out of any sensible range are usage errors (exit 2, the
-option named), never a traceback from the socket, SQLite or a deque further down."""
+"""Numbers on the command line out of any sensible range, and audit events that do not
+exist, are usage errors (exit 2, the option named), never a traceback from the socket,
+SQLite or a deque further down, nor an empty answer."""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
         (["approvals", "approve", "req-x", "--wait", "nan"], "--wait"),
         (["approvals", "approve", "req-x", "--wait", "1e400"], "--wait"),
         (["logs", "-n", HUGE], "--lines"),
+        (["audit", "list", "--event", "queue"], "--event"),
     ],
 )
 def test_a_number_out_of_range_is_a_usage_error_naming_the_option(
