@@ -39,9 +39,6 @@ from .server import NOT_JSON_RPC, Context, ToolrouterMcp
 
 log = logging.getLogger(__name__)
 
-# Where the endpoint leaves the authenticated key for the MCP handlers (the ASGI scope
-# travels with the request into the SDK, which hands it back as ``ctx.request``).
-PRINCIPAL_SCOPE_KEY = "toolrouter.principal"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 ANY_ADDRESS = ("", "0.0.0.0", "::")
 BAD_REQUEST_ID = "invalid request: a request's id must be a string or an integer"
@@ -63,15 +60,6 @@ def transport_security(settings: Settings) -> TransportSecuritySettings:
     )
 
 
-async def principal_in_scope(ctx: Context) -> Principal:
-    """The key ``McpEndpoint`` authenticated for this request."""
-    scope = getattr(ctx.request, "scope", None) or {}
-    principal = scope.get(PRINCIPAL_SCOPE_KEY)
-    if not isinstance(principal, Principal):
-        raise NotAuthenticated("missing bearer key")
-    return principal
-
-
 def bearer_token(scope: Scope) -> str | None:
     header = Request(scope).headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
@@ -86,7 +74,7 @@ class McpEndpoint:
     def __init__(self, runtime: Runtime, listener: CompletionListener) -> None:
         self.runtime = runtime
         self.security = transport_security(runtime.settings)
-        self.mcp = ToolrouterMcp(runtime, listener, principal_in_scope)
+        self.mcp = ToolrouterMcp(runtime, listener, self.identify)
         # Arguments are measured (and refused) by the dispatcher; the body may carry them
         # escaped, up to six bytes a character.
         self.max_body = max(
@@ -104,6 +92,15 @@ class McpEndpoint:
         """The session manager's task group, for the application's lifespan."""
         return self.manager.run()
 
+    async def identify(self, ctx: Context) -> Principal:
+        """The request's key, looked up each time it is asked for (from the cache, which a
+        revocation empties): a request that waits long must not outlive its key."""
+        scope = getattr(ctx.request, "scope", None)
+        token = bearer_token(scope) if scope is not None else None
+        keys = self.runtime.keys
+        known = keys.cached(token)
+        return known if known is not None else await in_thread(keys.authenticate, token)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         guarded = JsonErrors(send)
         try:
@@ -120,7 +117,7 @@ class McpEndpoint:
                 )
                 return
             try:
-                who = await in_thread(self.runtime.keys.authenticate, bearer_token(scope))
+                await in_thread(self.runtime.keys.authenticate, bearer_token(scope))
             except NotAuthenticated as exc:
                 await guarded.error(401, str(exc), [(b"www-authenticate", b"Bearer")])
                 return
@@ -131,9 +128,7 @@ class McpEndpoint:
             if has_bad_request_id(body.whole):
                 await guarded.rpc_error(400, INVALID_REQUEST, BAD_REQUEST_ID)
                 return
-            await self.manager.handle_request(
-                {**scope, PRINCIPAL_SCOPE_KEY: who}, body.replay, guarded
-            )
+            await self.manager.handle_request(scope, body.replay, guarded)
         except PayloadTooLarge:
             raise  # the API's body limit answers it with 413
         except Exception:

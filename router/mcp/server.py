@@ -168,7 +168,7 @@ class ToolrouterMcp:
             return error_result(NOT_AN_AGENT)
         args: Any = params.arguments if params.arguments is not None else {}
         if params.name == STATUS_TOOL:
-            return await self._status(who, args)
+            return await self._status(ctx, who, args)
         key = idempotency_key_of(ctx.params)
         # Shared with the HTTP API's submissions of this process (router.dispatch.group_commit).
         result = await self.runtime.group_commit.submit(
@@ -180,6 +180,7 @@ class ToolrouterMcp:
         running = result.status in (CallStatus.QUEUED, CallStatus.RUNNING)
         if running and result.call_id is not None and self.call_wait_s > 0:
             result = await self._wait_reporting(ctx, who, result.call_id, reports)
+            await self.identify(ctx)  # a key revoked during the wait gets no outcome
         return render(result)
 
     async def _wait_reporting(
@@ -205,7 +206,7 @@ class ToolrouterMcp:
         await in_thread(self.in_flight.done, who.name, ctx.request_id, call_id)
         return result
 
-    async def _status(self, who: Principal, args: Any) -> types.CallToolResult:
+    async def _status(self, ctx: Context, who: Principal, args: Any) -> types.CallToolResult:
         call_id = args.get("call_id") if isinstance(args, dict) else None
         if not isinstance(call_id, str) or not call_id:
             return error_result("call_id must be a call id string")
@@ -221,6 +222,7 @@ class ToolrouterMcp:
         try:
             if wait_s > 0:
                 result = await self.wait(who, call_id, float(wait_s))
+                await self.identify(ctx)  # a key revoked during the wait gets no outcome
             else:
                 result = (await in_thread(self.runtime.calls.get, who, call_id)).result()
         except NotFound:

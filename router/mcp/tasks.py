@@ -125,14 +125,14 @@ class TaskService:
         return types.GetTaskResult(**self._task_fields(row, entry))
 
     async def result(self, who: Principal, task_id: str) -> types.CallToolResult | None:
-        """The call's outcome as ``tools/call`` would have answered it, or ``None`` if it
-        did not finish within one wait (the caller checks the key again and repeats)."""
+        """The call's outcome as ``tools/call`` would have answered it, or ``None`` after
+        a wait: the caller checks the key again and asks again, so an outcome is only
+        ever given right after its key was checked."""
         entry, row = await self._task(who, task_id)
         result = row.result()
         if result.status not in TERMINAL_STATES:
-            result = await self.wait(who, task_id, RESULT_WAIT_SLICE_S)
-            if result.status not in TERMINAL_STATES:
-                return None
+            await self.wait(who, task_id, RESULT_WAIT_SLICE_S)
+            return None
         answer = render(result)
         meta = dict(answer.meta or {})
         meta[RELATED_TASK_META] = {"taskId": entry.task_id}

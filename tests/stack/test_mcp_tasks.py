@@ -26,6 +26,7 @@ from ..support.calls import submit
 from ..support.mcp_pipe import piped_session
 from ..support.stack import Stack
 from ..support.waiting import wait_for
+from .test_api_calls import revoke_key, temporary_key
 from .test_mcp_server import approve, run, stdio_params
 
 RELATED_TASK = "io.modelcontextprotocol/related-task"
@@ -161,6 +162,37 @@ def test_a_gated_call_is_a_working_task_until_approved(stack: Stack) -> None:
         assert answer.structured_content is not None
         assert answer.structured_content["value"] == {"x": 1}
         assert done.status == "completed"
+
+    run(scenario)
+
+
+def test_a_key_revoked_while_its_tasks_result_waits_gets_an_error_not_the_outcome(
+    stack: Stack,
+) -> None:
+    name, token = temporary_key(stack, ["agent"])
+    stack.keys[name] = token
+
+    async def scenario() -> None:
+        async with session(stack, key=name) as client:
+            task = await call_as_task(client, "high_echo", {"secret": "kept"})
+            assert task.status_message is not None
+            request_id = task.status_message.split("request ")[1].split(" ")[0]
+            outcome: list[Any] = []
+
+            async def wait_for_result() -> None:
+                try:
+                    outcome.append(await task_result(client, task.task_id))
+                except MCPError as exc:
+                    outcome.append(exc)
+
+            async with anyio.create_task_group() as waiting:
+                waiting.start_soon(wait_for_result)
+                await anyio.to_thread.run_sync(revoke_key, stack, name)
+                # Released after the revocation: the waiting request sees it finish.
+                await anyio.to_thread.run_sync(approve, stack, request_id)
+        (answer,) = outcome
+        assert isinstance(answer, MCPError), answer
+        assert "key revoked" in str(answer)
 
     run(scenario)
 
