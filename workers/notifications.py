@@ -18,12 +18,15 @@ log = logging.getLogger(__name__)
 
 # A receiver that hangs is cut off by ``notify_timeout_s``; this is the backstop.
 TIME_LIMIT_S = 120
+# Deliveries one message may carry: an announcement's, which a batch's chunk bounds.
+MAX_PER_MESSAGE = 10_000
 
 
-def _deliver_later(delivery_id: str, countdown: float) -> None:
+def _deliver_later(delivery_ids: list[str], countdown: float) -> None:
+    """Queue one message of ``delivery_ids`` (``router.notify.digest``)."""
     app.send_task(
         DELIVER_TASK,
-        args=[delivery_id],
+        args=[delivery_ids[0] if len(delivery_ids) == 1 else delivery_ids],
         queue=NOTIFICATIONS_QUEUE,
         routing_key=NOTIFICATIONS_QUEUE,
         countdown=countdown or None,
@@ -41,9 +44,10 @@ def notify(event: Any, request_ids: Any) -> int:
     if not isinstance(request_ids, list) or not all(isinstance(i, str) for i in request_ids):
         log.warning("ignored a notification without request ids")
         return 0
-    planned = process.current().runtime.courier.fan_out(what, request_ids)
-    for delivery_id in planned:
-        _deliver_later(delivery_id, 0)
+    courier = process.current().runtime.courier
+    planned = courier.fan_out(what, request_ids)
+    for message in courier.messages(planned):
+        _deliver_later(message, 0)
     return len(planned)
 
 
@@ -51,18 +55,26 @@ def notify(event: Any, request_ids: Any) -> int:
 def escalate_requests() -> int:
     """Plan the ``escalated`` deliveries of requests undecided past their tool's
     ``escalate_after_s`` and queue them; how many. Overlapping sweeps plan each once."""
-    planned = process.current().runtime.courier.escalate_due()
-    for delivery_id in planned:
-        _deliver_later(delivery_id, 0)
+    courier = process.current().runtime.courier
+    planned = courier.escalate_due()
+    for message in courier.messages(planned):
+        _deliver_later(message, 0)
     return len(planned)
 
 
 @app.task(name=DELIVER_TASK, ignore_result=True, time_limit=TIME_LIMIT_S)
-def deliver(delivery_id: Any) -> str:
-    """One attempt at one delivery; queued again after its backoff if it may yet succeed."""
-    if not isinstance(delivery_id, str):
+def deliver(delivery_ids: Any) -> str:
+    """One attempt at one message: a delivery, or a digest's deliveries (a list of ids);
+    queued again after its backoff if it may yet succeed."""
+    ids = [delivery_ids] if isinstance(delivery_ids, str) else delivery_ids
+    if not (
+        isinstance(ids, list)
+        and 0 < len(ids) <= MAX_PER_MESSAGE
+        and all(isinstance(i, str) for i in ids)
+    ):
+        log.warning("ignored a delivery message that names no deliveries")
         return "ignored"
-    attempted = process.current().runtime.courier.attempt(delivery_id)
+    attempted = process.current().runtime.courier.attempt_many(ids)
     if attempted.outcome is Outcome.RETRIED and attempted.retry_in_s is not None:
-        _deliver_later(delivery_id, attempted.retry_in_s)
+        _deliver_later(ids, attempted.retry_in_s)
     return str(attempted.outcome or "skipped")

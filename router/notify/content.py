@@ -142,7 +142,7 @@ def webhook_body(notice: Notice) -> bytes:
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def _slack_escape(text: str) -> str:
+def slack_escape(text: str) -> str:
     # Slack's mrkdwn treats only these three as markup; escaping them keeps links and
     # mentions in arguments inert.
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -150,40 +150,46 @@ def _slack_escape(text: str) -> str:
 
 def slack_body(notice: Notice) -> bytes:
     """A Slack incoming-webhook message: ``text`` for notifications, blocks to read."""
-    lines = [f"*{_slack_escape(label)}:* {_slack_escape(value)}" for label, value in notice.facts()]
-    headline = _slack_escape(notice.headline)
-    message = {
-        "text": f"{headline} <{notice.link}|Open in the inbox>",
-        "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": f"*{headline}*"}},
-            {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)}},
-            {
-                "type": "section",
-                "text": {"type": "mrkdwn", "text": f"<{notice.link}|Open in the inbox>"},
-            },
-        ],
-    }
-    return json.dumps(message, ensure_ascii=False).encode("utf-8")
+    lines = [f"*{slack_escape(label)}:* {slack_escape(value)}" for label, value in notice.facts()]
+    headline = slack_escape(notice.headline)
+    link = f"<{notice.link}|Open in the inbox>"
+    return slack_message(f"{headline} {link}", [f"*{headline}*", "\n".join(lines), link])
+
+
+def slack_message(text: str, sections: list[str]) -> bytes:
+    """A Slack message: ``text`` for notifications, each section a block of mrkdwn (its
+    values already escaped)."""
+    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": s}} for s in sections]
+    return json.dumps({"text": text, "blocks": blocks}, ensure_ascii=False).encode("utf-8")
 
 
 def email_message(notice: Notice, *, sender: str, to: tuple[str, ...]) -> EmailMessage:
     """The email: plain text, and HTML with every value escaped."""
-    message = EmailMessage()
-    message["Subject"] = f"[toolrouter] {notice.headline}"
-    message["From"] = sender
-    message["To"] = ", ".join(to)
     plain = [notice.headline, ""]
     plain += [f"{label}: {value}" for label, value in notice.facts()]
     plain += ["", f"Open in the inbox: {notice.link}", ""]
-    message.set_content("\n".join(plain))
     rows = "".join(
         f"<tr><th align='left'>{html.escape(label)}</th><td>{html.escape(value)}</td></tr>"
         for label, value in notice.facts()
     )
     link = html.escape(notice.link, quote=True)
-    message.add_alternative(
+    body = (
         f"<html><body><h2>{html.escape(notice.headline)}</h2><table>{rows}</table>"
-        f'<p><a href="{link}">Open in the inbox</a></p></body></html>',
-        subtype="html",
+        f'<p><a href="{link}">Open in the inbox</a></p></body></html>'
     )
+    return compose_email(
+        notice.headline, sender=sender, to=to, plain="\n".join(plain), html_body=body
+    )
+
+
+def compose_email(
+    headline: str, *, sender: str, to: tuple[str, ...], plain: str, html_body: str
+) -> EmailMessage:
+    """An email of toolrouter's, in plain text and in HTML (its values already escaped)."""
+    message = EmailMessage()
+    message["Subject"] = f"[toolrouter] {headline}"
+    message["From"] = sender
+    message["To"] = ", ".join(to)
+    message.set_content(plain)
+    message.add_alternative(html_body, subtype="html")
     return message

@@ -10,6 +10,7 @@ delivery still open, claimed with a conditional update.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import metrics
@@ -17,6 +18,7 @@ from ..approval import requests as pending
 from ..approval.model import ApprovalRequest, RequestStatus
 from ..canonical import load_for_display
 from ..clock import Clock, wall_clock_ms
+from ..db.rows import CallRow
 from ..db.store import Store
 from ..settings import Settings
 from ..tools.config import ToolSpec
@@ -25,7 +27,8 @@ from ..tools.registry import ToolRegistry
 from ..trust.redaction import Redactor
 from . import deliveries, escalation
 from .content import Notice, summarize
-from .model import DeliveryStatus, NotifyEvent, Outcome
+from .digest import Digest, grouped
+from .model import Delivery, DeliveryStatus, NotifyEvent, Outcome
 from .senders import AttemptFailed, send
 
 log = logging.getLogger(__name__)
@@ -92,6 +95,11 @@ class Courier:
                 )
         return planned
 
+    def messages(self, delivery_ids: Sequence[str]) -> list[list[str]]:
+        """Deliveries just planned, as the messages that send them (``digest.grouped``)."""
+        with self.store.reading() as conn:
+            return grouped(deliveries.planned(conn, delivery_ids))
+
     def escalate_due(self, limit: int = 500) -> list[str]:
         """Plan the ``escalated`` deliveries of every request now due; the ids planned."""
         after_ms = {
@@ -111,20 +119,63 @@ class Courier:
 
     def attempt(self, delivery_id: str) -> Attempted:
         """One attempt at one open delivery, its outcome recorded and counted."""
+        return self.attempt_many([delivery_id])
+
+    def attempt_many(self, delivery_ids: Sequence[str]) -> Attempted:
+        """One attempt at the open deliveries of ``delivery_ids`` as one message: a
+        ``Digest`` when more than one is claimed. Each is recorded and counted with that
+        message's outcome."""
         now = self.clock()
+        claimed: list[tuple[Delivery, ApprovalRequest | None, CallRow | None]] = []
+        kind: tuple[str, NotifyEvent] | None = None
         with self.store.transaction() as conn:
-            delivery = deliveries.get(conn, delivery_id)
-            if delivery is None or not deliveries.claim(conn, delivery, now=now):
-                return SKIPPED
-            request = pending.get(conn, delivery.request_id)
-            call = self.store.get(conn, delivery.call_id)
-        attempts = delivery.attempts + 1
-        channel = self.notifications.channels.get(delivery.channel)
-        if channel is None or request is None or call is None:
-            return self._record(
-                delivery_id, delivery.channel_type, attempts, "channel or request is gone", False
-            )
-        notice = Notice(
+            for delivery_id in delivery_ids:
+                delivery = deliveries.get(conn, delivery_id)
+                if delivery is None:
+                    continue
+                # A message is one channel's, of one event (Redis is not trusted to say so).
+                kind = kind or (delivery.channel, delivery.event)
+                if (delivery.channel, delivery.event) != kind:
+                    continue
+                if deliveries.claim(conn, delivery, now=now):
+                    request = pending.get(conn, delivery.request_id)
+                    claimed.append((delivery, request, self.store.get(conn, delivery.call_id)))
+        if not claimed:
+            return SKIPPED
+        channel = self.notifications.channels.get(claimed[0][0].channel)
+        sent: list[Delivery] = []
+        notices: list[Notice] = []
+        gone: list[Delivery] = []
+        for delivery, request, call in claimed:
+            if channel is None or request is None or call is None:
+                gone.append(delivery)
+            else:
+                sent.append(delivery)
+                notices.append(self._notice(delivery, request, call, now))
+        if gone:
+            self._record_all(gone, "channel or request is gone", retryable=False)
+        if channel is None or not sent:
+            return Attempted(Outcome.FAILED)
+        public = self.settings.resolved_public_url
+        message = notices[0] if len(notices) == 1 else Digest(tuple(notices), f"{public}/ui/")
+        try:
+            send(channel, message, timeout_s=self.settings.notify_timeout_s, now_s=now // 1000)
+        except AttemptFailed as exc:
+            return self._record_all(sent, exc.reason, retryable=exc.retryable)
+        except Exception as exc:
+            log.exception("notifications %s failed unexpectedly", ", ".join(d.id for d in sent))
+            return self._record_all(sent, f"internal error ({type(exc).__name__})", retryable=True)
+        with self.store.transaction() as conn:
+            for delivery in sent:
+                deliveries.finish(conn, delivery.id, DeliveryStatus.DELIVERED, now=self.clock())
+        for delivery in sent:
+            metrics.notification(delivery.channel_type, Outcome.DELIVERED)
+        return Attempted(Outcome.DELIVERED)
+
+    def _notice(
+        self, delivery: Delivery, request: ApprovalRequest, call: CallRow, now: int
+    ) -> Notice:
+        return Notice(
             event=delivery.event,
             request_id=request.id,
             call_id=request.call_id,
@@ -140,20 +191,6 @@ class Courier:
             at=now,
             **self._group(delivery.event, request.tool),
         )
-        try:
-            send(channel, notice, timeout_s=self.settings.notify_timeout_s, now_s=now // 1000)
-        except AttemptFailed as exc:
-            return self._record(
-                delivery_id, delivery.channel_type, attempts, exc.reason, exc.retryable
-            )
-        except Exception as exc:
-            log.exception("notification %s failed unexpectedly", delivery_id)
-            reason = f"internal error ({type(exc).__name__})"
-            return self._record(delivery_id, delivery.channel_type, attempts, reason, True)
-        with self.store.transaction() as conn:
-            deliveries.finish(conn, delivery_id, DeliveryStatus.DELIVERED, now=self.clock())
-        metrics.notification(delivery.channel_type, Outcome.DELIVERED)
-        return Attempted(Outcome.DELIVERED)
 
     def _group(self, event: NotifyEvent, tool: str) -> dict[str, tuple[str, ...]]:
         spec = self._spec(tool)
@@ -190,6 +227,14 @@ class Courier:
             )
         metrics.notification(channel_type, outcome)
         return Attempted(outcome, delay if outcome is Outcome.RETRIED else None)
+
+    def _record_all(self, sent: Sequence[Delivery], reason: str, *, retryable: bool) -> Attempted:
+        """``_record`` of each delivery a message carried; retried once all are due again."""
+        recorded = [
+            self._record(d.id, d.channel_type, d.attempts + 1, reason, retryable) for d in sent
+        ]
+        delays = [a.retry_in_s for a in recorded if a.retry_in_s is not None]
+        return Attempted(Outcome.RETRIED, max(delays)) if delays else Attempted(Outcome.FAILED)
 
 
 def _shows(request: ApprovalRequest, event: NotifyEvent, spec: ToolSpec | None, now: int) -> bool:

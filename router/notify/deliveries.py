@@ -12,10 +12,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from ..db.schema import notification_deliveries as table
+from .digest import Planned
 from .model import OPEN_STATUSES, Delivery, DeliveryStatus, NotifyEvent
 
 # Longest last_error kept: the reason, not a receiver's whole answer.
 ERROR_CHARS = 500
+# Ids in one ``IN (…)``: well under SQLite's limit on a statement's parameters.
+IDS_PER_QUERY = 500
 
 
 def new_delivery_id() -> str:
@@ -60,6 +63,17 @@ def plan(
     ids = [row["id"] for row in rows]
     found = conn.execute(select(table.c.id).where(table.c.id.in_(ids)))
     return [row.id for row in found]
+
+
+def planned(conn: Connection, delivery_ids: Sequence[str]) -> list[Planned]:
+    """What grouping needs of each of ``delivery_ids`` that exists, in their order."""
+    found: dict[str, Planned] = {}
+    columns = (table.c.id, table.c.channel, table.c.channel_type, table.c.event)
+    for start in range(0, len(delivery_ids), IDS_PER_QUERY):
+        chunk = list(delivery_ids[start : start + IDS_PER_QUERY])
+        for row in conn.execute(select(*columns).where(table.c.id.in_(chunk))):
+            found[row.id] = Planned(row.id, row.channel, row.channel_type, row.event)
+    return [found[i] for i in delivery_ids if i in found]
 
 
 def get(conn: Connection, delivery_id: str) -> Delivery | None:

@@ -11,6 +11,7 @@ import httpx
 
 from ..tools.notify_config import EmailChannel, SlackChannel, WebhookChannel
 from .content import Notice, email_message, slack_body, webhook_body
+from .digest import Digest, email_digest, slack_digest
 from .signing import SIGNATURE_HEADER, header_value
 
 USER_AGENT = "toolrouter-notify"
@@ -26,17 +27,21 @@ class AttemptFailed(Exception):
 
 def send(
     channel: WebhookChannel | SlackChannel | EmailChannel,
-    notice: Notice,
+    notice: Notice | Digest,
     *,
     timeout_s: float,
     now_s: int,
 ) -> None:
+    """Send ``notice`` on ``channel``: a ``Digest`` only on channels people read."""
     if isinstance(channel, WebhookChannel):
+        if isinstance(notice, Digest):
+            raise AttemptFailed("a webhook takes one request at a time", retryable=False)
         body = webhook_body(notice)
         signed = header_value(channel.secret, now_s, body)
         _post(channel.url, body, {SIGNATURE_HEADER: signed}, timeout_s)
     elif isinstance(channel, SlackChannel):
-        _post(channel.url, slack_body(notice), {}, timeout_s)
+        body = slack_digest(notice) if isinstance(notice, Digest) else slack_body(notice)
+        _post(channel.url, body, {}, timeout_s)
     else:
         _mail(channel, notice, timeout_s)
 
@@ -58,8 +63,12 @@ def _post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> N
     raise AttemptFailed(f"HTTP {status}", retryable=retryable)
 
 
-def _mail(channel: EmailChannel, notice: Notice, timeout_s: float) -> None:
-    message = email_message(notice, sender=channel.from_addr, to=channel.to)
+def _mail(channel: EmailChannel, notice: Notice | Digest, timeout_s: float) -> None:
+    sender, to = channel.from_addr, channel.to
+    if isinstance(notice, Digest):
+        message = email_digest(notice, sender=sender, to=to)
+    else:
+        message = email_message(notice, sender=sender, to=to)
     try:
         with smtplib.SMTP(channel.host, channel.port, timeout=timeout_s) as smtp:
             if channel.starttls:

@@ -50,11 +50,13 @@ notifications:
       username: toolrouter
       password: "${SMTP_PASSWORD}"
     flaky-hook: {type: webhook, url: "${FLAKY_URL}", secret: "${HOOK_SECRET}"}
+    flaky-chat: {type: slack, url: "${FLAKY_CHAT_URL}"}
     down-hook: {type: webhook, url: "${DOWN_URL}", secret: "${HOOK_SECRET}"}
     boss-hook: {type: webhook, url: "${BOSS_URL}", secret: "${HOOK_SECRET}"}
   roles:
     approver: [hook, chat, mail]
     flaky: [flaky-hook]
+    flaky_chat: [flaky-chat]
     broken: [down-hook]
     manager: [boss-hook]
   keys:
@@ -62,6 +64,8 @@ notifications:
 tools:
   - {name: wire, handler: "tests.fixture_tools:echo", risk: high}
   - {name: flaky_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [flaky]}
+  - {name: flaky_chat_wire, handler: "tests.fixture_tools:echo", risk: high,
+     approvers: [flaky_chat]}
   - {name: broken_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [broken]}
   - {name: short_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [nobody],
      approval_timeout_s: 1, notify: [hook]}
@@ -121,6 +125,7 @@ def notify_stack(
         SMTP_PORT=str(smtp.port),
         SMTP_PASSWORD=SMTP_PASSWORD,
         FLAKY_URL=f"{flaky.url}/flaky",
+        FLAKY_CHAT_URL=f"{flaky.url}/chat",
         DOWN_URL=f"{down.url}/down",
         BOSS_URL=f"{hook.url}/hooks/escalation",
     )
@@ -158,6 +163,15 @@ def submit(stack: Stack, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         body = http.post("/v1/calls", json={"tool": tool, "args": args}).json()
     assert body["status"] == "pending", body
     return body  # type: ignore[no-any-return]
+
+
+def submit_batch(stack: Stack, calls: list[dict[str, Any]]) -> list[str]:
+    """The request ids of a batch of gated calls, in batch order."""
+    with stack.client("agent") as http:
+        receipt = http.post("/v1/batches", json={"calls": calls}).json()
+        assert receipt["accepted"] == len(calls), receipt
+        lines = http.get(f"/v1/batches/{receipt['batch_id']}/results").text.splitlines()
+    return [json.loads(line)["request_id"] for line in lines]
 
 
 def deliveries(stack: Stack, **params: str) -> list[dict[str, Any]]:
@@ -275,6 +289,42 @@ def test_email_has_plain_and_html_parts_with_the_inbox_link_and_no_secret(
     assert ("toolrouter", SMTP_PASSWORD) in receivers.mailbox.logins
 
 
+def test_a_batch_of_gated_calls_is_one_message_for_people_and_one_post_each_for_a_webhook(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    stack, receivers = notify_stack
+    calls = [{"tool": "wire", "args": {"to": f"payee-{i}", "amount": i}} for i in range(12)]
+    request_ids = submit_batch(stack, calls)
+    for request_id in request_ids:
+        found = settled(stack, request_id, 3)
+        assert sorted((d["channel"], d["status"]) for d in found) == [
+            ("chat", "delivered"),
+            ("hook", "delivered"),
+            ("mail", "delivered"),
+        ]
+        # A program's receiver still gets each request on its own, signed.
+        assert len(receivers.seen(receivers.hook, request_id)) == 1
+
+    def about_these(text: str) -> bool:
+        return any(request_id in text for request_id in request_ids)
+
+    (post,) = [s for s in list(receivers.chat.seen) if about_these(s.body.decode())]
+    message = post.json()
+    assert message["text"].startswith("Approval needed: 12 requests (wire)")
+    listed = message["blocks"][1]["text"]["text"]
+    assert listed.count(f"<{PUBLIC_URL}/ui/#req-") == 10
+    assert "wire by agent" in listed and "payee-0" in listed
+    assert "2 more not listed" in message["blocks"][2]["text"]["text"]
+    (mail,) = [m for m in list(receivers.mailbox.messages) if about_these(m.as_string())]
+    assert str(mail["Subject"]) == "[toolrouter] Approval needed: 12 requests (wire)"
+    plain = mail.get_body(("plain",))
+    assert plain is not None
+    assert plain.get_content().count(f"{PUBLIC_URL}/ui/#req-") == 10
+    assert f"2 more not listed. Every one is in the inbox: {PUBLIC_URL}/ui/" in (
+        plain.get_content()
+    )
+
+
 def test_a_decision_and_an_expiry_are_announced_too(
     notify_stack: tuple[Stack, Receivers],
 ) -> None:
@@ -319,6 +369,26 @@ def test_a_receiver_answering_503_twice_gets_it_on_the_third_attempt(
     assert delivery["last_error"] == "HTTP 503"
     assert len(receivers.seen(receivers.flaky, request_id)) == 3
     assert counter(stack, "webhook", "retried") >= retried_before + 2
+
+
+def test_a_digest_answered_503_twice_is_sent_again_whole_and_recorded_for_each_request(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    stack, receivers = notify_stack
+    calls = [{"tool": "flaky_chat_wire", "args": {"to": f"jay-{i}", "amount": i}} for i in range(3)]
+    request_ids = submit_batch(stack, calls)
+    for request_id in request_ids:
+        (delivery,) = settled(stack, request_id, 1)
+        assert (delivery["channel"], delivery["status"], delivery["attempts"]) == (
+            "flaky-chat",
+            "delivered",
+            3,
+        )
+        assert delivery["last_error"] == "HTTP 503"
+    posts = [s for s in list(receivers.flaky.seen) if request_ids[0] in s.body.decode()]
+    # Three tries of one message, each naming all three requests.
+    assert len(posts) == 3
+    assert all(all(r in post.body.decode() for r in request_ids) for post in posts)
 
 
 def test_a_receiver_that_always_fails_changes_nothing_for_the_call_or_its_approval(

@@ -1,0 +1,125 @@
+"""Many requests' event on a channel people read, told in one message.
+
+An agent's batch of gated calls makes one request per call, announced together. A webhook,
+read by a program, still gets one signed document per request; a Slack channel or a
+mailbox, read by people, gets one message for the requests of one announcement once they
+are ``DIGEST_FROM`` or more: how many, the first ``LISTED`` with their tool, requester and
+arguments, and the link to the inbox. Each request keeps its own delivery row, recorded
+with that message's outcome.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from email.message import EmailMessage
+
+from ..tools.notify_config import ChannelType
+from .content import HEADLINES, Notice, compose_email, slack_escape, slack_message
+from .model import NotifyEvent
+
+# Fewer requests than this in one announcement are told one message each.
+DIGEST_FROM = 3
+# Requests named in a digest; the rest are counted, and the inbox lists them all.
+LISTED = 10
+# A listed request's arguments, shorter than a single notice's: ten must fit one message.
+LINE_SUMMARY_CHARS = 100
+# Channel types read by people; a webhook's receiver wants each request on its own.
+FOR_PEOPLE = frozenset({ChannelType.SLACK, ChannelType.EMAIL})
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A delivery as grouping needs it."""
+
+    id: str
+    channel: str
+    channel_type: str
+    event: str
+
+
+def grouped(planned: Sequence[Planned]) -> list[list[str]]:
+    """The messages to send for ``planned``: the ids of each, in order. On a channel for
+    people, one message for all of one event once they are ``DIGEST_FROM`` or more."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    alone: list[list[str]] = []
+    for delivery in planned:
+        if delivery.channel_type in FOR_PEOPLE:
+            groups.setdefault((delivery.channel, delivery.event), []).append(delivery.id)
+        else:
+            alone.append([delivery.id])
+    for ids in groups.values():
+        alone.extend([ids] if len(ids) >= DIGEST_FROM else [[i] for i in ids])
+    return alone
+
+
+@dataclass(frozen=True, slots=True)
+class Digest:
+    """One event of several requests, as Slack and email tell it."""
+
+    notices: tuple[Notice, ...]
+    # The inbox's list, where every request of the digest can be decided.
+    inbox: str
+
+    @property
+    def event(self) -> NotifyEvent:
+        return self.notices[0].event
+
+    @property
+    def headline(self) -> str:
+        tools = sorted({notice.tool for notice in self.notices})
+        named = ", ".join(tools[:3]) + (f" and {len(tools) - 3} more" if len(tools) > 3 else "")
+        return f"{HEADLINES[self.event]}: {len(self.notices)} requests ({named})"
+
+    def lines(self) -> list[tuple[str, str]]:
+        """Each listed request: its text and its own link."""
+        return [
+            (
+                f"{notice.tool} by {notice.requested_by} ({notice.request_id}): "
+                f"{_cut(notice.args_summary)}",
+                notice.link,
+            )
+            for notice in self.notices[:LISTED]
+        ]
+
+    @property
+    def unlisted(self) -> int:
+        return max(0, len(self.notices) - LISTED)
+
+    def footer(self) -> str:
+        more = f"{self.unlisted} more not listed. " if self.unlisted else ""
+        return f"{more}Every one is in the inbox"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= LINE_SUMMARY_CHARS else text[: LINE_SUMMARY_CHARS - 1] + "…"
+
+
+def slack_digest(digest: Digest) -> bytes:
+    """One Slack message for the whole digest: a line per listed request, linked."""
+    headline = slack_escape(digest.headline)
+    listed = "\n".join(f"• <{link}|{slack_escape(text)}>" for text, link in digest.lines())
+    inbox = f"<{digest.inbox}|Open the inbox>"
+    footer = f"{slack_escape(digest.footer())}: {inbox}"
+    return slack_message(f"{headline} {inbox}", [f"*{headline}*", listed, footer])
+
+
+def email_digest(digest: Digest, *, sender: str, to: tuple[str, ...]) -> EmailMessage:
+    """One email for the whole digest: plain text, and HTML with every value escaped."""
+    plain = [digest.headline, ""]
+    plain += [f"- {text}\n  {link}" for text, link in digest.lines()]
+    plain += ["", f"{digest.footer()}: {digest.inbox}", ""]
+    items = "".join(
+        f'<li><a href="{html.escape(link, quote=True)}">{html.escape(text)}</a></li>'
+        for text, link in digest.lines()
+    )
+    inbox = html.escape(digest.inbox, quote=True)
+    body = (
+        f"<html><body><h2>{html.escape(digest.headline)}</h2><ul>{items}</ul>"
+        f'<p>{html.escape(digest.footer())}: <a href="{inbox}">Open the inbox</a></p>'
+        "</body></html>"
+    )
+    return compose_email(
+        digest.headline, sender=sender, to=to, plain="\n".join(plain), html_body=body
+    )
