@@ -64,3 +64,25 @@ def test_call_status_over_mcp_refuses_a_wait_out_of_range(stack: Stack, wait_s: 
     result = payload["result"]
     assert result["isError"] is True
     assert result["content"][0]["text"].startswith("wait_s must be between 0 and "), result
+
+
+@pytest.mark.parametrize(
+    ("path", "key", "name"),
+    [
+        ("/v1/audit?event=nope&event=queued", "operator", "event"),
+        ("/v1/audit?limit=5&tool=a&limit=7", "operator", "limit"),
+        (f"/v1/calls/call_{'0' * 32}?wait_s=-5&wait_s=1", "agent", "wait_s"),
+        ("/v1/calls?wait_s=1&wait_s=", "agent", "wait_s"),
+        ("/v1/approvals?status=pending&status%3D=x&status=decided", "approver", "status"),
+    ],
+)
+def test_a_query_parameter_given_twice_is_422_whichever_value_would_pass(
+    stack: Stack, path: str, key: str, name: str
+) -> None:
+    with stack.client(key) as http:
+        response = http.request("POST" if path.startswith("/v1/calls?") else "GET", path)
+    assert response.status_code == 422, response.text
+    assert response.json() == {
+        "ok": False,
+        "error": f"query parameter given more than once: {name}",
+    }
