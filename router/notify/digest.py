@@ -25,6 +25,8 @@ DIGEST_FROM = 3
 LISTED = 10
 # A listed request's arguments, shorter than a single notice's: ten must fit one message.
 LINE_SUMMARY_CHARS = 100
+# Slack refuses a section whose text is longer: lines past it are counted, not listed.
+SLACK_SECTION_CHARS = 3000
 # Channel types read by people; a webhook's receiver wants each request on its own.
 FOR_PEOPLE = frozenset({ChannelType.SLACK, ChannelType.EMAIL})
 
@@ -83,12 +85,10 @@ class Digest:
             for notice in self.notices[:LISTED]
         ]
 
-    @property
-    def unlisted(self) -> int:
-        return max(0, len(self.notices) - LISTED)
-
-    def footer(self) -> str:
-        more = f"{self.unlisted} more not listed. " if self.unlisted else ""
+    def footer(self, listed: int) -> str:
+        """The closing line, after ``listed`` requests were listed."""
+        unlisted = len(self.notices) - listed
+        more = f"{unlisted} more not listed. " if unlisted > 0 else ""
         return f"{more}Every one is in the inbox"
 
 
@@ -99,17 +99,23 @@ def _cut(text: str) -> str:
 def slack_digest(digest: Digest) -> bytes:
     """One Slack message for the whole digest: a line per listed request, linked."""
     headline = slack_escape(digest.headline)
-    listed = "\n".join(f"• <{link}|{slack_escape(text)}>" for text, link in digest.lines())
+    listed: list[str] = []
+    for text, link in digest.lines():
+        line = f"• <{link}|{slack_escape(text)}>"
+        if sum(len(one) + 1 for one in listed) + len(line) > SLACK_SECTION_CHARS:
+            break
+        listed.append(line)
     inbox = f"<{digest.inbox}|Open the inbox>"
-    footer = f"{slack_escape(digest.footer())}: {inbox}"
-    return slack_message(f"{headline} {inbox}", [f"*{headline}*", listed, footer])
+    footer = f"{slack_escape(digest.footer(len(listed)))}: {inbox}"
+    return slack_message(f"{headline} {inbox}", [f"*{headline}*", "\n".join(listed), footer])
 
 
 def email_digest(digest: Digest, *, sender: str, to: tuple[str, ...]) -> EmailMessage:
     """One email for the whole digest: plain text, and HTML with every value escaped."""
     plain = [digest.headline, ""]
     plain += [f"- {text}\n  {link}" for text, link in digest.lines()]
-    plain += ["", f"{digest.footer()}: {digest.inbox}", ""]
+    footer = digest.footer(len(digest.lines()))
+    plain += ["", f"{footer}: {digest.inbox}", ""]
     items = "".join(
         f'<li><a href="{html.escape(link, quote=True)}">{html.escape(text)}</a></li>'
         for text, link in digest.lines()
@@ -117,7 +123,7 @@ def email_digest(digest: Digest, *, sender: str, to: tuple[str, ...]) -> EmailMe
     inbox = html.escape(digest.inbox, quote=True)
     body = (
         f"<html><body><h2>{html.escape(digest.headline)}</h2><ul>{items}</ul>"
-        f'<p>{html.escape(digest.footer())}: <a href="{inbox}">Open the inbox</a></p>'
+        f'<p>{html.escape(footer)}: <a href="{inbox}">Open the inbox</a></p>'
         "</body></html>"
     )
     return compose_email(

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 
 from router.notify.content import Notice
-from router.notify.digest import LISTED, Digest, Planned, email_digest, grouped, slack_digest
+from router.notify.digest import (
+    LISTED,
+    SLACK_SECTION_CHARS,
+    Digest,
+    Planned,
+    email_digest,
+    grouped,
+    slack_digest,
+)
 from router.notify.model import NotifyEvent
 
 INBOX = "https://inbox.example.test/ui/"
@@ -62,8 +70,8 @@ def test_the_headline_counts_the_requests_and_names_at_most_three_tools() -> Non
     tools = ["a", "b", "c", "d", "e"]
     digest = Digest(tuple(notice(i, tools[i % 5]) for i in range(12)), INBOX)
     assert digest.headline == "Approval needed: 12 requests (a, b, c and 2 more)"
-    assert len(digest.lines()) == LISTED and digest.unlisted == 2
-    assert digest.footer() == "2 more not listed. Every one is in the inbox"
+    assert len(digest.lines()) == LISTED
+    assert digest.footer(LISTED) == "2 more not listed. Every one is in the inbox"
 
 
 def test_slack_digest_keeps_markup_in_arguments_inert_and_links_each_request() -> None:
@@ -94,3 +102,16 @@ def test_email_digest_escapes_every_value_in_its_html() -> None:
     assert html is not None and plain is not None
     assert "<script>" not in html.get_content() and "&lt;script&gt;" in html.get_content()
     assert f"Every one is in the inbox: {INBOX}" in plain.get_content()
+
+
+def test_a_slack_digest_lists_no_more_than_a_section_holds_and_counts_the_rest() -> None:
+    """Markup escaped grows five times: ten lines of it would pass Slack's limit, and Slack
+    would refuse the whole message (no approver told of any of these requests)."""
+    notices = tuple(notice(i, tool="t" * 64, summary="&" * 300) for i in range(12))
+    message = json.loads(slack_digest(Digest(notices, INBOX)))
+    listed = message["blocks"][1]["text"]["text"]
+    shown = listed.count(f"<{INBOX}#req-")
+    assert 0 < shown < LISTED and len(listed) <= SLACK_SECTION_CHARS
+    footer = message["blocks"][2]["text"]["text"]
+    assert footer.startswith(f"{12 - shown} more not listed.")
+    assert all(len(block["text"]["text"]) <= SLACK_SECTION_CHARS for block in message["blocks"])
