@@ -18,8 +18,16 @@ import httpx
 import pytest
 from aiosmtpd.controller import Controller
 
-from router.constants import ESCALATE_TASK, EXPIRE_TASK, MAINTENANCE_QUEUE
+from router.constants import (
+    DELIVER_TASK,
+    ESCALATE_TASK,
+    EXPIRE_TASK,
+    MAINTENANCE_QUEUE,
+    NOTIFICATIONS_QUEUE,
+)
 from router.messaging.celery_app import make_celery
+from router.notify import deliveries as delivery_rows
+from router.notify.model import NotifyEvent
 from router.runtime import Runtime
 
 from ..support import services
@@ -389,6 +397,42 @@ def test_a_digest_answered_503_twice_is_sent_again_whole_and_recorded_for_each_r
     # Three tries of one message, each naming all three requests.
     assert len(posts) == 3
     assert all(all(r in post.body.decode() for r in request_ids) for post in posts)
+
+
+def test_a_forged_message_naming_several_webhook_deliveries_sends_one_and_fails_none(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    """Redis is not trusted to group deliveries: a webhook never gets a digest, so a list
+    of its deliveries is one attempt at the first, the others left to their own messages."""
+    stack, receivers = notify_stack
+    calls = [submit(stack, "quiet_wire", {"to": f"mo-{i}", "amount": i}) for i in range(3)]
+    runtime = Runtime(stack.settings)
+    try:
+        with runtime.store.transaction() as conn:
+            ids = [
+                delivery_rows.plan(
+                    conn,
+                    request_id=call["request_id"],
+                    call_id=call["call_id"],
+                    tool="quiet_wire",
+                    event=NotifyEvent.PENDING,
+                    channels=[("hook", "webhook")],
+                    now=int(time.time() * 1000),
+                )[0]
+                for call in calls
+            ]
+        app = make_celery(stack.env["TOOLROUTER_REDIS_URL"], runtime.namespace)
+        app.send_task(
+            DELIVER_TASK, args=[ids], queue=NOTIFICATIONS_QUEUE, routing_key=NOTIFICATIONS_QUEUE
+        )
+    finally:
+        runtime.close()
+    (first,) = settled(stack, calls[0]["request_id"], 1)
+    assert first["status"] == "delivered", first
+    assert len(receivers.seen(receivers.hook, calls[0]["request_id"])) == 1
+    for call in calls[1:]:
+        (left,) = deliveries(stack, request_id=call["request_id"])
+        assert (left["status"], left["attempts"]) == ("pending", 0), left
 
 
 def test_a_receiver_that_always_fails_changes_nothing_for_the_call_or_its_approval(
