@@ -21,7 +21,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..auth.principal import Principal
 from ..dispatch.submission import Submission
-from ..errors import NotFound, RequestError, Unavailable
+from ..errors import NotAuthenticated, NotFound, RequestError, Unavailable
 from ..messaging.completions import CompletionListener
 from ..messaging.redis_clients import redis_client
 from ..messaging.waiting import wait_for_call
@@ -201,6 +201,12 @@ class ToolrouterMcp:
                 who, call_id, max(0.0, min(slice_s, remaining)), known_unfinished=first
             )
             first = False
+            if result.status in TERMINAL_STATES:
+                try:
+                    await self.identify(ctx)  # a key revoked meanwhile hears no outcome
+                except NotAuthenticated:
+                    await in_thread(self.in_flight.done, who.name, ctx.request_id, call_id)
+                    raise
             await reports.saw(result)
         # Not on cancellation: a notifications/cancelled that follows must find the call.
         await in_thread(self.in_flight.done, who.name, ctx.request_id, call_id)

@@ -301,6 +301,46 @@ def test_progress_follows_the_call_from_queued_to_finished(stack: Stack, tmp_pat
     assert seen[-1][1] == seen[-1][0]
 
 
+def test_a_key_revoked_while_its_call_runs_hears_nothing_of_the_outcome(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Progress and log notifications would carry the final status (and a failure's error):
+    a key revoked during the wait is refused before they are sent, not only in the reply."""
+    name, token = temporary_key(stack, ["agent"])
+    stack.keys[name] = token
+    release = tmp_path / "release"
+    seen: list[str | None] = []
+
+    def revoke_then_release() -> None:
+        revoke_key(stack, name)
+
+        def refused() -> bool:
+            with stack.client(name) as http:
+                return http.get("/v1/tools").status_code == 401
+
+        wait_for(refused, 30, "the API refusing the revoked key")
+        release.touch()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(message)
+        if message == "running":
+            await anyio.to_thread.run_sync(revoke_then_release)
+
+    async def scenario() -> str:
+        async with session(stack, key=name) as client:
+            try:
+                result = await client.call_tool(
+                    "hold", {"until": str(release)}, progress_callback=on_progress
+                )
+            except MCPError as exc:
+                return str(exc)
+        return json.dumps(result.model_dump(mode="json"))
+
+    answer = anyio.run(scenario)
+    assert "running" in seen and "succeeded" not in seen
+    assert "key revoked" in answer and "released" not in answer
+
+
 # Logging left the protocol in 2026-07-28; the SDK's client warns, handshake clients use it.
 @pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 def test_log_messages_honour_the_level_the_key_set(stack: Stack) -> None:
