@@ -9,6 +9,7 @@ import logging
 from typing import Any
 
 from router.constants import DELIVER_TASK, ESCALATE_TASK, NOTIFICATIONS_QUEUE, NOTIFY_TASK
+from router.notify.digest import PER_MESSAGE
 from router.notify.model import NotifyEvent, Outcome
 
 from . import process
@@ -18,8 +19,6 @@ log = logging.getLogger(__name__)
 
 # A receiver that hangs is cut off by ``notify_timeout_s``; this is the backstop.
 TIME_LIMIT_S = 120
-# Deliveries one message may carry: an announcement's, which a batch's chunk bounds.
-MAX_PER_MESSAGE = 10_000
 
 
 def _deliver_later(delivery_ids: list[str], countdown: float) -> None:
@@ -69,7 +68,7 @@ def deliver(delivery_ids: Any) -> str:
     ids = [delivery_ids] if isinstance(delivery_ids, str) else delivery_ids
     if not (
         isinstance(ids, list)
-        and 0 < len(ids) <= MAX_PER_MESSAGE
+        and 0 < len(ids) <= PER_MESSAGE
         and all(isinstance(i, str) for i in ids)
     ):
         log.warning("ignored a delivery message that names no deliveries")

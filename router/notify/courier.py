@@ -117,10 +117,6 @@ class Courier:
         found = self.registry.get(tool)
         return found.spec if found is not None else None
 
-    def attempt(self, delivery_id: str) -> Attempted:
-        """One attempt at one open delivery, its outcome recorded and counted."""
-        return self.attempt_many([delivery_id])
-
     def attempt_many(self, delivery_ids: Sequence[str]) -> Attempted:
         """One attempt at the open deliveries of ``delivery_ids`` as one message: a
         ``Digest`` when more than one is claimed. Each is recorded and counted with that

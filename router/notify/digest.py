@@ -25,6 +25,8 @@ DIGEST_FROM = 3
 LISTED = 10
 # A listed request's arguments, shorter than a single notice's: ten must fit one message.
 LINE_SUMMARY_CHARS = 100
+# Deliveries one message carries at most: a batch chunk's (``router.dispatch.batches``).
+PER_MESSAGE = 1000
 # Slack refuses a section whose text is longer: lines past it are counted, not listed.
 SLACK_SECTION_CHARS = 3000
 # Channel types read by people; a webhook's receiver wants each request on its own.
@@ -52,7 +54,11 @@ def grouped(planned: Sequence[Planned]) -> list[list[str]]:
         else:
             alone.append([delivery.id])
     for ids in groups.values():
-        alone.extend([ids] if len(ids) >= DIGEST_FROM else [[i] for i in ids])
+        if len(ids) < DIGEST_FROM:
+            alone.extend([i] for i in ids)
+        else:
+            starts = range(0, len(ids), PER_MESSAGE)
+            alone.extend(ids[start : start + PER_MESSAGE] for start in starts)
     return alone
 
 

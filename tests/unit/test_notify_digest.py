@@ -7,6 +7,7 @@ import json
 from router.notify.content import Notice
 from router.notify.digest import (
     LISTED,
+    PER_MESSAGE,
     SLACK_SECTION_CHARS,
     Digest,
     Planned,
@@ -115,3 +116,10 @@ def test_a_slack_digest_lists_no_more_than_a_section_holds_and_counts_the_rest()
     footer = message["blocks"][2]["text"]["text"]
     assert footer.startswith(f"{12 - shown} more not listed.")
     assert all(len(block["text"]["text"]) <= SLACK_SECTION_CHARS for block in message["blocks"])
+
+
+def test_a_group_past_what_one_message_carries_goes_as_several() -> None:
+    deliveries = [planned(i, "chat", "slack") for i in range(PER_MESSAGE + 5)]
+    messages = grouped(deliveries)
+    assert [len(ids) for ids in messages] == [PER_MESSAGE, 5]
+    assert [i for ids in messages for i in ids] == [d.id for d in deliveries]
