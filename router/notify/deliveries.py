@@ -82,13 +82,16 @@ def get(conn: Connection, delivery_id: str) -> Delivery | None:
 
 
 def claim(conn: Connection, delivery: Delivery, *, now: int) -> bool:
-    """Take ``delivery`` for one attempt, if it is still as read (open, same attempts)."""
+    """Take ``delivery`` for one attempt, if it is still as read (open, same attempts) and
+    due: a message naming it before its backoff has passed (Redis is not trusted) would
+    spend its attempts early."""
     result = conn.execute(
         update(table)
         .where(
             table.c.id == delivery.id,
             table.c.attempts == delivery.attempts,
             table.c.status.in_([str(s) for s in OPEN_STATUSES]),
+            table.c.next_attempt_at <= now,
         )
         .values(
             status=str(DeliveryStatus.SENDING),

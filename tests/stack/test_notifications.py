@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from aiosmtpd.controller import Controller
+from sqlalchemy import update
 
 from router.constants import (
     DELIVER_TASK,
@@ -25,6 +26,7 @@ from router.constants import (
     MAINTENANCE_QUEUE,
     NOTIFICATIONS_QUEUE,
 )
+from router.db.schema import notification_deliveries
 from router.messaging.celery_app import make_celery
 from router.notify import deliveries as delivery_rows
 from router.notify.model import NotifyEvent
@@ -399,13 +401,10 @@ def test_a_digest_answered_503_twice_is_sent_again_whole_and_recorded_for_each_r
     assert all(all(r in post.body.decode() for r in request_ids) for post in posts)
 
 
-def test_a_forged_message_naming_several_webhook_deliveries_sends_one_and_fails_none(
-    notify_stack: tuple[Stack, Receivers],
-) -> None:
-    """Redis is not trusted to group deliveries: a webhook never gets a digest, so a list
-    of its deliveries is one attempt at the first, the others left to their own messages."""
-    stack, receivers = notify_stack
-    calls = [submit(stack, "quiet_wire", {"to": f"mo-{i}", "amount": i}) for i in range(3)]
+def plan_quiet(stack: Stack, count: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """``count`` gated calls whose tool has no channel, each with a ``hook`` delivery
+    planned by hand and no message queued for it: as if its message were lost."""
+    calls = [submit(stack, "quiet_wire", {"to": f"lo-{i}", "amount": i}) for i in range(count)]
     runtime = Runtime(stack.settings)
     try:
         with runtime.store.transaction() as conn:
@@ -421,6 +420,20 @@ def test_a_forged_message_naming_several_webhook_deliveries_sends_one_and_fails_
                 )[0]
                 for call in calls
             ]
+    finally:
+        runtime.close()
+    return calls, ids
+
+
+def test_a_forged_message_naming_several_webhook_deliveries_sends_one_and_fails_none(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    """Redis is not trusted to group deliveries: a webhook never gets a digest, so a list
+    of its deliveries is one attempt at the first, the others left to their own messages."""
+    stack, receivers = notify_stack
+    calls, ids = plan_quiet(stack, 3)
+    runtime = Runtime(stack.settings)
+    try:
         app = make_celery(stack.env["TOOLROUTER_REDIS_URL"], runtime.namespace)
         app.send_task(
             DELIVER_TASK, args=[ids], queue=NOTIFICATIONS_QUEUE, routing_key=NOTIFICATIONS_QUEUE
@@ -433,6 +446,46 @@ def test_a_forged_message_naming_several_webhook_deliveries_sends_one_and_fails_
     for call in calls[1:]:
         (left,) = deliveries(stack, request_id=call["request_id"])
         assert (left["status"], left["attempts"]) == ("pending", 0), left
+
+
+def test_a_forged_message_cannot_spend_a_delivery_s_attempts_before_its_backoff(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    stack, receivers = notify_stack
+    (waiting, due), (waiting_id, due_id) = plan_quiet(stack, 2)
+    hour_ahead = int(time.time() * 1000) + 3_600_000
+    runtime = Runtime(stack.settings)
+    try:
+        with runtime.store.transaction() as conn:
+            conn.execute(
+                update(notification_deliveries)
+                .where(notification_deliveries.c.id == waiting_id)
+                .values(status="retrying", attempts=1, next_attempt_at=hour_ahead)
+            )
+        app = make_celery(stack.env["TOOLROUTER_REDIS_URL"], runtime.namespace)
+        # One message: the due delivery is tried once the one in backoff is passed over.
+        app.send_task(
+            DELIVER_TASK,
+            args=[[waiting_id, due_id]],
+            queue=NOTIFICATIONS_QUEUE,
+            routing_key=NOTIFICATIONS_QUEUE,
+        )
+    finally:
+        runtime.close()
+
+    def handled() -> bool:
+        (first,) = deliveries(stack, request_id=waiting["request_id"])
+        (second,) = deliveries(stack, request_id=due["request_id"])
+        return first["attempts"] != 1 or second["status"] == "delivered"
+
+    wait_for(handled, 30, "the forged message handled")
+    (left,) = deliveries(stack, request_id=waiting["request_id"])
+    assert (left["status"], left["attempts"], left["next_attempt_at"]) == (
+        "retrying",
+        1,
+        hour_ahead,
+    )
+    assert receivers.seen(receivers.hook, waiting["request_id"]) == []
 
 
 def test_a_receiver_that_always_fails_changes_nothing_for_the_call_or_its_approval(
