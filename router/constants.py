@@ -37,6 +37,8 @@ NOTIFY_TASK = "toolrouter.notify"
 DELIVER_TASK = "toolrouter.deliver_notification"
 # Beat's sweep for requests undecided past their tool's escalate_after_s (router.notify.escalation).
 ESCALATE_TASK = "toolrouter.escalate_requests"
+# Beat's sweep for deliveries whose message was lost or whose attempt died with its process.
+RESEND_TASK = "toolrouter.resend_notifications"
 
 # Names in Redis, each under the namespace's prefix (``Namespace.key``).
 # The approval worker pushes its answer to a decision onto this list (+ decision id).

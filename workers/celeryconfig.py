@@ -13,6 +13,7 @@ from router.constants import (
     MAINTENANCE_QUEUE,
     REAP_TASK,
     RECONCILE_TASK,
+    RESEND_TASK,
     SIGN_AUDIT_HEAD_TASK,
 )
 from router.messaging.celery_app import celery_settings
@@ -64,6 +65,12 @@ def worker_settings(settings: Settings, redis_url: str, namespace: Namespace) ->
                 },
                 "reconcile-queued": {
                     "task": RECONCILE_TASK,
+                    "schedule": settings.reconciler_interval_s,
+                    "options": {"queue": MAINTENANCE_QUEUE, "expires": 30},
+                },
+                # Lost notification messages, healed as the reconciler heals lost runs.
+                "resend-notifications": {
+                    "task": RESEND_TASK,
                     "schedule": settings.reconciler_interval_s,
                     "options": {"queue": MAINTENANCE_QUEUE, "expires": 30},
                 },

@@ -1,14 +1,20 @@
 """The notification tasks (queue ``notifications``, served by the approval worker): fan a
 request's event out to its channels, then attempt each delivery, re-queued with a growing
-delay while it fails in a way that may pass; and beat's escalation sweep (``maintenance``).
-The logic is ``router.notify.courier``."""
+delay while it fails in a way that may pass; and beat's sweeps (``maintenance``): escalation,
+and deliveries whose message was lost. The logic is ``router.notify.courier``."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from router.constants import DELIVER_TASK, ESCALATE_TASK, NOTIFICATIONS_QUEUE, NOTIFY_TASK
+from router.constants import (
+    DELIVER_TASK,
+    ESCALATE_TASK,
+    NOTIFICATIONS_QUEUE,
+    NOTIFY_TASK,
+    RESEND_TASK,
+)
 from router.notify.digest import PER_MESSAGE
 from router.notify.model import NotifyEvent, Outcome
 
@@ -59,6 +65,21 @@ def escalate_requests() -> int:
     for message in courier.messages(planned):
         _deliver_later(message, 0)
     return len(planned)
+
+
+@app.task(name=RESEND_TASK, ignore_result=True, time_limit=TIME_LIMIT_S)
+def resend_lost() -> int:
+    """Queue again the deliveries whose message was lost, and those whose attempt outlived
+    its time limit (its process died); how many."""
+    courier = process.current().runtime.courier
+    settings = courier.settings
+    resent = courier.resend_lost(
+        lost_after_ms=int(settings.requeue_after_s * 1000),
+        stuck_after_ms=int((TIME_LIMIT_S + settings.lease_grace_s) * 1000),
+    )
+    for message in courier.messages(resent):
+        _deliver_later(message, 0)
+    return len(resent)
 
 
 @app.task(name=DELIVER_TASK, ignore_result=True, time_limit=TIME_LIMIT_S)

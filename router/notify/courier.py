@@ -113,6 +113,25 @@ class Courier:
             due = escalation.due(conn, after_ms, now=self.clock(), limit=limit)
         return self.fan_out(NotifyEvent.ESCALATED, due)
 
+    def resend_lost(
+        self, *, lost_after_ms: int, stuck_after_ms: int, limit: int = 500
+    ) -> list[str]:
+        """The open deliveries due for ``lost_after_ms`` (their message was lost with a
+        worker or a Redis restart) and those ``sending`` for ``stuck_after_ms`` (their
+        attempt died with its process), to queue again; nothing else would."""
+        now = self.clock()
+        with self.store.transaction() as conn:
+            released = deliveries.release_interrupted(
+                conn,
+                before=now - stuck_after_ms,
+                now=now,
+                max_attempts=self.settings.notify_max_attempts,
+            )
+            lost = deliveries.take_overdue(conn, before=now - lost_after_ms, now=now, limit=limit)
+        if released or lost:
+            log.warning("queued %d lost notification deliveries again", len(released) + len(lost))
+        return released + lost
+
     def _spec(self, tool: str) -> ToolSpec | None:
         found = self.registry.get(tool)
         return found.spec if found is not None else None

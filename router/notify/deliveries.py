@@ -19,6 +19,8 @@ from .model import OPEN_STATUSES, Delivery, DeliveryStatus, NotifyEvent
 ERROR_CHARS = 500
 # Ids in one ``IN (…)``: well under SQLite's limit on a statement's parameters.
 IDS_PER_QUERY = 500
+# What a delivery whose attempt died with its process (no outcome recorded) is marked.
+INTERRUPTED = "interrupted while sending"
 
 
 def new_delivery_id() -> str:
@@ -122,6 +124,46 @@ def finish(
     if status is DeliveryStatus.DELIVERED:
         values["delivered_at"] = now
     conn.execute(update(table).where(table.c.id == delivery_id).values(**values))
+
+
+def release_interrupted(conn: Connection, *, before: int, now: int, max_attempts: int) -> list[str]:
+    """Deliveries ``sending`` since before ``before``, whose attempt died with its process:
+    failed once they have had ``max_attempts``, else due again ``now``; the ids of those."""
+    stuck = (table.c.status == str(DeliveryStatus.SENDING), table.c.updated_at < before)
+    conn.execute(
+        update(table)
+        .where(*stuck, table.c.attempts >= max_attempts)
+        .values(status=str(DeliveryStatus.FAILED), last_error=INTERRUPTED, updated_at=now)
+    )
+    ids = [row.id for row in conn.execute(select(table.c.id).where(*stuck))]
+    for start in range(0, len(ids), IDS_PER_QUERY):
+        conn.execute(
+            update(table)
+            .where(*stuck, table.c.id.in_(ids[start : start + IDS_PER_QUERY]))
+            .values(
+                status=str(DeliveryStatus.RETRYING),
+                last_error=INTERRUPTED,
+                updated_at=now,
+                next_attempt_at=now,
+            )
+        )
+    return ids
+
+
+def take_overdue(conn: Connection, *, before: int, now: int, limit: int) -> list[str]:
+    """Up to ``limit`` open deliveries due since before ``before`` (their message is lost),
+    made due ``now`` so that later sweeps leave them to the message queued for them now."""
+    overdue = (
+        table.c.status.in_([str(s) for s in OPEN_STATUSES]),
+        table.c.next_attempt_at < before,
+    )
+    found = conn.execute(
+        select(table.c.id).where(*overdue).order_by(table.c.next_attempt_at).limit(limit)
+    )
+    ids = [row.id for row in found]
+    if ids:
+        conn.execute(update(table).where(*overdue, table.c.id.in_(ids)).values(next_attempt_at=now))
+    return ids
 
 
 def recent(

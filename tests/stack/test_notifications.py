@@ -25,6 +25,7 @@ from router.constants import (
     EXPIRE_TASK,
     MAINTENANCE_QUEUE,
     NOTIFICATIONS_QUEUE,
+    RESEND_TASK,
 )
 from router.db.schema import notification_deliveries
 from router.messaging.celery_app import make_celery
@@ -486,6 +487,39 @@ def test_a_forged_message_cannot_spend_a_delivery_s_attempts_before_its_backoff(
         hour_ahead,
     )
     assert receivers.seen(receivers.hook, waiting["request_id"]) == []
+
+
+def test_deliveries_whose_message_or_attempt_was_lost_are_sent_by_the_resend_sweep(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    """A message lost with a killed worker or a Redis restart, and an attempt whose process
+    died mid-send, left deliveries open or ``sending`` for ever: nothing queued them again."""
+    stack, receivers = notify_stack
+    calls, (lost_id, sending_id, spent_id) = plan_quiet(stack, 3)
+    hour_ago = int(time.time() * 1000) - 3_600_000
+    rows = notification_deliveries
+    runtime = Runtime(stack.settings)
+    try:
+        with runtime.store.transaction() as conn:
+            conn.execute(update(rows).where(rows.c.id == lost_id).values(next_attempt_at=hour_ago))
+            for delivery_id, attempts in ((sending_id, 1), (spent_id, 3)):
+                conn.execute(
+                    update(rows)
+                    .where(rows.c.id == delivery_id)
+                    .values(status="sending", attempts=attempts, updated_at=hour_ago)
+                )
+        app = make_celery(stack.env["TOOLROUTER_REDIS_URL"], runtime.namespace)
+        app.send_task(RESEND_TASK, queue=MAINTENANCE_QUEUE, routing_key=MAINTENANCE_QUEUE)
+    finally:
+        runtime.close()
+    lost, sending, spent = (settled(stack, call["request_id"], 1)[0] for call in calls)
+    assert (lost["status"], lost["attempts"], lost["last_error"]) == ("delivered", 1, None)
+    assert (sending["status"], sending["attempts"]) == ("delivered", 2)
+    assert sending["last_error"] == "interrupted while sending"
+    assert (spent["status"], spent["attempts"]) == ("failed", 3)
+    assert spent["last_error"] == "interrupted while sending"
+    assert len(receivers.seen(receivers.hook, calls[0]["request_id"])) == 1
+    assert receivers.seen(receivers.hook, calls[2]["request_id"]) == []
 
 
 def test_a_receiver_that_always_fails_changes_nothing_for_the_call_or_its_approval(
