@@ -54,6 +54,7 @@ def api_request(
         sys.exit(2)
     try:
         body = response.json()
-    except ValueError:
+    # Nesting deeper than the parser recurses raises RecursionError, not ValueError.
+    except (ValueError, RecursionError):
         body = {"ok": False, "error": f"HTTP {response.status}"}
     return body if isinstance(body, dict) else {"ok": False, "error": "unexpected answer"}

@@ -93,7 +93,8 @@ def json_of(body: bytes | str) -> Any:
     """The body as JSON, or None when it is not JSON."""
     try:
         return json.loads(body)
-    except ValueError:
+    # Nesting deeper than the parser recurses raises RecursionError, not ValueError.
+    except (ValueError, RecursionError):
         return None
 
 

@@ -349,8 +349,13 @@ def test_what_goes_wrong_on_the_wire_is_an_unavailable_value(
         (answer(503, {"ok": False, "error": "unavailable: store down"}), Unavailable),
         (answer(307, {}, "location: /elsewhere"), RequestError),
         (b"HTTP/1.1 200 OK\r\ncontent-length: 8\r\n\r\nnot json", RequestError),
+        # Deeper than Python's JSON parser recurses: it raises RecursionError, no ValueError.
+        (
+            b"HTTP/1.1 200 OK\r\ncontent-length: 200000\r\n\r\n" + b"[" * 100_000 + b"]" * 100_000,
+            RequestError,
+        ),
     ],
-    ids=["503", "a redirect", "not JSON"],
+    ids=["503", "a redirect", "not JSON", "nested too deep"],
 )
 def test_an_answer_that_is_no_result_is_unavailable_for_a_call_else_an_error(
     response: bytes, error: type[Exception], flavour: str
