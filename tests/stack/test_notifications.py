@@ -495,24 +495,30 @@ def test_deliveries_whose_message_or_attempt_was_lost_are_sent_by_the_resend_swe
     """A message lost with a killed worker or a Redis restart, and an attempt whose process
     died mid-send, left deliveries open or ``sending`` for ever: nothing queued them again."""
     stack, receivers = notify_stack
-    calls, (lost_id, sending_id, spent_id) = plan_quiet(stack, 3)
-    hour_ago = int(time.time() * 1000) - 3_600_000
+    calls, (lost_id, sending_id, spent_id, recent_id) = plan_quiet(stack, 4)
+    now = int(time.time() * 1000)
+    hour_ago = now - 3_600_000
     rows = notification_deliveries
     runtime = Runtime(stack.settings)
     try:
         with runtime.store.transaction() as conn:
             conn.execute(update(rows).where(rows.c.id == lost_id).values(next_attempt_at=hour_ago))
-            for delivery_id, attempts in ((sending_id, 1), (spent_id, 3)):
+            # The last one's attempt is under way: the sweep must leave it be.
+            for delivery_id, attempts, changed in (
+                (sending_id, 1, hour_ago),
+                (spent_id, 3, hour_ago),
+                (recent_id, 1, now),
+            ):
                 conn.execute(
                     update(rows)
                     .where(rows.c.id == delivery_id)
-                    .values(status="sending", attempts=attempts, updated_at=hour_ago)
+                    .values(status="sending", attempts=attempts, updated_at=changed)
                 )
         app = make_celery(stack.env["TOOLROUTER_REDIS_URL"], runtime.namespace)
         app.send_task(RESEND_TASK, queue=MAINTENANCE_QUEUE, routing_key=MAINTENANCE_QUEUE)
     finally:
         runtime.close()
-    lost, sending, spent = (settled(stack, call["request_id"], 1)[0] for call in calls)
+    lost, sending, spent = (settled(stack, call["request_id"], 1)[0] for call in calls[:3])
     assert (lost["status"], lost["attempts"], lost["last_error"]) == ("delivered", 1, None)
     assert (sending["status"], sending["attempts"]) == ("delivered", 2)
     assert sending["last_error"] == "interrupted while sending"
@@ -520,6 +526,8 @@ def test_deliveries_whose_message_or_attempt_was_lost_are_sent_by_the_resend_swe
     assert spent["last_error"] == "interrupted while sending"
     assert len(receivers.seen(receivers.hook, calls[0]["request_id"])) == 1
     assert receivers.seen(receivers.hook, calls[2]["request_id"]) == []
+    (recent,) = deliveries(stack, request_id=calls[3]["request_id"])
+    assert (recent["status"], recent["attempts"]) == ("sending", 1), recent
 
 
 def test_a_receiver_that_always_fails_changes_nothing_for_the_call_or_its_approval(

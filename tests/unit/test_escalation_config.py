@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.constants import ESCALATE_TASK, MAINTENANCE_QUEUE
+from router.constants import ESCALATE_TASK, MAINTENANCE_QUEUE, RESEND_TASK
 from router.errors import ConfigError
 from router.messaging.namespace import Namespace
 from router.notify.content import Notice, webhook_body
@@ -99,4 +99,12 @@ def test_beat_runs_the_escalation_sweep_on_the_maintenance_queue() -> None:
     conf = worker_settings(settings, "redis://127.0.0.1:1/0", Namespace.of(settings))
     entry = conf["beat_schedule"]["escalate-requests"]
     assert entry["task"] == ESCALATE_TASK and entry["schedule"] == 3
+    assert entry["options"]["queue"] == MAINTENANCE_QUEUE
+
+
+def test_beat_runs_the_sweep_of_lost_notifications_on_the_reconcilers_interval() -> None:
+    settings = Settings(reconciler_interval_s=7)
+    conf = worker_settings(settings, "redis://127.0.0.1:1/0", Namespace.of(settings))
+    entry = conf["beat_schedule"]["resend-notifications"]
+    assert entry["task"] == RESEND_TASK and entry["schedule"] == 7
     assert entry["options"]["queue"] == MAINTENANCE_QUEUE
