@@ -6,10 +6,11 @@ Shared by ``Client`` and ``AsyncClient``, whatever library carried the answer.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from ..errors import (
     BadRequest,
@@ -22,6 +23,9 @@ from ..errors import (
     Unavailable,
 )
 from ..results import CallResult, unavailable
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 _ERRORS: dict[int, type[RequestError]] = {
     401: NotAuthenticated,
@@ -130,6 +134,23 @@ def unreachable(exc: BaseException) -> str:
     return f"cannot reach the API: {str(exc) or type(exc).__name__}"
 
 
+def shaped(read: Callable[P, T]) -> Callable[P, T]:
+    """``read`` of an answer, with an answer of another shape (a server that is not
+    toolrouter's API, a proxy's page) raised as the caller's error, not a ``KeyError``."""
+
+    @functools.wraps(read)
+    def reading(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return read(*args, **kwargs)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise RequestError(
+                f"the API's answer is not of the shape expected ({type(exc).__name__}: {exc})"
+            ) from None
+
+    return reading
+
+
+@shaped
 def receipt(body: dict[str, Any]) -> BatchReceipt:
     return BatchReceipt(
         batch_id=body["batch_id"],
@@ -140,6 +161,7 @@ def receipt(body: dict[str, Any]) -> BatchReceipt:
     )
 
 
+@shaped
 def batch_status(body: dict[str, Any]) -> BatchStatus:
     return BatchStatus(
         batch_id=body["batch_id"],
@@ -150,6 +172,7 @@ def batch_status(body: dict[str, Any]) -> BatchStatus:
     )
 
 
+@shaped
 def decided(body: dict[str, Any], request_id: str) -> Decided:
     if body.get("status") not in _DECISIONS:
         # approve(wait_s=…) on a released call answers with the call's result, which
@@ -166,6 +189,7 @@ def decided(body: dict[str, Any], request_id: str) -> Decided:
     )
 
 
+@shaped
 def routed(body: dict[str, Any]) -> Routed:
     return Routed(
         strategy=body["strategy"],

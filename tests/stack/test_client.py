@@ -354,8 +354,10 @@ def test_what_goes_wrong_on_the_wire_is_an_unavailable_value(
             b"HTTP/1.1 200 OK\r\ncontent-length: 200000\r\n\r\n" + b"[" * 100_000 + b"]" * 100_000,
             RequestError,
         ),
+        # JSON, but not the API's: a proxy's or another service's answer.
+        (answer(200, {"ok": "yes", "status": 5, "counts": []}), RequestError),
     ],
-    ids=["503", "a redirect", "not JSON", "nested too deep"],
+    ids=["503", "a redirect", "not JSON", "nested too deep", "another shape"],
 )
 def test_an_answer_that_is_no_result_is_unavailable_for_a_call_else_an_error(
     response: bytes, error: type[Exception], flavour: str
