@@ -26,6 +26,17 @@ def ascii_json(value: Any) -> bytes:
     )
 
 
+def shown_plainly(json_text: str) -> str:
+    """JSON text for people to read, with each character that prints as nothing or moves
+    the text around it (bidirectional controls, zero-width and other format characters)
+    written as its ``\\u`` escape, which parses back to the same value: an argument
+    cannot display as something other than what it holds. Line breaks between values stay
+    (inside strings JSON escapes them already)."""
+    if json_text.isprintable():
+        return json_text
+    return "".join(c if c.isprintable() or c == "\n" else json.dumps(c)[1:-1] for c in json_text)
+
+
 def storable_text(text: str) -> str:
     """``text`` as every database stores it: NULs and lone surrogates (which PostgreSQL and
     SQLite's UTF-8 refuse) written out as their escapes, everything else unchanged."""

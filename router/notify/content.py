@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from typing import Any
 
+from ..canonical import shown_plainly
 from ..trust.redaction import Redactor
 from .model import NotifyEvent
 
@@ -95,7 +96,7 @@ def duration(seconds: int) -> str:
 def summarize(args: Any, redactor: Redactor) -> str:
     """A one-line, bounded, secret-free view of the arguments."""
     text = json.dumps(_masked(args, redactor), ensure_ascii=False, separators=(", ", ": "))
-    text = redactor(text)
+    text = shown_plainly(redactor(text))
     return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
 
 

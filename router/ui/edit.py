@@ -19,6 +19,7 @@ from starlette.datastructures import FormData
 
 from ..approval.model import Decision
 from ..auth.principal import Principal
+from ..canonical import shown_plainly
 from ..dispatch.checks import Checked, EditRefused
 from ..errors import RequestError, Unavailable
 from ..threads import in_thread
@@ -37,14 +38,10 @@ TEXT_MARGIN = 64 * 1024
 
 
 def pretty(args: Any) -> str:
-    """``args`` as indented JSON, with its text as written where a page can carry it: a lone
-    surrogate, which no page can, is shown as its ``\\u`` escape."""
-    text = json.dumps(args, indent=2, sort_keys=True, ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(args, indent=2, sort_keys=True)
-    return text
+    """``args`` as indented JSON, with its text as written except where a page could not
+    carry it or would not show it plainly: lone surrogates and characters that hide or
+    reorder text are shown as their ``\\u`` escapes (``canonical.shown_plainly``)."""
+    return shown_plainly(json.dumps(args, indent=2, sort_keys=True, ensure_ascii=False))
 
 
 def _no_constant(name: str) -> Any:
