@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 COOKIE = "tr_session"
 FLASH_COOKIE = "tr_flash"
+# A flash message's bytes at most: in base64 with its signature, well within a cookie.
+FLASH_BYTES = 2400
 # Sessions one key may hold at once; the oldest end first.
 MAX_SESSIONS_PER_KEY = 20
 
@@ -127,7 +129,12 @@ class SessionStore:
         return self.keyring.verify(Purpose.SESSION, "csrf|" + session.id_hash, sent)
 
     def sign_flash(self, message: str) -> str:
-        body = base64.urlsafe_b64encode(message[:2000].encode("utf-8")).decode("ascii")
+        """The flash cookie's value: ``message`` cut, at a character's end, to what a
+        cookie holds (browsers drop one over 4 KB, and the message with it), and signed."""
+        text = message.encode("utf-8")
+        if len(text) > FLASH_BYTES:
+            text = text[: FLASH_BYTES - 3].decode("utf-8", "ignore").encode("utf-8") + "…".encode()
+        body = base64.urlsafe_b64encode(text).decode("ascii")
         return f"{body}.{self.keyring.sign(Purpose.SESSION, 'flash|' + body)}"
 
     def read_flash(self, value: str | None) -> str | None:
