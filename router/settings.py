@@ -114,7 +114,8 @@ class Settings(BaseSettings):
     max_wait_s: float = Field(default=300.0, gt=0)
     # Added to a tool's timeout to form the lease on a running call.
     lease_grace_s: float = Field(default=15.0, ge=1)
-    # A queued call with no claim for this long is published again.
+    # A queued call with no claim, or a notification delivery unattempted this long after
+    # it was due, is published again.
     requeue_after_s: float = Field(default=30.0, ge=1)
     # How long the API waits for the approval worker to decide; the decision message
     # expires with it, so a decision reported as failed is never applied later.
@@ -131,8 +132,9 @@ class Settings(BaseSettings):
     # How often beat runs the reaper, which recovers running calls whose lease ran out
     # (their worker is gone).
     reaper_interval_s: float = Field(default=5.0, gt=0)
-    # How often beat runs the reconciler, which publishes again the calls left `queued`
-    # longer than `TOOLROUTER_REQUEUE_AFTER_S` (their message was lost).
+    # How often beat runs the reconcilers, which publish again the calls left `queued` and
+    # the notification deliveries left unattempted longer than `TOOLROUTER_REQUEUE_AFTER_S`
+    # (their message was lost).
     reconciler_interval_s: float = Field(default=10.0, gt=0)
 
     # The address approvers reach the API at, for the inbox links in notifications; empty:
