@@ -142,7 +142,7 @@ def shaped(read: Callable[P, T]) -> Callable[P, T]:
     def reading(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return read(*args, **kwargs)
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
             raise RequestError(
                 f"the API's answer is not of the shape expected ({type(exc).__name__}: {exc})"
             ) from None
@@ -200,6 +200,12 @@ def routed(body: dict[str, Any]) -> Routed:
     )
 
 
+@shaped
+def approval_requests(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [dict(request) for request in body["requests"]]
+
+
+@shaped
 def result_line(line: bytes | str) -> tuple[int, CallResult] | None:
     """One line of a batch's NDJSON results as ``(index, result)``; None for a blank line."""
     if not line.strip():

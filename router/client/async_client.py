@@ -194,7 +194,7 @@ class AsyncClient:
 
     async def approvals(self, status: str = "pending") -> list[dict[str, Any]]:
         """Requests this key may decide (operators: all)."""
-        return list((await self._checked(self._api.approvals(status)))["requests"])
+        return answers.approval_requests(await self._checked(self._api.approvals(status)))
 
     async def approve(
         self, request_id: str, reason: str | None = None, wait_s: float | None = None

@@ -196,7 +196,7 @@ class Client:
 
     def approvals(self, status: str = "pending") -> list[dict[str, Any]]:
         """Requests this key may decide (operators: all)."""
-        return list(self._checked(self._api.approvals(status))["requests"])
+        return answers.approval_requests(self._checked(self._api.approvals(status)))
 
     def approve(
         self, request_id: str, reason: str | None = None, wait_s: float | None = None

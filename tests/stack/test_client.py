@@ -373,7 +373,13 @@ def test_an_answer_that_is_no_result_is_unavailable_for_a_call_else_an_error(
         assert agent.call("echo", {}).status == "unavailable"
         with pytest.raises(error):
             agent.batch_status("batch_1")
-        assert [seen.target for seen in server.seen] == ["/v1/calls", "/v1/batches/batch_1"]
+        with pytest.raises(error):
+            agent.approvals()
+        assert [seen.target for seen in server.seen] == [
+            "/v1/calls",
+            "/v1/batches/batch_1",
+            "/v1/approvals?status=pending",
+        ]
 
 
 def test_a_waited_calls_http_timeout_is_its_wait_plus_the_margin(
