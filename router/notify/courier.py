@@ -121,13 +121,21 @@ class Courier:
         attempt died with its process), to queue again; nothing else would."""
         now = self.clock()
         with self.store.transaction() as conn:
-            released = deliveries.release_interrupted(
+            released, failed = deliveries.release_interrupted(
                 conn,
                 before=now - stuck_after_ms,
                 now=now,
                 max_attempts=self.settings.notify_max_attempts,
             )
             lost = deliveries.take_overdue(conn, before=now - lost_after_ms, now=now, limit=limit)
+        for channel_type in failed:
+            metrics.notification(channel_type, Outcome.FAILED)
+        if failed:
+            log.warning(
+                "%d notification deliveries failed for good: %s",
+                len(failed),
+                deliveries.INTERRUPTED,
+            )
         if released or lost:
             log.warning("queued %d lost notification deliveries again", len(released) + len(lost))
         return released + lost

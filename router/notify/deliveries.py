@@ -129,28 +129,35 @@ def finish(
     conn.execute(update(table).where(table.c.id == delivery_id).values(**values))
 
 
-def release_interrupted(conn: Connection, *, before: int, now: int, max_attempts: int) -> list[str]:
+def release_interrupted(
+    conn: Connection, *, before: int, now: int, max_attempts: int
+) -> tuple[list[str], list[str]]:
     """Deliveries ``sending`` since before ``before``, whose attempt died with its process:
-    failed once they have had ``max_attempts``, else due again ``now``; the ids of those."""
+    failed once they have had ``max_attempts``, else due again ``now``. The ids of those due
+    again, and the channel type of each failed."""
     stuck = (table.c.status == str(DeliveryStatus.SENDING), table.c.updated_at < before)
-    conn.execute(
-        update(table)
-        .where(*stuck, table.c.attempts >= max_attempts)
-        .values(status=str(DeliveryStatus.FAILED), last_error=INTERRUPTED, updated_at=now)
-    )
-    ids = [row.id for row in conn.execute(select(table.c.id).where(*stuck))]
-    for start in range(0, len(ids), IDS_PER_QUERY):
-        conn.execute(
-            update(table)
-            .where(*stuck, table.c.id.in_(ids[start : start + IDS_PER_QUERY]))
-            .values(
-                status=str(DeliveryStatus.RETRYING),
-                last_error=INTERRUPTED,
-                updated_at=now,
-                next_attempt_at=now,
+    found = conn.execute(select(table.c.id, table.c.attempts, table.c.channel_type).where(*stuck))
+    spent: list[tuple[str, str]] = []
+    ids: list[str] = []
+    for row in found:
+        if row.attempts >= max_attempts:
+            spent.append((row.id, row.channel_type))
+        else:
+            ids.append(row.id)
+    for status, chosen in (
+        (DeliveryStatus.FAILED, [i for i, _ in spent]),
+        (DeliveryStatus.RETRYING, ids),
+    ):
+        due = now if status is DeliveryStatus.RETRYING else None
+        for start in range(0, len(chosen), IDS_PER_QUERY):
+            conn.execute(
+                update(table)
+                .where(*stuck, table.c.id.in_(chosen[start : start + IDS_PER_QUERY]))
+                .values(
+                    status=str(status), last_error=INTERRUPTED, updated_at=now, next_attempt_at=due
+                )
             )
-        )
-    return ids
+    return ids, [kind for _, kind in spent]
 
 
 def take_overdue(conn: Connection, *, before: int, now: int, limit: int) -> list[str]:

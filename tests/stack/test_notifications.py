@@ -495,6 +495,7 @@ def test_deliveries_whose_message_or_attempt_was_lost_are_sent_by_the_resend_swe
     """A message lost with a killed worker or a Redis restart, and an attempt whose process
     died mid-send, left deliveries open or ``sending`` for ever: nothing queued them again."""
     stack, receivers = notify_stack
+    failed_before = counter(stack, "webhook", "failed")
     calls, (lost_id, sending_id, spent_id, recent_id) = plan_quiet(stack, 4)
     now = int(time.time() * 1000)
     hour_ago = now - 3_600_000
@@ -524,6 +525,7 @@ def test_deliveries_whose_message_or_attempt_was_lost_are_sent_by_the_resend_swe
     assert sending["last_error"] == "interrupted while sending"
     assert (spent["status"], spent["attempts"]) == ("failed", 3)
     assert spent["last_error"] == "interrupted while sending"
+    assert counter(stack, "webhook", "failed") >= failed_before + 1
     assert len(receivers.seen(receivers.hook, calls[0]["request_id"])) == 1
     assert receivers.seen(receivers.hook, calls[2]["request_id"]) == []
     (recent,) = deliveries(stack, request_id=calls[3]["request_id"])
