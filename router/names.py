@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.parse
 
 # Unknown names are echoed back and audited, but not at any length.
 MAX_ECHOED_NAME = 128
@@ -14,3 +15,9 @@ def echo_name(name: object) -> str:
     if not text.isprintable():
         text = json.dumps(text)[1:-1]  # escapes control characters and lone surrogates
     return text if len(text) <= MAX_ECHOED_NAME else text[:MAX_ECHOED_NAME] + "…"
+
+
+def path_segment(value: str) -> str:
+    """An id as one path segment of a URL: a ``/`` or ``?`` in it cannot reach another
+    route (the client's requests and the command line's)."""
+    return urllib.parse.quote(value, safe="")

@@ -15,7 +15,7 @@ from router.constants import (
     NOTIFY_TASK,
     RESEND_TASK,
 )
-from router.notify.digest import PER_MESSAGE
+from router.notify.digest import PER_MESSAGE, grouped
 from router.notify.model import NotifyEvent, Outcome
 
 from . import process
@@ -49,9 +49,8 @@ def notify(event: Any, request_ids: Any) -> int:
     if not isinstance(request_ids, list) or not all(isinstance(i, str) for i in request_ids):
         log.warning("ignored a notification without request ids")
         return 0
-    courier = process.current().runtime.courier
-    planned = courier.fan_out(what, request_ids)
-    for message in courier.messages(planned):
+    planned = process.current().runtime.courier.fan_out(what, request_ids)
+    for message in grouped(planned):
         _deliver_later(message, 0)
     return len(planned)
 
@@ -60,9 +59,8 @@ def notify(event: Any, request_ids: Any) -> int:
 def escalate_requests() -> int:
     """Plan the ``escalated`` deliveries of requests undecided past their tool's
     ``escalate_after_s`` and queue them; how many. Overlapping sweeps plan each once."""
-    courier = process.current().runtime.courier
-    planned = courier.escalate_due()
-    for message in courier.messages(planned):
+    planned = process.current().runtime.courier.escalate_due()
+    for message in grouped(planned):
         _deliver_later(message, 0)
     return len(planned)
 
@@ -77,7 +75,7 @@ def resend_lost() -> int:
         lost_after_ms=int(settings.requeue_after_s * 1000),
         stuck_after_ms=int((TIME_LIMIT_S + settings.lease_grace_s) * 1000),
     )
-    for message in courier.messages(resent):
+    for message in grouped(resent):
         _deliver_later(message, 0)
     return len(resent)
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import click
 
+from ..names import path_segment
 from .common import Seconds
 from .http import api_request
 
@@ -17,11 +18,6 @@ KEY_OPTION = click.option(
     default=None,
     help="Approver key (default: $TOOLROUTER_KEY, else the demo approver)",
 )
-
-
-def _segment(request_id: str) -> str:
-    # Quoted whole: an id holding "/approve?" must not reach another endpoint.
-    return quote(request_id, safe="")
 
 
 def _print(body: dict[str, object]) -> None:
@@ -102,7 +98,7 @@ def approve(
     _print(
         api_request(
             "POST",
-            f"/v1/approvals/{_segment(request_id)}/approve",
+            f"/v1/approvals/{path_segment(request_id)}/approve",
             key=key,
             role="approver",
             json_body=payload,
@@ -121,7 +117,7 @@ def deny(request_id: str, reason: str | None, key: str | None) -> None:
     _print(
         api_request(
             "POST",
-            f"/v1/approvals/{_segment(request_id)}/deny",
+            f"/v1/approvals/{path_segment(request_id)}/deny",
             key=key,
             role="approver",
             json_body=payload,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
-from urllib.parse import quote
 
 import click
 
+from ..names import path_segment
 from ..status import CallStatus
 from .common import Seconds
 from .http import api_request
@@ -77,6 +77,6 @@ def call(
 def cancel(call_id: str, key: str | None) -> None:
     """Cancel one of your calls while it is queued or pending, as DELETE /v1/calls/{id}
     does; print the answer as JSON; exit 0 only if the call is cancelled."""
-    result = api_request("DELETE", f"/v1/calls/{quote(call_id, safe='')}", key=key, role="agent")
+    result = api_request("DELETE", f"/v1/calls/{path_segment(call_id)}", key=key, role="agent")
     click.echo(json.dumps(result, indent=2))
     sys.exit(0 if result.get("status") == CallStatus.CANCELLED else 1)

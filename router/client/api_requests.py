@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..names import path_segment
+
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_WAIT_S = 30.0
 DEFAULT_TIMEOUT_S = 60.0
@@ -87,11 +89,11 @@ class Api:
 
     def result(self, call_id: str, wait_s: float) -> Request:
         params = {"wait_s": str(wait_s)} if wait_s else None
-        url = self.url(f"/v1/calls/{segment(call_id)}", params)
+        url = self.url(f"/v1/calls/{path_segment(call_id)}", params)
         return Request("GET", url, wait_s + TIMEOUT_MARGIN_S, self.auth)
 
     def cancel(self, call_id: str) -> Request:
-        url = self.url(f"/v1/calls/{segment(call_id)}")
+        url = self.url(f"/v1/calls/{path_segment(call_id)}")
         return Request("DELETE", url, TIMEOUT_MARGIN_S, self.auth)
 
     def batch(
@@ -113,11 +115,11 @@ class Api:
         return Request("POST", url, BATCH_TIMEOUT_S, headers, body)
 
     def batch_status(self, batch_id: str) -> Request:
-        url = self.url(f"/v1/batches/{segment(batch_id)}")
+        url = self.url(f"/v1/batches/{path_segment(batch_id)}")
         return Request("GET", url, self.timeout, self.auth)
 
     def batch_results(self, batch_id: str) -> Request:
-        url = self.url(f"/v1/batches/{segment(batch_id)}/results")
+        url = self.url(f"/v1/batches/{path_segment(batch_id)}/results")
         return Request("GET", url, BATCH_TIMEOUT_S, self.auth)
 
     # -- approvers -------------------------------------------------------------------
@@ -127,12 +129,12 @@ class Api:
         return Request("GET", url, self.timeout, self.auth)
 
     def approve(self, request_id: str, reason: str | None, wait_s: float | None) -> Request:
-        url = self.url(f"/v1/approvals/{segment(request_id)}/approve")
+        url = self.url(f"/v1/approvals/{path_segment(request_id)}/approve")
         body = encode(_decision(reason, wait_s))
         return Request("POST", url, (wait_s or 0.0) + TIMEOUT_MARGIN_S, self.json, body)
 
     def deny(self, request_id: str, reason: str | None) -> Request:
-        url = self.url(f"/v1/approvals/{segment(request_id)}/deny")
+        url = self.url(f"/v1/approvals/{path_segment(request_id)}/deny")
         return Request("POST", url, self.timeout, self.json, encode(_decision(reason, None)))
 
 
@@ -152,11 +154,6 @@ def _decision(reason: str | None, wait_s: float | None) -> dict[str, Any]:
 def encode(body: Any) -> bytes:
     """Compact UTF-8 JSON; a NaN or an infinity, which JSON has not, raises ValueError."""
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-
-
-def segment(value: str) -> str:
-    """An id as one path segment: a ``/`` or ``?`` in it cannot reach another route."""
-    return urllib.parse.quote(value, safe="")
 
 
 def endpoint(base_url: str, path: str) -> str:

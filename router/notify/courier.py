@@ -27,7 +27,7 @@ from ..tools.registry import ToolRegistry
 from ..trust.redaction import Redactor
 from . import deliveries, escalation
 from .content import Notice, summarize
-from .digest import FOR_PEOPLE, Digest, grouped
+from .digest import FOR_PEOPLE, Digest, Planned
 from .model import Delivery, DeliveryStatus, NotifyEvent, Outcome
 from .senders import AttemptFailed, send
 
@@ -60,10 +60,10 @@ class Courier:
         self.store, self.notifications, self.registry = store, notifications, registry
         self.settings, self.redactor, self.clock = settings, redactor, clock
 
-    def fan_out(self, event: NotifyEvent, request_ids: list[str]) -> list[str]:
+    def fan_out(self, event: NotifyEvent, request_ids: list[str]) -> list[Planned]:
         """Plan a delivery per channel of each request whose status shows ``event``; the
-        ids of deliveries planned now."""
-        planned: list[str] = []
+        deliveries planned now."""
+        planned: list[Planned] = []
         for request_id in request_ids:
             now = self.clock()
             escalating = event is NotifyEvent.ESCALATED
@@ -95,13 +95,8 @@ class Courier:
                 )
         return planned
 
-    def messages(self, delivery_ids: Sequence[str]) -> list[list[str]]:
-        """Deliveries just planned, as the messages that send them (``digest.grouped``)."""
-        with self.store.reading() as conn:
-            return grouped(deliveries.planned(conn, delivery_ids))
-
-    def escalate_due(self, limit: int = 500) -> list[str]:
-        """Plan the ``escalated`` deliveries of every request now due; the ids planned."""
+    def escalate_due(self, limit: int = 500) -> list[Planned]:
+        """Plan the ``escalated`` deliveries of every request now due; those planned."""
         after_ms = {
             tool.name: int(tool.spec.escalate_after_s * 1000)
             for tool in self.registry
@@ -115,7 +110,7 @@ class Courier:
 
     def resend_lost(
         self, *, lost_after_ms: int, stuck_after_ms: int, limit: int = 500
-    ) -> list[str]:
+    ) -> list[Planned]:
         """The open deliveries due for ``lost_after_ms`` (their message was lost with a
         worker or a Redis restart) and those ``sending`` for ``stuck_after_ms`` (their
         attempt died with its process), to queue again; nothing else would."""

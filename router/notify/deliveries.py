@@ -38,9 +38,9 @@ def plan(
     event: NotifyEvent,
     channels: Sequence[tuple[str, str]],
     now: int,
-) -> list[str]:
+) -> list[Planned]:
     """Insert a delivery per ``(channel, channel_type)`` not planned before for this request
-    and event; the ids of those inserted now (a repeated fan-out gets none)."""
+    and event; those inserted now (a repeated fan-out gets none)."""
     rows = [
         {
             "id": new_delivery_id(),
@@ -65,19 +65,15 @@ def plan(
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     conn.execute(dialect.insert(table).values(rows).on_conflict_do_nothing())
     ids = [row["id"] for row in rows]
-    found = conn.execute(select(table.c.id).where(table.c.id.in_(ids)))
-    return [row.id for row in found]
+    return _planned(conn.execute(select(*_PLANNED).where(table.c.id.in_(ids))))
 
 
-def planned(conn: Connection, delivery_ids: Sequence[str]) -> list[Planned]:
-    """What grouping needs of each of ``delivery_ids`` that exists, in their order."""
-    found: dict[str, Planned] = {}
-    columns = (table.c.id, table.c.channel, table.c.channel_type, table.c.event)
-    for start in range(0, len(delivery_ids), IDS_PER_QUERY):
-        chunk = list(delivery_ids[start : start + IDS_PER_QUERY])
-        for row in conn.execute(select(*columns).where(table.c.id.in_(chunk))):
-            found[row.id] = Planned(row.id, row.channel, row.channel_type, row.event)
-    return [found[i] for i in delivery_ids if i in found]
+# What grouping deliveries into messages needs of each (``digest.grouped``).
+_PLANNED = (table.c.id, table.c.channel, table.c.channel_type, table.c.event)
+
+
+def _planned(rows: Any) -> list[Planned]:
+    return [Planned(row.id, row.channel, row.channel_type, row.event) for row in rows]
 
 
 def get(conn: Connection, delivery_id: str) -> Delivery | None:
@@ -131,22 +127,21 @@ def finish(
 
 def release_interrupted(
     conn: Connection, *, before: int, now: int, max_attempts: int
-) -> tuple[list[str], list[str]]:
+) -> tuple[list[Planned], list[str]]:
     """Deliveries ``sending`` since before ``before``, whose attempt died with its process:
-    failed once they have had ``max_attempts``, else due again ``now``. The ids of those due
-    again, and the channel type of each failed."""
+    failed once they have had ``max_attempts``, else due again ``now``. Those due again,
+    and the channel type of each failed."""
     stuck = (table.c.status == str(DeliveryStatus.SENDING), table.c.updated_at < before)
-    found = conn.execute(select(table.c.id, table.c.attempts, table.c.channel_type).where(*stuck))
     spent: list[tuple[str, str]] = []
-    ids: list[str] = []
-    for row in found:
+    again: list[Planned] = []
+    for row in conn.execute(select(*_PLANNED, table.c.attempts).where(*stuck)):
         if row.attempts >= max_attempts:
             spent.append((row.id, row.channel_type))
         else:
-            ids.append(row.id)
+            again.append(Planned(row.id, row.channel, row.channel_type, row.event))
     for status, chosen in (
         (DeliveryStatus.FAILED, [i for i, _ in spent]),
-        (DeliveryStatus.RETRYING, ids),
+        (DeliveryStatus.RETRYING, [delivery.id for delivery in again]),
     ):
         due = now if status is DeliveryStatus.RETRYING else None
         for start in range(0, len(chosen), IDS_PER_QUERY):
@@ -157,23 +152,25 @@ def release_interrupted(
                     status=str(status), last_error=INTERRUPTED, updated_at=now, next_attempt_at=due
                 )
             )
-    return ids, [kind for _, kind in spent]
+    return again, [kind for _, kind in spent]
 
 
-def take_overdue(conn: Connection, *, before: int, now: int, limit: int) -> list[str]:
+def take_overdue(conn: Connection, *, before: int, now: int, limit: int) -> list[Planned]:
     """Up to ``limit`` open deliveries due since before ``before`` (their message is lost),
     made due ``now`` so that later sweeps leave them to the message queued for them now."""
     overdue = (
         table.c.status.in_([str(s) for s in OPEN_STATUSES]),
         table.c.next_attempt_at < before,
     )
-    found = conn.execute(
-        select(table.c.id).where(*overdue).order_by(table.c.next_attempt_at).limit(limit)
+    found = _planned(
+        conn.execute(
+            select(*_PLANNED).where(*overdue).order_by(table.c.next_attempt_at).limit(limit)
+        )
     )
-    ids = [row.id for row in found]
-    if ids:
+    if found:
+        ids = [delivery.id for delivery in found]
         conn.execute(update(table).where(*overdue, table.c.id.in_(ids)).values(next_attempt_at=now))
-    return ids
+    return found
 
 
 def recent(

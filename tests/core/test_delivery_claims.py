@@ -11,7 +11,7 @@ from router.runtime import Runtime
 
 def planned_at(runtime: Runtime, at: int) -> str:
     with runtime.store.transaction() as conn:
-        (delivery_id,) = deliveries.plan(
+        (planned,) = deliveries.plan(
             conn,
             request_id="req-1",
             call_id="call_1",
@@ -20,7 +20,7 @@ def planned_at(runtime: Runtime, at: int) -> str:
             channels=[("hook", "webhook")],
             now=at,
         )
-    return delivery_id
+    return planned.id
 
 
 def claimed(runtime: Runtime, delivery_id: str, now: int) -> bool:

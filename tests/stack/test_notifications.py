@@ -418,7 +418,7 @@ def plan_quiet(stack: Stack, count: int) -> tuple[list[dict[str, Any]], list[str
                     event=NotifyEvent.PENDING,
                     channels=[("hook", "webhook")],
                     now=int(time.time() * 1000),
-                )[0]
+                )[0].id
                 for call in calls
             ]
     finally:
