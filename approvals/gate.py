@@ -28,7 +28,7 @@ from router.auth.keys import principal_named
 from router.canonical import sha256_hex
 from router.dispatch.checks import EditRefused
 from router.messaging.completions import Notifier
-from router.messaging.run_message import message_for
+from router.messaging.run_message import Precedence, message_for
 from router.metrics import Tampered
 from router.notify.announce import Announced
 from router.notify.model import NotifyEvent
@@ -274,7 +274,9 @@ class Gate:
             tool = self.runtime.registry.get(released_tool)
             if tool is not None:
                 try:
-                    self.runtime.publisher.publish([message_for(tool, request.call_id)])
+                    # Someone has just decided it: a released call goes ahead of batches.
+                    message = message_for(tool, request.call_id, Precedence.INTERACTIVE)
+                    self.runtime.publisher.publish([message])
                 except Exception as exc:
                     # The call is queued in the database; the reconciler will publish it.
                     log.warning("released %s but could not publish it: %s", request.call_id, exc)

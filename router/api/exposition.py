@@ -30,9 +30,8 @@ class LiveCollector:
             client = redis_client(
                 self.runtime.redis_url, socket_timeout=2, socket_connect_timeout=2
             )
-            prefix = self.runtime.namespace.prefix  # kombu's global_keyprefix
-            for queue in ALL_QUEUES:
-                depth.add_metric([queue], float(client.llen(prefix + queue)))
+            for queue, count in self.runtime.namespace.queue_depths(client, ALL_QUEUES).items():
+                depth.add_metric([queue], float(count))
             client.close()
         except Exception:
             log.debug("queue depths not read", exc_info=True)

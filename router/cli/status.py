@@ -96,8 +96,7 @@ def _redis(runtime: Any) -> dict[str, Any]:
 
     client = redis_client(runtime.redis_url, socket_timeout=2, socket_connect_timeout=2)
     try:
-        prefix = runtime.namespace.prefix  # kombu's global_keyprefix
-        return {"queue_depths": {queue: client.llen(prefix + queue) for queue in _queues()}}
+        return {"queue_depths": runtime.namespace.queue_depths(client, _queues())}
     finally:
         client.close()
 

@@ -11,7 +11,7 @@ from ..approval import requests as pending
 from ..audit import entries
 from ..audit.log import AuditEntry
 from ..ids import new_call_id, new_request_id
-from ..messaging.run_message import RunMessage, message_for
+from ..messaging.run_message import Precedence, RunMessage, message_for
 from ..results import CallResult
 from ..status import CallStatus
 from ..trust.keyring import KeyRing
@@ -111,5 +111,5 @@ def new_call(
         row=row,
         request=request,
         audit=entry,
-        message=None if gated else message_for(tool, call_id),
+        message=None if gated else message_for(tool, call_id, Precedence.of(batch_id)),
     )

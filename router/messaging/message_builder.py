@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, Any
 from kombu.utils.uuid import uuid
 
 from ..constants import RUN_CALL_TASK
+from .run_message import Precedence, RunMessage
 
 if TYPE_CHECKING:
     from celery import Celery
-
-    from .run_message import RunMessage
 
 # Messages per LPUSH command.
 PUSH_SIZE = 1000
@@ -134,7 +133,10 @@ def _envelope(
 ) -> tuple[str, str]:
     """kombu's ``(key, payload)`` for one message, as ``Producer.publish`` would push it."""
     properties = {**properties, "delivery_mode": 2}
-    prepared = channel.prepare_message(body, 0, "application/json", "utf-8", headers, properties)
+    # The priority picks the queue's list (``Precedence``), and a redelivery keeps it.
+    prepared = channel.prepare_message(
+        body, int(message.precedence), "application/json", "utf-8", headers, properties
+    )
     capture = _Capture()
     # The queues are declared by the workers; the default exchange routes by queue name.
     channel.basic_publish(prepared, exchange="", routing_key=message.queue, _publish_batch=capture)
@@ -173,7 +175,7 @@ class MessageBuilder:
 
     def __init__(self, app: Celery, grace: float) -> None:
         self.app, self.grace = app, grace
-        self._templates: dict[tuple[str, str, float, int], _Template] = {}
+        self._templates: dict[tuple[str, str, float, Precedence, int], _Template] = {}
 
     def build(
         self, channel: Any, message: RunMessage, call_ids: Sequence[str] = ()
@@ -185,7 +187,7 @@ class MessageBuilder:
                 self.app, message, self.grace, uuid(), ids, len(ids)
             )
             return _envelope(channel, message, headers, properties, json.dumps(body).encode())
-        kind = (message.tool, message.queue, message.timeout_s, len(ids))
+        kind = (message.tool, message.queue, message.timeout_s, message.precedence, len(ids))
         template = self._templates.get(kind)
         if template is None:
             template = _template(self.app, channel, message, self.grace, len(ids))
@@ -199,14 +201,16 @@ def pack(messages: Sequence[RunMessage], spread: int) -> list[tuple[RunMessage, 
     Calls of one tool share messages, up to the tool's ``calls_per_message``, but are
     spread over at least ``spread`` messages (a worker's pool processes) when there are
     that many: one message is run by one process, call after call. Sizes are even, and
-    calls keep their order. Calls held back by a countdown each go alone."""
-    kinds: dict[tuple[str, str, float], list[RunMessage]] = {}
+    calls keep their order. Calls held back by a countdown each go alone, and a batch's
+    calls never share a message with others."""
+    kinds: dict[tuple[str, str, float, Precedence], list[RunMessage]] = {}
     packed: list[tuple[RunMessage, list[str]]] = []
     for message in messages:
         if message.countdown or message.calls_per_message <= 1:
             packed.append((message, [message.call_id]))
         else:
-            kinds.setdefault((message.tool, message.queue, message.timeout_s), []).append(message)
+            kind = (message.tool, message.queue, message.timeout_s, message.precedence)
+            kinds.setdefault(kind, []).append(message)
     for same in kinds.values():
         count = max(math.ceil(len(same) / same[0].calls_per_message), min(len(same), spread))
         size, extra = divmod(len(same), count)

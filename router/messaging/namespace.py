@@ -9,12 +9,18 @@ which every process of one deployment shares and no other deployment does.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..settings import Settings
+
+# kombu's Redis transport keeps a queue's messages in a list per priority step: the first
+# under the queue's own name, the others under ``<queue><separator><step>``.
+PRIORITY_SEPARATOR = "\x06\x16"
+PRIORITY_STEPS = (0, 3, 6, 9)
 
 
 def derive_namespace(settings: Settings) -> str:
@@ -53,6 +59,23 @@ class Namespace:
 
     def key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
+
+    def queue_keys(self, queue: str) -> tuple[str, ...]:
+        """Every list in which ``queue``'s messages wait, one per priority step."""
+        return tuple(
+            f"{self.prefix}{queue}{PRIORITY_SEPARATOR}{step}" if step else self.prefix + queue
+            for step in PRIORITY_STEPS
+        )
+
+    def queue_depths(self, client: Any, queues: Sequence[str]) -> dict[str, int]:
+        """The messages waiting in each of ``queues``, read through the redis-py ``client``
+        in one round trip."""
+        with client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                for key in self.queue_keys(queue):
+                    pipe.llen(key)
+            lengths = iter(pipe.execute())
+        return {queue: sum(next(lengths) for _ in PRIORITY_STEPS) for queue in queues}
 
     @classmethod
     def of(cls, settings: Settings) -> Namespace:

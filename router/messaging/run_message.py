@@ -8,8 +8,23 @@ database row it points at is the truth.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 
 from ..tools.registry import Tool
+
+
+class Precedence(IntEnum):
+    """Which of its queue's lists a run message waits in. A worker takes every message of
+    the first before any of the second, so an agent's call never waits behind a batch.
+    The values are kombu's Redis priorities, of which the lowest is served first."""
+
+    INTERACTIVE = 0
+    BATCH = 9
+
+    @classmethod
+    def of(cls, batch_id: str | None) -> Precedence:
+        """A batch's calls go after the rest."""
+        return cls.INTERACTIVE if batch_id is None else cls.BATCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,9 +39,12 @@ class RunMessage:
     countdown: float | None = None
     # How many calls of this tool may share one message with it (``message_builder.pack``).
     calls_per_message: int = 1
+    precedence: Precedence = Precedence.INTERACTIVE
 
 
-def message_for(tool: Tool, call_id: str, *, countdown: float | None = None) -> RunMessage:
+def message_for(
+    tool: Tool, call_id: str, precedence: Precedence, *, countdown: float | None = None
+) -> RunMessage:
     """The message that runs ``call_id`` on ``tool``'s risk queue."""
     return RunMessage(
         call_id=call_id,
@@ -35,4 +53,5 @@ def message_for(tool: Tool, call_id: str, *, countdown: float | None = None) -> 
         timeout_s=tool.spec.timeout_s,
         countdown=countdown,
         calls_per_message=tool.spec.max_calls_per_message,
+        precedence=precedence,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -23,9 +24,9 @@ from router.db.engine import make_engine
 from router.db.schema import calls
 from router.messaging.celery_app import make_celery
 from router.messaging.message_builder import _envelope
-from router.messaging.namespace import Namespace
+from router.messaging.namespace import PRIORITY_SEPARATOR, Namespace
 from router.messaging.publisher import Publisher
-from router.messaging.run_message import RunMessage
+from router.messaging.run_message import Precedence, RunMessage
 from router.status import CallStatus
 
 from ..support import services
@@ -111,6 +112,31 @@ def test_a_message_of_several_calls_is_celerys_message_with_those_call_ids(
     assert pair["headers"]["timelimit"] == [2 * 40 + 10, None]
     again = json.loads(base64.b64decode(built(publisher, message, ids)["body"]))
     assert again[0] == ids
+
+
+def test_a_batchs_message_waits_in_its_queues_last_list_and_says_so(
+    publisher: Publisher,
+) -> None:
+    message = RunMessage(
+        call_id="call_" + "a" * 32,
+        tool="echo",
+        queue="tools.low",
+        timeout_s=30,
+        precedence=Precedence.BATCH,
+    )
+    with publisher.app.connection_for_write() as conn:
+        key, payload = publisher.builder.build(conn.default_channel, message)
+    # kombu's list for the priority, and the priority itself for a redelivery.
+    assert key == "tools.low" + PRIORITY_SEPARATOR + "9"
+    got = json.loads(payload)
+    assert got["properties"]["priority"] == 9
+    expected = in_full(publisher, message, got["headers"]["id"])
+    assert expected["properties"]["priority"] == 9
+    got["properties"].pop("delivery_tag")
+    expected["properties"].pop("delivery_tag")
+    assert got == expected
+    interactive = built(publisher, replace(message, precedence=Precedence.INTERACTIVE))
+    assert interactive["properties"]["priority"] == 0
 
 
 def test_messages_with_a_countdown_carry_their_eta(publisher: Publisher) -> None:

@@ -18,7 +18,7 @@ from router.audit import log as audit
 from router.clock import wall_clock_ms
 from router.dispatch.submission import Submission
 from router.messaging.message_builder import pack
-from router.messaging.run_message import RunMessage
+from router.messaging.run_message import Precedence, RunMessage
 from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 from workers.execution import Executor
@@ -83,6 +83,15 @@ def test_other_tools_countdowns_and_one_per_message_tools_go_apart() -> None:
     )
     held = [first for first, ids in packed if ids == ["call_echo_2"]]
     assert held[0].countdown == 5.0
+
+
+def test_a_batchs_calls_share_no_message_with_others() -> None:
+    calls = [run_message(n, precedence=Precedence.of(None if n % 2 else "b1")) for n in range(6)]
+    packed = pack(calls, spread=1)
+    assert sorted((first.precedence, ids) for first, ids in packed) == [
+        (Precedence.INTERACTIVE, ["call_echo_1", "call_echo_3", "call_echo_5"]),
+        (Precedence.BATCH, ["call_echo_0", "call_echo_2", "call_echo_4"]),
+    ]
 
 
 # -- real worker -------------------------------------------------------------------------

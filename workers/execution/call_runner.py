@@ -24,7 +24,7 @@ from router.context import CallContext
 from router.db.rows import CallRow, Fence
 from router.errors import Unavailable
 from router.messaging.policies import fallback_chain
-from router.messaging.run_message import message_for
+from router.messaging.run_message import Precedence, message_for
 from router.metrics import Tampered, Untrusted
 from router.status import CallStatus
 from router.tools.registry import Tool, is_idempotent
@@ -231,7 +231,8 @@ class CallRunner:
         tool = self.registry.get(row.tool)
         if tool is not None:
             try:
-                self.runtime.publisher.publish([message_for(tool, call_id)])
+                message = message_for(tool, call_id, Precedence.of(row.batch_id))
+                self.runtime.publisher.publish([message])
             except Unavailable as exc:
                 log.warning("call %s not published again: %s", call_id, exc)  # the reconciler's
         return RunOutcome.MISNAMED
@@ -239,7 +240,10 @@ class CallRunner:
     def _defer(self, tool: Tool, call_id: str, wait_s: float) -> RunOutcome:
         """Send the call back to wait ``wait_s`` in the broker, still queued."""
         due_at = self.clock() + int(wait_s * 1000)
-        self.runtime.publisher.publish([message_for(tool, call_id, countdown=wait_s)])
+        # Held back by a countdown, a message waits in the worker, not in one of the
+        # queue's lists: its precedence orders nothing.
+        message = message_for(tool, call_id, Precedence.INTERACTIVE, countdown=wait_s)
+        self.runtime.publisher.publish([message])
         with self.store.transaction() as conn:
             self.store.defer(conn, call_id, due_at=due_at)
         return RunOutcome.DEFERRED
@@ -269,7 +273,9 @@ class CallRunner:
                 at=now,
             )
         try:
-            self.runtime.publisher.publish([message_for(tool, row.id, countdown=delay)])
+            self.runtime.publisher.publish(
+                [message_for(tool, row.id, Precedence.of(row.batch_id), countdown=delay)]
+            )
         except Unavailable as exc:
             # Queued and due at ``due_at``: the reconciler sends it once Redis is back.
             log.warning("retry of %s not published: %s", row.id, exc)

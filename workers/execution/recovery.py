@@ -17,7 +17,7 @@ from router.audit import entries
 from router.constants import POISON_CAP
 from router.db.rows import CallRow
 from router.errors import Unavailable
-from router.messaging.run_message import message_for
+from router.messaging.run_message import Precedence, message_for
 from router.metrics import Tampered
 from router.status import AuditEvent, CallStatus
 from router.tools.registry import Tool, is_idempotent
@@ -113,7 +113,7 @@ class Recovery:
         raises ``Unavailable`` when Redis is down (the reconciler then sends them). A gated
         call without a release for exactly it is failed instead, never published."""
         messages = [
-            message_for(tool, row.id)
+            message_for(tool, row.id, Precedence.of(row.batch_id))
             for row in rows
             if (tool := self.registry.get(row.tool)) and self._cleared_to_publish(row, tool)
         ]
