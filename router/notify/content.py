@@ -20,6 +20,8 @@ from ..trust.redaction import Redactor
 from .model import NotifyEvent
 
 SUMMARY_CHARS = 300
+# The start of an escape (``\``, ``\u20``) that a cut would leave unfinished at the end.
+_PARTIAL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*(\\(?:u[0-9a-fA-F]{0,3})?)$")
 VALUE_CHARS = 60
 SECRET_KEY_RE = re.compile(r"pass|secret|token|api.?key|auth|credential|private", re.IGNORECASE)
 MASK = "***"
@@ -96,8 +98,18 @@ def duration(seconds: int) -> str:
 def summarize(args: Any, redactor: Redactor) -> str:
     """A one-line, bounded, secret-free view of the arguments."""
     text = json.dumps(_masked(args, redactor), ensure_ascii=False, separators=(", ", ": "))
-    text = shown_plainly(redactor(text))
-    return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
+    return shortened(shown_plainly(redactor(text)), SUMMARY_CHARS)
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters, cut with an ellipsis; an escape the cut
+    would split (``\\u202e``) goes whole, so a reader never sees ``\\u20``."""
+    if len(text) <= limit:
+        return text
+    head = text[: limit - 1]
+    while (partial := _PARTIAL_ESCAPE.search(head)) is not None:
+        head = head[: partial.start(1)]
+    return head + "…"
 
 
 def _masked(value: Any, redactor: Redactor) -> Any:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 
 from ..tools.notify_config import ChannelType
-from .content import HEADLINES, Notice, compose_email, slack_escape, slack_message
+from .content import HEADLINES, Notice, compose_email, shortened, slack_escape, slack_message
 from .model import NotifyEvent
 
 # Fewer requests than this in one announcement are told one message each.
@@ -85,7 +85,7 @@ class Digest:
         return [
             (
                 f"{notice.tool} by {notice.requested_by} ({notice.request_id}): "
-                f"{_cut(notice.args_summary)}",
+                f"{shortened(notice.args_summary, LINE_SUMMARY_CHARS)}",
                 notice.link,
             )
             for notice in self.notices[:LISTED]
@@ -96,10 +96,6 @@ class Digest:
         unlisted = len(self.notices) - listed
         more = f"{unlisted} more not listed. " if unlisted > 0 else ""
         return f"{more}Every one is in the inbox"
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= LINE_SUMMARY_CHARS else text[: LINE_SUMMARY_CHARS - 1] + "…"
 
 
 def slack_digest(digest: Digest) -> bytes:
