@@ -46,7 +46,7 @@ PageSize = Annotated[
 REFUSALS = {403: Forbidden, 404: NotFound, 409: Conflict, 413: PayloadTooLarge, 422: BadRequest}
 
 
-@router.get("", responses=errors(401, 422, 503))
+@router.get("", responses=errors(401, 403, 422, 503))
 async def list_requests(
     request: Request,
     status: str = "pending",
@@ -55,6 +55,8 @@ async def list_requests(
 ) -> dict[str, Any]:
     """Requests this key may decide (operators see all): pending ones oldest first,
     decided ones most recently decided first."""
+    if not (who.is_approver or who.is_operator):
+        raise Forbidden("approver or operator role required to list approval requests")
     view = runtime_of(request).approvals_view
     count = int_param(limit, "limit", default=200, low=1, high=APPROVALS_PAGE_MAX)
     return {"ok": True, "requests": await in_thread(view.list_requests, who, status, count)}

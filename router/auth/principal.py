@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 from ..status import Role
 
+# Every other role, the custom ones (``finance``) too, is an approver role.
+NON_APPROVER_ROLES = frozenset({Role.AGENT, Role.OPERATOR, Role.ADMIN})
+
 
 @dataclass(frozen=True, slots=True)
 class Principal:
@@ -20,3 +23,8 @@ class Principal:
     @property
     def is_operator(self) -> bool:
         return self.has(Role.OPERATOR, Role.ADMIN)
+
+    @property
+    def is_approver(self) -> bool:
+        """Holds an approver role: may decide the requests of tools naming one of them."""
+        return bool(self.roles - NON_APPROVER_ROLES)

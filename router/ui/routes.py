@@ -26,12 +26,9 @@ from ..constants import LOGIN_FAILURES
 from ..errors import NotAuthenticated, RequestError, Unavailable
 from ..messaging.redis_clients import redis_client
 from ..runtime import Runtime
-from ..status import Role
 from ..threads import in_thread
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
-# Roles that are not approver roles: a key with only these cannot use the inbox.
-NON_APPROVER_ROLES = frozenset({Role.AGENT, Role.OPERATOR, Role.ADMIN})
 MAX_SELECTED = 100
 # Decisions told one line each after a bulk decision; more are summed up.
 FLASH_LINES = 10
@@ -59,10 +56,6 @@ def _throttle(request: Request) -> LoginThrottle:
             key_prefix=runtime.namespace.key(LOGIN_FAILURES),
         )
     return throttle
-
-
-def may_use_inbox(who: Principal) -> bool:
-    return bool(who.roles - NON_APPROVER_ROLES)
 
 
 async def _signed_in(request: Request) -> tuple[Session, Principal] | None:
@@ -116,7 +109,7 @@ async def inbox(request: Request) -> Response:
     if signed_in is None:
         return _page(request, "login.html")
     current, who = signed_in
-    if not may_use_inbox(who):
+    if not who.is_approver:
         return _page(request, "forbidden.html", 403, who=who)
     runtime = _runtime(request)
     pending = await in_thread(runtime.approvals_view.list_requests, who, "pending", INBOX_SHOWS + 1)
@@ -153,7 +146,7 @@ async def inbox(request: Request) -> Response:
 async def pending_ids(request: Request) -> Response:
     """What the page polls to know when new requests arrived (ids only, no arguments)."""
     signed_in = await _signed_in(request)
-    if signed_in is None or not may_use_inbox(signed_in[1]):
+    if signed_in is None or not signed_in[1].is_approver:
         return Response(
             ascii_json({"ok": False, "error": "not signed in"}),
             status_code=401,
@@ -196,7 +189,7 @@ async def login(request: Request) -> Response:
         await in_thread(throttle.take_back, attempt)
         raise
     await in_thread(throttle.take_back, attempt)
-    if not may_use_inbox(who):
+    if not who.is_approver:
         return _page(request, "forbidden.html", 403, who=who)
     hours = runtime.settings.ui_session_hours
     cookie, _ = await in_thread(_sessions(request).start, who, hours)
@@ -237,7 +230,7 @@ async def approver_form(request: Request) -> tuple[Principal, FormData, str] | R
     if signed_in is None:
         return RedirectResponse("/ui/", status_code=303)
     current, who = signed_in
-    if not may_use_inbox(who):
+    if not who.is_approver:
         return _page(request, "forbidden.html", 403, who=who)
     form = await request.form()
     if not _csrf_ok(request, current, form):

@@ -68,8 +68,9 @@ EXPECTED: dict[tuple[str, str], dict[str, int]] = {
     ("POST", "/v1/batches"): answers(403, agent=200, agent2=200),
     ("GET", "/v1/batches/{batch_id}"): READ_OWN,
     ("GET", "/v1/batches/{batch_id}/results"): READ_OWN,
-    # Every key may ask; each sees only what it may decide (checked below).
-    ("GET", "/v1/approvals"): answers(200),
+    # Keys with an approver role (a custom one too) and operators; each approver sees only
+    # what it may decide (checked below).
+    ("GET", "/v1/approvals"): answers(200, agent=403, agent2=403),
     ("GET", "/v1/approvals/{request_id}"): answers(
         404, agent=200, approver=200, operator=200, admin=200
     ),
@@ -235,8 +236,15 @@ def test_approvals_list_shows_each_key_only_what_it_may_decide(world: World) -> 
     assert listed(world, "approver") & mine == {world.request_id}
     assert listed(world, "finance") & mine == {world.finance_request_id}
     assert listed(world, "operator") & mine == mine
-    for who in ("agent", "agent2", "custom"):
-        assert listed(world, who) & mine == set()
+    assert listed(world, "custom") & mine == set()
+    # A key that can decide nothing is told so, not shown an empty inbox.
+    with world.client("agent") as http:
+        response = http.get("/v1/approvals")
+    assert response.status_code == 403
+    assert response.json() == {
+        "ok": False,
+        "error": "approver or operator role required to list approval requests",
+    }
 
 
 def test_the_custom_approver_role_decides_its_own_tool_only(world: World) -> None:
