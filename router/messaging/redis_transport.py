@@ -21,6 +21,9 @@ from queue import Empty
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+
+from .task_headers import header_problem
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +32,24 @@ TRANSPORT = "router.messaging.redis_transport:Transport"
 SENTINEL_TRANSPORT = "router.messaging.redis_transport:SentinelTransport"
 
 
+class MalformedMessage(Exception):
+    """Raised when a payload from Redis is JSON but no message kombu could have sent."""
+
+
+class Message(virtual.Message):
+    """kombu's message, refusing a payload it cannot read with one exception of its own:
+    kombu would let whatever its reading raised stop the worker."""
+
+    def __init__(self, payload: Any, channel: Any = None, **kwargs: Any) -> None:
+        try:
+            super().__init__(payload, channel, **kwargs)
+            hash(self.delivery_tag)  # the channel keeps it as a dict key until acked
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
+            raise MalformedMessage(f"{type(exc).__name__}: {exc}") from None
+
+
 class Channel(kombu_redis.Channel):
+    Message = Message
     _shared_client: Any = None
 
     @contextmanager
@@ -44,17 +64,67 @@ class Channel(kombu_redis.Channel):
             shared = self._shared_client = self._create_client()
         yield shared
 
+    def basic_consume(
+        self, queue: str, no_ack: bool, callback: Any, consumer_tag: str, **kwargs: Any
+    ) -> Any:
+        """A message kombu could read but Celery cannot take (a task's name that is a list,
+        a time limit that is text) is dropped with a warning and acknowledged, so it is not
+        put back in its queue at shutdown to stop the next worker too; Celery would let it
+        stop this one."""
+
+        def guarded(message: Any) -> Any:
+            problem = header_problem(message.headers)
+            if problem is not None:
+                log.warning("dropped a message from %s that is not one: %s", queue, problem)
+                if not no_ack:
+                    message.ack()
+                return None
+            try:
+                return callback(message)
+            except self.connection.connection_errors:
+                raise
+            except Exception as exc:
+                log.warning("dropped a message from %s that is not one: %r", queue, exc)
+                if not no_ack and not message.acknowledged:
+                    message.ack()
+                return None
+
+        return super().basic_consume(queue, no_ack, guarded, consumer_tag, **kwargs)
+
     def _brpop_read(self, **options: Any) -> Any:
-        """A message that is not JSON (Redis is not trusted: anyone who can write to it can
-        push one) is dropped with a warning; kombu would let it stop the worker."""
+        """A message that is not JSON, or nested too deep to read (Redis is not trusted:
+        anyone who can write to it can push one), is dropped with a warning; kombu would let
+        it stop the worker."""
         try:
             return super()._brpop_read(**options)
-        except ValueError:
+        except (ValueError, RecursionError):
             log.warning("dropped a message that is not JSON from a queue")
             raise Empty() from None
 
+    def _receive_one(self, c: Any) -> Any:
+        """The same for a broadcast (remote control, events): kombu drops one that is not
+        JSON, not one nested too deep."""
+        try:
+            return super()._receive_one(c)
+        except RecursionError:
+            log.warning("dropped a broadcast that is not JSON")
+            raise Empty() from None
 
-class Transport(kombu_redis.Transport):
+
+class _DropsMalformed:
+    """What both transports add to kombu's delivery."""
+
+    def _deliver(self, message: Any, queue: str) -> None:
+        """A queue's or a broadcast's message that is JSON but no message at all (a list, a
+        dict without kombu's fields) is dropped with a warning, before it can stop the
+        worker; it is not kept to be put back in its queue."""
+        try:
+            super()._deliver(message, queue)  # type: ignore[misc]
+        except MalformedMessage as exc:
+            log.warning("dropped a message from %s that is not one: %s", queue, exc)
+
+
+class Transport(_DropsMalformed, kombu_redis.Transport):
     Channel = Channel
 
 
@@ -62,5 +132,5 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):
     """The same channel, its pool following the primary the sentinels name."""
 
 
-class SentinelTransport(kombu_redis.SentinelTransport):
+class SentinelTransport(_DropsMalformed, kombu_redis.SentinelTransport):
     Channel = SentinelChannel

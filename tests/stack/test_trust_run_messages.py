@@ -1,18 +1,34 @@
 """Run messages from Redis (SPEC §16: not trusted) that no API process sends: ones that
 name no call. The worker runs nothing of them, says so in one log line, no traceback, and
-counts them; the next real call runs as ever."""
+counts them; the next real call runs as ever. Nor does a payload that is no message at all
+(or none Celery could take) stop a worker, now or at its next start."""
 
 from __future__ import annotations
 
+import base64
+import json
 import time
+import uuid
 from typing import Any
 
-from router.constants import RUN_CALL_TASK
+import pytest
+from celery import Celery
 
-from ..support.redis_attacker import attacker_celery, submit, untrusted
+from router.constants import APPROVALS_QUEUE, DECIDE_TASK, RUN_CALL_TASK
+from router.messaging.namespace import Namespace
+
+from ..support.redis_attacker import (
+    attacker_celery,
+    canary_approval,
+    redis_client,
+    submit,
+    untrusted,
+)
 from ..support.stack import Stack
 
 IGNORED = "ignored a run message that names no call"
+# What a worker logs for each message from a queue it could not take.
+DROPPED = "dropped a message"
 # What someone holding Redis might push onto a tool queue: (call ids, tool).
 MALFORMED: list[tuple[list[Any], Any]] = [
     ([], "echo"),
@@ -46,3 +62,63 @@ def test_run_messages_naming_no_call_run_nothing_and_leave_no_traceback(stack: S
     assert stack.log("worker").count("Traceback") == tracebacks_before
     done = submit(stack, "echo", {"after": "malformed"}, wait_s=30)
     assert (done["status"], done["value"]) == ("succeeded", {"after": "malformed"}), done
+
+
+def _envelope(app: Celery, queue: str, name: str, **headers: Any) -> str:
+    """A message of task ``name`` as kombu pushes it onto a queue, ``headers`` changed."""
+    task_id = str(uuid.uuid4())
+    message = app.amqp.create_task_message(task_id, name, ["call_" + "0" * 32], {})
+    body = json.dumps([["call_" + "0" * 32], {}, {}]).encode()
+    return json.dumps(
+        {
+            "body": base64.b64encode(body).decode(),
+            "content-encoding": "utf-8",
+            "content-type": "application/json",
+            "headers": {**message.headers, **headers},
+            "properties": {
+                "correlation_id": task_id,
+                "delivery_info": {"exchange": queue, "routing_key": queue},
+                "body_encoding": "base64",
+                "delivery_tag": str(uuid.uuid4()),
+            },
+        }
+    )
+
+
+def _poison(app: Celery, queue: str, name: str) -> list[str]:
+    """What someone holding Redis might push that is no message Celery could take."""
+    return [
+        "[" * 100_000 + "]" * 100_000,
+        "[]",
+        json.dumps({"properties": {"delivery_tag": ["not", "hashable"]}}),
+        _envelope(app, queue, name, task=["a", "list"]),
+        _envelope(app, queue, name, timelimit=["a", "b"]),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("queue", "process", "task"),
+    [("tools.low", "worker", RUN_CALL_TASK), (APPROVALS_QUEUE, "approvals", DECIDE_TASK)],
+)
+def test_a_queue_message_no_api_process_could_send_is_dropped_without_stopping_its_worker(
+    stack: Stack, queue: str, process: str, task: str
+) -> None:
+    dropped_before = stack.log(process).count(DROPPED)
+    key = Namespace.of(stack.settings).prefix + queue
+    with attacker_celery(stack) as app, redis_client(stack) as client:
+        poison = _poison(app, queue, task)
+        for payload in poison:
+            client.lpush(key, payload)
+        deadline = time.monotonic() + 60
+        while stack.log(process).count(DROPPED) < dropped_before + len(poison):
+            assert stack.processes[process].poll() is None, stack.log(process)[-3000:]
+            assert time.monotonic() < deadline, stack.log(process)[-3000:]
+            time.sleep(0.1)
+        # Nothing was kept to be put back at the worker's next start.
+        assert client.llen(key) == 0
+
+    assert stack.processes[process].poll() is None
+    print(f"{len(poison)} payloads pushed onto {queue}: dropped, {process} still serving")
+    done = submit(stack, "echo", {"after": "poison"}, wait_s=30)
+    assert (done["status"], done["value"]) == ("succeeded", {"after": "poison"}), done
+    canary_approval(stack)
