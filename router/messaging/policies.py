@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 # ARGV[3] is 1 to take a token, 0 to only look (a dry run writes nothing).
 # Returns the milliseconds to wait before a token is free (0: one is free, and taken if
 # asked) and the tokens left, as text (Lua numbers would be cut to integers).
+# Redis is not trusted: a bucket someone wrote is read within what this script writes
+# (0 to capacity tokens, taken no later than now), so it cannot hold a tool's calls back
+# for longer than one token takes, nor keep doing so once they stop writing.
 _TOKEN_BUCKET = """
 local capacity = tonumber(ARGV[1])
 local per_ms = tonumber(ARGV[2])
@@ -40,7 +43,9 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
 local tokens = tonumber(state[1]) or capacity
 local ts = tonumber(state[2]) or now
+if not (ts <= now) then ts = now end
 tokens = math.min(capacity, tokens + (now - ts) * per_ms)
+if not (tokens >= 0) then tokens = 0 end
 local wait = 0
 if tokens >= 1 then
   if take then tokens = tokens - 1 end
@@ -76,7 +81,10 @@ class Limiter:
         capacity, per_s = parse_rate(limit)
         bucket = self.namespace.key(RATE_BUCKET, tool.name)
         answer: Any = self._bucket(keys=[bucket], args=[capacity, per_s / 1000, int(take)])
-        return float(answer[0]) / 1000, float(answer[1])
+        # No honest answer is more than one token away: the wait is what a deferred call's
+        # next look at the bucket (and the reconciler's) is put off by.
+        wait_s = min(max(float(answer[0]) / 1000, 0.0), math.ceil(1000 / per_s) / 1000)
+        return wait_s, float(answer[1])
 
     def wait_s(self, tool: Tool) -> float:
         """0 when a token was taken; else how long until one is free (nothing taken)."""
