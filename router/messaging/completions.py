@@ -43,10 +43,15 @@ MAX_RESULT_BYTES = 64 * 1024
 # registers after its submit returns, and a fast tool can finish before that.
 RECENT_MAX = 10_000
 RECENT_TTL_S = 30.0
+# And at most this many bytes of their messages: anyone who can publish can send 10,000
+# messages of the largest size; the oldest are then forgotten sooner.
+RECENT_MAX_BYTES = 32 * 1024 * 1024
 _RESULT_FIELDS = ("status", "tool", "value", "error", "error_type", "request_id", "answered_by")
 # Between a message's JSON and its tag (64 hex characters at the very end).
 TAG_SEPARATOR = b"|"
 TAG_LENGTH = 64
+# The longest message a worker sends: a result of MAX_RESULT_BYTES, and its tag.
+MAX_MESSAGE_BYTES = MAX_RESULT_BYTES + len(TAG_SEPARATOR) + TAG_LENGTH
 
 
 def completion_message(call_id: str, result: CallResult | None, keyring: KeyRing) -> str:
@@ -151,6 +156,8 @@ class Heard:
     at: float
     message: bytes | None
     result: CallResult | None = None
+    # The message's length as heard, counted against ``RECENT_MAX_BYTES`` until forgotten.
+    size: int = 0
 
     def parsed(self, keyring: KeyRing) -> CallResult | None:
         if self.message is not None:
@@ -192,6 +199,7 @@ class CompletionListener:
         self.on_completion = on_completion
         self._waiters: dict[str, set[Waiter]] = defaultdict(set)
         self._recent: OrderedDict[str, Heard] = OrderedDict()
+        self._recent_bytes = 0
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -232,23 +240,36 @@ class CompletionListener:
         return call_id in self._recent
 
     def hear(self, message: bytes) -> None:
-        """A completion message, as published; one that names no call is ignored."""
+        """A completion message, as published; one that names no call is ignored, and so is
+        one longer than any a worker sends: remembered, it would be held for
+        ``RECENT_TTL_S``, and anyone who can publish could fill the process's memory."""
+        if len(message) > MAX_MESSAGE_BYTES:
+            log.warning("ignoring a completion message of %d bytes", len(message))
+            metrics.untrusted(Untrusted.COMPLETION)
+            return
         call_id = completion_call_id(message, self.keyring)
         if call_id is None:
             log.warning("ignoring a malformed completion message")
             return
-        self._heard(call_id, Heard(time.monotonic(), message))
+        self._heard(call_id, Heard(time.monotonic(), message, size=len(message)))
 
     def _heard(self, call_id: str, heard: Heard) -> None:
         """Wake the waiters of ``call_id`` and remember the completion for a while."""
         now = heard.at
+        replaced = self._recent.pop(call_id, None)
+        if replaced is not None:
+            self._recent_bytes -= replaced.size
         self._recent[call_id] = heard
-        self._recent.move_to_end(call_id)
+        self._recent_bytes += heard.size
         while self._recent:
             oldest = next(iter(self._recent.values()))
-            if len(self._recent) <= RECENT_MAX and now - oldest.at <= RECENT_TTL_S:
+            if (
+                len(self._recent) <= RECENT_MAX
+                and self._recent_bytes <= RECENT_MAX_BYTES
+                and now - oldest.at <= RECENT_TTL_S
+            ):
                 break
-            self._recent.popitem(last=False)
+            self._recent_bytes -= self._recent.popitem(last=False)[1].size
         waiters = self._waiters.get(call_id)
         if waiters:
             result = heard.parsed(self.keyring)
