@@ -14,11 +14,13 @@ changes nothing; so does an answer without one.
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import redis
 from celery import Celery
 
 from .. import metrics
@@ -31,9 +33,13 @@ from ..trust.keyring import KeyRing, Purpose
 from .namespace import Namespace
 from .redis_clients import redis_client
 
+log = logging.getLogger(__name__)
+
 # The API waits this much longer than the deadline, so an answer committed just before
 # the deadline is still heard.
 REPLY_MARGIN_S = 2.0
+# After losing Redis while waiting for an answer, before listening again.
+RELISTEN_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,19 +182,27 @@ class DecisionClient:
                 routing_key=APPROVALS_QUEUE,
                 expires=self.timeout_s,
             )
-            while (left := deadline - time.monotonic()) > 0:
-                popped = self.redis.blpop([reply_to], timeout=max(left, 0.01))
-                if popped is None:
-                    break
-                raw = popped[1]
-                answer = open_reply(
-                    self.keyring, reply_to, raw if isinstance(raw, bytes) else raw.encode()
-                )
-                if answer is not None:
-                    return answer
-                metrics.untrusted(Untrusted.DECISION_REPLY)
         except Exception as exc:  # kombu and redis-py raise many types for "Redis is down"
             raise Unavailable(f"broker: {exc}") from None
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                popped = self.redis.blpop([reply_to], timeout=max(left, 0.01))
+            except redis.RedisError as exc:
+                # Sent: the worker may still apply it until its deadline, so this is no
+                # failure to tell the approver. Listen again, on a new connection: the
+                # answer waits in its list.
+                log.warning("lost Redis while waiting for decision %s: %s", request_id, exc)
+                time.sleep(min(RELISTEN_S, max(deadline - time.monotonic(), 0.0)))
+                continue
+            if popped is None:
+                break
+            raw = popped[1]
+            answer = open_reply(
+                self.keyring, reply_to, raw if isinstance(raw, bytes) else raw.encode()
+            )
+            if answer is not None:
+                return answer
+            metrics.untrusted(Untrusted.DECISION_REPLY)
         raise Unavailable(
             f"approval worker did not answer within {self.timeout_s:g} s; "
             "the decision was not applied"
