@@ -242,6 +242,7 @@ class Runtime:
             self.keyring,
             clock=self.clock,
             timeout_s=self.settings.decision_timeout_s,
+            applied=self.approvals_view.applied,
         )
 
     @cached_property

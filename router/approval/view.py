@@ -18,12 +18,16 @@ from ..errors import BadRequest, Conflict, Forbidden, NotFound
 from ..names import echo_name
 from ..notify import escalation
 from . import requests as pending
+from .model import Decision
 from .requests import ApprovalRequest, RequestStatus
 
 if TYPE_CHECKING:
     from ..tools.notify_config import EscalateTo
 
 REQUEST_ID_RE = re.compile(r"^req-[0-9a-f]{32}$")
+# Hosts' clocks differ a little: a decision recorded up to this long before it was sent, by
+# the approval worker's clock, is still taken to be the one sent.
+CLOCK_SKEW_MS = 1000
 
 
 class ApprovalsView:
@@ -123,6 +127,45 @@ class ApprovalsView:
                 f"{', '.join(request.approvers)}"
             )
         return request
+
+    def applied(
+        self, request_id: str, actor: str, decision: str, sent_at: int
+    ) -> dict[str, Any] | None:
+        """The approval worker's answer to ``actor``'s ``decision``, sent at ``sent_at``, as
+        the database holds it, if the worker applied it; None if it did not. For an answer
+        lost on its way back through Redis, which is not trusted: the approver is then told
+        what happened, never that an applied decision failed."""
+        since = sent_at - CLOCK_SKEW_MS
+        if decision not in Decision.__members__.values():
+            return None
+        with self.store.reading() as conn:
+            request = pending.get(conn, request_id)
+            if request is None:
+                return None
+            recorded = pending.decisions(conn, request_id)
+        answer: dict[str, Any] = {"ok": True, "request_id": request.id, "call_id": request.call_id}
+        if decision is Decision.CANCEL:
+            cancelled = request.status == RequestStatus.CANCELLED
+            if cancelled and actor == request.requested_by and (request.decided_at or 0) >= since:
+                return {**answer, "status": "cancelled"}
+            return None
+        if not any(
+            d["approver"] == actor and d["decision"] == decision and d["at"] >= since
+            for d in recorded
+        ):
+            return None
+        if decision is Decision.DENY:
+            return {**answer, "status": "denied"}
+        approvers = {d["approver"] for d in recorded if d["decision"] == Decision.APPROVE}
+        edited = {"args_sha256": request.args_sha256} if request.edited_by == actor else {}
+        return {
+            **answer,
+            "status": "approved",
+            "approvals": len(approvers),
+            "approvals_required": request.approvals_required,
+            "released": request.status == RequestStatus.APPROVED,
+            **edited,
+        }
 
     def _load(self, request_id: str) -> ApprovalRequest:
         if not REQUEST_ID_RE.fullmatch(request_id):

@@ -17,6 +17,7 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -40,6 +41,9 @@ log = logging.getLogger(__name__)
 REPLY_MARGIN_S = 2.0
 # After losing Redis while waiting for an answer, before listening again.
 RELISTEN_S = 0.1
+# How the database says a decision ended, if the approval worker applied it: (request id,
+# actor, decision, when it was sent) to the answer the worker would have sent, or None.
+Applied = Callable[[str, str, str, int], dict[str, Any] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +143,11 @@ class DecisionClient:
         *,
         clock: Clock,
         timeout_s: float,
+        applied: Applied | None = None,
     ) -> None:
         self.app, self.clock, self.timeout_s = app, clock, timeout_s
         self.namespace, self.keyring = namespace, keyring
+        self.applied = applied
         self.redis = redis_client(
             redis_url, socket_connect_timeout=2, socket_timeout=timeout_s + REPLY_MARGIN_S + 5
         )
@@ -159,12 +165,13 @@ class DecisionClient:
         arguments it was made on) and return the worker's answer; ``Unavailable`` if none
         came."""
         reply_to = self.namespace.key(DECISION_REPLY, secrets.token_hex(16))
+        sent_at = self.clock()
         draft = DecisionMessage(
             request_id=request_id,
             actor=actor,
             decision=decision,
             reason=reason,
-            deadline_ms=self.clock() + int(self.timeout_s * 1000),
+            deadline_ms=sent_at + int(self.timeout_s * 1000),
             reply_to=reply_to,
             args=args,
             args_sha256=None if args is None else sha256_hex(canonical_json(args)),
@@ -203,7 +210,23 @@ class DecisionClient:
             if answer is not None:
                 return answer
             metrics.untrusted(Untrusted.DECISION_REPLY)
+        # Past the deadline the worker applies it no more; but its answer may have been
+        # lost in Redis (deleted, a connection dropped), so the database says.
+        answer = self._applied_after_all(request_id, actor, decision, sent_at)
+        if answer is not None:
+            return answer
         raise Unavailable(
             f"approval worker did not answer within {self.timeout_s:g} s; "
             "the decision was not applied"
         )
+
+    def _applied_after_all(
+        self, request_id: str, actor: str, decision: str, sent_at: int
+    ) -> dict[str, Any] | None:
+        if self.applied is None:
+            return None
+        try:
+            return self.applied(request_id, actor, decision, sent_at)
+        except Exception:  # the database is down too: nothing more can be told
+            log.warning("could not read whether decision %s was applied", request_id)
+            return None

@@ -8,6 +8,9 @@ from __future__ import annotations
 import threading
 import time
 
+from router.constants import DECISION_REPLY
+from router.messaging.namespace import Namespace
+
 from ..support.audit import audit_events
 from ..support.redis_attacker import decide, redis_client, submit_gated
 from ..support.stack import Stack
@@ -49,3 +52,46 @@ def test_a_dropped_wait_for_the_answer_is_not_told_as_a_failed_decision(stack: S
         "approved",
         "ok",
     ]
+
+
+def keep_the_answer_from_the_api(stack: Stack, done: threading.Event) -> list[int]:
+    """Until ``done``: kill every connection blocked in ``BLPOP`` on the stack's database
+    and delete every decision answer waiting in its list, so the API never hears one."""
+    answers = Namespace.of(stack.settings).key(DECISION_REPLY, "*")
+    killed: list[int] = []
+    with redis_client(stack) as client:
+        db = int(client.connection_pool.connection_kwargs.get("db", 0))
+        while not done.is_set():
+            for connection in client.client_list():
+                if connection.get("cmd") == "blpop" and int(connection["db"]) == db:
+                    client.client_kill_filter(_id=connection["id"])
+                    killed.append(int(connection["id"]))
+            for key in client.scan_iter(match=answers):
+                client.delete(key)
+            time.sleep(0.001)
+    return killed
+
+
+def test_an_applied_decision_whose_answer_redis_lost_is_told_as_applied(stack: Stack) -> None:
+    call, args = submit_gated(stack)
+    done = threading.Event()
+    killed: list[int] = []
+    attacker = threading.Thread(
+        target=lambda: killed.extend(keep_the_answer_from_the_api(stack, done))
+    )
+    attacker.start()
+    try:
+        response = decide(stack, call["request_id"])
+    finally:
+        done.set()
+        attacker.join()
+
+    print(f"API's waits killed: {len(killed)}; answered {response.status_code}")
+    assert killed
+    # The approval worker applied it: the approver hears so from the database.
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert (answer["status"], answer["released"], answer["approvals"]) == ("approved", True, 1)
+    with stack.client() as http:
+        done_call = http.get(f"/v1/calls/{call['call_id']}", params={"wait_s": 30}).json()
+    assert (done_call["status"], done_call["value"]) == ("succeeded", args), done_call
