@@ -23,7 +23,7 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
-from .task_headers import header_problem
+from .task_headers import header_problem, read_headers
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,8 @@ class Channel(kombu_redis.Channel):
         stop this one."""
 
         def guarded(message: Any) -> Any:
-            problem = header_problem(message.headers)
+            headers = read_headers(message.headers, message.body, message.content_type)
+            problem = header_problem(headers)
             if problem is not None:
                 log.warning("dropped a message from %s that is not one: %s", queue, problem)
                 if not no_ack:

@@ -5,7 +5,9 @@ publish wrote them, and some are used long after the message was taken, where no
 catches what a wrong type raises (a time limit that is text ends the worker at the pool's
 acknowledgement). Redis is not trusted, so a worker's channel checks each header Celery
 reads against the type Celery writes (``celery.app.amqp.as_task_v2``) and drops a message
-that differs (``router.messaging.redis_transport``).
+that differs (``router.messaging.redis_transport``). Celery also reads the older forms,
+whose headers are in a body that is a JSON object (``celery.worker.strategy``), so those
+are checked there too.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from kombu.utils.json import loads
 
 
 def _text(value: Any) -> bool:
@@ -82,6 +86,27 @@ _HEADERS: dict[str, Callable[[Any], bool]] = {
 }
 # Celery cannot run a task message without these.
 _REQUIRED = ("task", "id")
+
+
+def read_headers(headers: Any, body: Any, content_type: str | None) -> Any:
+    """The headers Celery reads of a message: its own, over those of a body that is a JSON
+    object (a hybrid of protocols 1 and 2 has both; protocol 1 has the body's only)."""
+    fields = _json_object(body) if content_type == "application/json" else None
+    if fields is None or not isinstance(headers, Mapping):
+        return headers
+    return {**fields, **headers}
+
+
+def _json_object(body: Any) -> dict[str, Any] | None:
+    """``body`` read as kombu reads it, if it is a JSON object; a protocol 2 body (a list)
+    is not read at all, and neither is one Celery will refuse by itself."""
+    if not isinstance(body, bytes | str) or body.lstrip()[:1] not in (b"{", "{"):
+        return None
+    try:
+        fields = loads(body)
+    except (ValueError, RecursionError):
+        return None
+    return fields if isinstance(fields, dict) else None
 
 
 def header_problem(headers: Any) -> str | None:

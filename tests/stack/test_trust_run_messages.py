@@ -29,6 +29,7 @@ from ..support.stack import Stack
 IGNORED = "ignored a run message that names no call"
 # What a worker logs for each message from a queue it could not take.
 DROPPED = "dropped a message"
+CALL_ID = "call_" + "0" * 32
 # What someone holding Redis might push onto a tool queue: (call ids, tool).
 MALFORMED: list[tuple[list[Any], Any]] = [
     ([], "echo"),
@@ -64,17 +65,19 @@ def test_run_messages_naming_no_call_run_nothing_and_leave_no_traceback(stack: S
     assert (done["status"], done["value"]) == ("succeeded", {"after": "malformed"}), done
 
 
-def _envelope(app: Celery, queue: str, name: str, **headers: Any) -> str:
-    """A message of task ``name`` as kombu pushes it onto a queue, ``headers`` changed."""
+def _envelope(app: Celery, queue: str, name: str, body: Any = None, **headers: Any) -> str:
+    """A message of task ``name`` as kombu pushes it onto a queue, ``headers`` changed (None
+    leaves one out) and ``body`` instead of Celery's."""
     task_id = str(uuid.uuid4())
-    message = app.amqp.create_task_message(task_id, name, ["call_" + "0" * 32], {})
-    body = json.dumps([["call_" + "0" * 32], {}, {}]).encode()
+    message = app.amqp.create_task_message(task_id, name, [CALL_ID], {})
+    changed = {**message.headers, **headers}
+    encoded = json.dumps([[CALL_ID], {}, {}] if body is None else body).encode()
     return json.dumps(
         {
-            "body": base64.b64encode(body).decode(),
+            "body": base64.b64encode(encoded).decode(),
             "content-encoding": "utf-8",
             "content-type": "application/json",
-            "headers": {**message.headers, **headers},
+            "headers": {key: value for key, value in changed.items() if value is not None},
             "properties": {
                 "correlation_id": task_id,
                 "delivery_info": {"exchange": queue, "routing_key": queue},
@@ -87,12 +90,16 @@ def _envelope(app: Celery, queue: str, name: str, **headers: Any) -> str:
 
 def _poison(app: Celery, queue: str, name: str) -> list[str]:
     """What someone holding Redis might push that is no message Celery could take."""
+    text_limits = {"args": [CALL_ID], "kwargs": {}, "timelimit": ["a", "b"]}
     return [
         "[" * 100_000 + "]" * 100_000,
         "[]",
         json.dumps({"properties": {"delivery_tag": ["not", "hashable"]}}),
         _envelope(app, queue, name, task=["a", "list"]),
         _envelope(app, queue, name, timelimit=["a", "b"]),
+        # Celery's older forms, which carry their headers in the body.
+        _envelope(app, queue, name, body=text_limits, timelimit=None),
+        _envelope(app, queue, name, body={**text_limits, "task": name}, task=None, timelimit=None),
     ]
 
 
