@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 import redis
+from sqlalchemy import select
 
 from router.clock import FakeClock
+from router.db.schema import calls
+from router.dispatch.batches import BatchService
 from router.runtime import Runtime
 from router.tools.config import parse_rate
 from workers.execution import Executor
@@ -87,6 +90,33 @@ def test_over_the_rate_limit_a_call_waits_and_the_bucket_is_shared(
     row = runtime.calls.read(calls[2])
     assert row.status == "queued" and row.attempt == 0
     assert len(ledger.read_text().splitlines()) == 2
+
+
+def test_a_batchs_call_held_back_by_a_rate_limit_still_waits_behind_other_calls(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    items = [{"tool": "limited_ledger", "args": {"path": str(ledger), "i": i}} for i in range(3)]
+    receipt = BatchService(runtime.store, runtime.dispatcher, clock=runtime.clock).submit(
+        "agent", items
+    )
+    with runtime.store.reading() as conn:
+        ids = [
+            row.id
+            for row in conn.execute(
+                select(calls.c.id)
+                .where(calls.c.batch_id == receipt.batch_id)
+                .order_by(calls.c.batch_index)
+            )
+        ]
+    broker = redis.Redis.from_url(runtime.redis_url)
+    first, *_, last = runtime.namespace.queue_keys("tools.low")
+    broker.delete(first, last)  # the batch's own messages
+    worker = executor(runtime)
+    assert [worker.run(call_id, "limited_ledger") for call_id in ids] == ["ok", "ok", "deferred"]
+    # Sent back with its countdown into the batch's list, not ahead of agents' calls.
+    assert (broker.llen(first), broker.llen(last)) == (0, 1)
+    broker.close()
 
 
 def test_in_a_shared_message_each_call_of_a_rate_limited_tool_asks_the_limiter(

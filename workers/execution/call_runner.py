@@ -240,12 +240,13 @@ class CallRunner:
     def _defer(self, tool: Tool, call_id: str, wait_s: float) -> RunOutcome:
         """Send the call back to wait ``wait_s`` in the broker, still queued."""
         due_at = self.clock() + int(wait_s * 1000)
-        # Held back by a countdown, a message waits in the worker, not in one of the
-        # queue's lists: its precedence orders nothing.
-        message = message_for(tool, call_id, Precedence.INTERACTIVE, countdown=wait_s)
-        self.runtime.publisher.publish([message])
         with self.store.transaction() as conn:
+            row = self.store.get(conn, call_id)
             self.store.defer(conn, call_id, due_at=due_at)
+        # A countdown message waits in its list until a worker has room for it, and goes
+        # back there if the worker stops: a batch's stays behind other calls.
+        precedence = Precedence.of(row.batch_id if row is not None else None)
+        self.runtime.publisher.publish([message_for(tool, call_id, precedence, countdown=wait_s)])
         return RunOutcome.DEFERRED
 
     def _retry_later(self, tool: Tool, row: CallRow, outcome: Outcome) -> RunOutcome:
