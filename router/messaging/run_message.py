@@ -22,9 +22,10 @@ class Precedence(IntEnum):
     BATCH = 9
 
     @classmethod
-    def of(cls, batch_id: str | None) -> Precedence:
-        """A batch's calls go after the rest."""
-        return cls.INTERACTIVE if batch_id is None else cls.BATCH
+    def of(cls, batch_id: str | None, request_id: str | None = None) -> Precedence:
+        """A batch's calls go after the rest, but for one an approver released (it has a
+        request): somebody has just decided it, and it keeps its place when sent again."""
+        return cls.BATCH if batch_id is not None and request_id is None else cls.INTERACTIVE
 
 
 @dataclass(frozen=True, slots=True)

@@ -231,7 +231,7 @@ class CallRunner:
         tool = self.registry.get(row.tool)
         if tool is not None:
             try:
-                message = message_for(tool, call_id, Precedence.of(row.batch_id))
+                message = message_for(tool, call_id, Precedence.of(row.batch_id, row.request_id))
                 self.runtime.publisher.publish([message])
             except Unavailable as exc:
                 log.warning("call %s not published again: %s", call_id, exc)  # the reconciler's
@@ -245,7 +245,7 @@ class CallRunner:
             self.store.defer(conn, call_id, due_at=due_at)
         # A countdown message waits in its list until a worker has room for it, and goes
         # back there if the worker stops: a batch's stays behind other calls.
-        precedence = Precedence.of(row.batch_id if row is not None else None)
+        precedence = Precedence.of(row.batch_id, row.request_id) if row else Precedence.INTERACTIVE
         self.runtime.publisher.publish([message_for(tool, call_id, precedence, countdown=wait_s)])
         return RunOutcome.DEFERRED
 
@@ -274,9 +274,9 @@ class CallRunner:
                 at=now,
             )
         try:
-            self.runtime.publisher.publish(
-                [message_for(tool, row.id, Precedence.of(row.batch_id), countdown=delay)]
-            )
+            precedence = Precedence.of(row.batch_id, row.request_id)
+            message = message_for(tool, row.id, precedence, countdown=delay)
+            self.runtime.publisher.publish([message])
         except Unavailable as exc:
             # Queued and due at ``due_at``: the reconciler sends it once Redis is back.
             log.warning("retry of %s not published: %s", row.id, exc)

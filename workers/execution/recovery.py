@@ -113,7 +113,7 @@ class Recovery:
         raises ``Unavailable`` when Redis is down (the reconciler then sends them). A gated
         call without a release for exactly it is failed instead, never published."""
         messages = [
-            message_for(tool, row.id, Precedence.of(row.batch_id))
+            message_for(tool, row.id, Precedence.of(row.batch_id, row.request_id))
             for row in rows
             if (tool := self.registry.get(row.tool)) and self._cleared_to_publish(row, tool)
         ]
