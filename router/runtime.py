@@ -256,7 +256,8 @@ class Runtime:
     @cached_property
     def approvals_view(self) -> ApprovalsView:
         groups = {t.name: t.escalate_to for t in self.tool_config.tools if t.escalate_to}
-        return ApprovalsView(self.store, clock=self.clock, escalate_to=groups)
+        roles = frozenset(role for tool in self.registry for role in tool.spec.approvers)
+        return ApprovalsView(self.store, clock=self.clock, escalate_to=groups, approver_roles=roles)
 
     @cached_property
     def keys(self) -> KeyStore:

@@ -37,10 +37,18 @@ class ApprovalsView:
         *,
         clock: Clock = wall_clock_ms,
         escalate_to: Mapping[str, EscalateTo] | None = None,
+        approver_roles: frozenset[str] = frozenset(),
     ) -> None:
         self.store, self.clock = store, clock
         # Each tool's escalation group, to say whom an escalated request was told to.
         self.escalate_to = escalate_to or {}
+        # Every role some tool names as its approvers (``agent`` too, if one does).
+        self.approver_roles = approver_roles
+
+    def may_approve(self, who: Principal) -> bool:
+        """Holds a role that may decide some tool's requests: an approver role, or one a
+        tool names among its approvers."""
+        return who.is_approver or bool(who.roles & self.approver_roles)
 
     def list_requests(
         self, who: Principal, status: str = "pending", limit: int = 200

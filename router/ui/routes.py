@@ -109,7 +109,7 @@ async def inbox(request: Request) -> Response:
     if signed_in is None:
         return _page(request, "login.html")
     current, who = signed_in
-    if not who.is_approver:
+    if not _runtime(request).approvals_view.may_approve(who):
         return _page(request, "forbidden.html", 403, who=who)
     runtime = _runtime(request)
     pending = await in_thread(runtime.approvals_view.list_requests, who, "pending", INBOX_SHOWS + 1)
@@ -146,7 +146,7 @@ async def inbox(request: Request) -> Response:
 async def pending_ids(request: Request) -> Response:
     """What the page polls to know when new requests arrived (ids only, no arguments)."""
     signed_in = await _signed_in(request)
-    if signed_in is None or not signed_in[1].is_approver:
+    if signed_in is None or not _runtime(request).approvals_view.may_approve(signed_in[1]):
         return Response(
             ascii_json({"ok": False, "error": "not signed in"}),
             status_code=401,
@@ -189,7 +189,7 @@ async def login(request: Request) -> Response:
         await in_thread(throttle.take_back, attempt)
         raise
     await in_thread(throttle.take_back, attempt)
-    if not who.is_approver:
+    if not _runtime(request).approvals_view.may_approve(who):
         return _page(request, "forbidden.html", 403, who=who)
     hours = runtime.settings.ui_session_hours
     cookie, _ = await in_thread(_sessions(request).start, who, hours)
@@ -230,7 +230,7 @@ async def approver_form(request: Request) -> tuple[Principal, FormData, str] | R
     if signed_in is None:
         return RedirectResponse("/ui/", status_code=303)
     current, who = signed_in
-    if not who.is_approver:
+    if not _runtime(request).approvals_view.may_approve(who):
         return _page(request, "forbidden.html", 403, who=who)
     form = await request.form()
     if not _csrf_ok(request, current, form):
