@@ -58,6 +58,8 @@ class Runtime:
 
     settings: Settings
     clock: Clock = field(default=wall_clock_ms)
+    # The processes that split one pool of database connections (the API's on one port).
+    pool_share: int = 1
 
     @cached_property
     def redis_url(self) -> str:
@@ -88,7 +90,7 @@ class Runtime:
 
     @cached_property
     def engine(self) -> Engine:
-        return make_engine(self.settings.resolved_database_url)
+        return make_engine(self.settings.resolved_database_url, share=self.pool_share)
 
     @cached_property
     def store(self) -> Store:

@@ -202,4 +202,6 @@ def app_from_env() -> FastAPI:
     api`` does from ``TOOLROUTER_TRUSTED_PROXIES``."""
     from ..settings import get_settings
 
-    return create_app(Runtime(get_settings()))
+    settings = get_settings()
+    # ``toolrouter api`` starts this many of these processes; they split one pool.
+    return create_app(Runtime(settings, pool_share=settings.resolved_api_processes))

@@ -22,6 +22,9 @@ from .wal_checkpoints import AUTOCHECKPOINT_PAGES
 # SQLite waits this long for a competing writer before giving up.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_CACHE_KIB = 64 * 1024
+# One process's PostgreSQL connections: kept open, and opened beyond those under load.
+POOL_SIZE = 10
+MAX_OVERFLOW = 20
 # Polling for the write lock: first wait, and the longest single wait, in seconds.
 WRITE_LOCK_FIRST_WAIT_S = 0.0001
 WRITE_LOCK_MAX_WAIT_S = 0.002
@@ -34,22 +37,29 @@ def normalize_url(url: str) -> str:
     return url
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, *, share: int = 1) -> Engine:
+    """An engine for ``url``. ``share``: how many processes split one pool of PostgreSQL
+    connections (the API's processes on one port), so together they open no more than one."""
     url = normalize_url(url)
     if url.startswith("sqlite"):
         return _sqlite_engine(url)
-    return _postgresql_engine(url)
+    return _postgresql_engine(url, share)
 
 
 # Marks a pooled connection not yet checked out (``record.info``).
 _NEW = "toolrouter_new"
 
 
-def _postgresql_engine(url: str) -> Engine:
+def _postgresql_engine(url: str, share: int = 1) -> Engine:
     # psycopg prepares nothing of its own: when it sees an ALTER, a DROP or a ROLLBACK TO
     # SAVEPOINT it deallocates every prepared statement, ``router.db.libpq``'s with its own.
+    # Split, not multiplied: N processes of a full pool each would pass the server's
+    # ``max_connections`` (100 by default) and be refused, where one process never is.
     engine = create_engine(
-        url, pool_size=10, max_overflow=20, connect_args={"prepare_threshold": None}
+        url,
+        pool_size=max(1, POOL_SIZE // share),
+        max_overflow=MAX_OVERFLOW // share,
+        connect_args={"prepare_threshold": None},
     )
 
     @event.listens_for(engine, "connect")

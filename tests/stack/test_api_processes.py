@@ -1,6 +1,6 @@
 """Several API processes on one port (``TOOLROUTER_API_PROCESSES``): any of them answers any
 request, completions wake a waiting call whichever process took it, and one of them runs
-SQLite's checkpoints."""
+SQLite's checkpoints, and together they open no more database connections than one."""
 
 from __future__ import annotations
 
@@ -12,8 +12,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.pool import PoolProxiedConnection, QueuePool
 
+from router.api.app import app_from_env
 from router.runtime import Runtime
+from router.settings import get_settings
 
 from ..support import services
 from ..support.api_processes import client_port, serving_pid, serving_processes
@@ -100,3 +104,59 @@ def test_one_process_runs_the_checkpoints(stack: Stack) -> None:
     assert holder in {p.pid for p in serving_processes(stack)}
     with closing(sqlite3.connect(database)) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def connections_one_process_opens(pool: QueuePool) -> int:
+    """How many connections ``pool`` hands out at once before a checkout must wait."""
+    already = pool.checkedout()
+    held: list[PoolProxiedConnection] = []
+    try:
+        while True:
+            try:
+                held.append(pool.connect())
+            except PoolTimeout:
+                return already + len(held)
+            assert len(held) <= 64, "the pool has no bound"
+    finally:
+        for connection in held:
+            connection.close()
+
+
+@pytest.mark.postgres
+def test_the_processes_share_one_pool_of_database_connections(
+    redis_base: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """N processes of a full pool each would pass PostgreSQL's ``max_connections`` under a
+    load one process takes without a refused connection; they split one pool instead."""
+    databases = services.database_for("postgresql", tmp_path, request)
+    env = stack_env(
+        database_url=next(databases),
+        redis_url=f"{redis_base}/{REDIS_DB}",
+        state_dir=tmp_path,
+        TOOLROUTER_API_PROCESSES=str(PROCESSES),
+    )
+
+    def opened(processes: int) -> int:
+        """Connections one API process opens, built as ``toolrouter api`` builds it."""
+        for name, value in {**env, "TOOLROUTER_API_PROCESSES": str(processes)}.items():
+            monkeypatch.setenv(name, value)
+        get_settings.cache_clear()
+        runtime = app_from_env().state.runtime
+        try:
+            pool = runtime.engine.pool
+            assert isinstance(pool, QueuePool)
+            pool._timeout = 0.2  # a full pool answers at once, not after 30 s
+            return connections_one_process_opens(pool)
+        finally:
+            runtime.close()
+            get_settings.cache_clear()
+
+    try:
+        alone = opened(1)
+        assert alone > 1
+        assert opened(PROCESSES) * PROCESSES <= alone
+    finally:
+        databases.close()
