@@ -25,6 +25,9 @@ SQLITE_CACHE_KIB = 64 * 1024
 # One process's PostgreSQL connections: kept open, and opened beyond those under load.
 POOL_SIZE = 10
 MAX_OVERFLOW = 20
+# What a process's share never goes below: the connections ``kept`` may hold idle between
+# write transactions, and as many again for readers, who would otherwise wait for the pool.
+PROCESS_MIN_CONNECTIONS = 8
 # Polling for the write lock: first wait, and the longest single wait, in seconds.
 WRITE_LOCK_FIRST_WAIT_S = 0.0001
 WRITE_LOCK_MAX_WAIT_S = 0.002
@@ -58,7 +61,7 @@ def _postgresql_engine(url: str, share: int = 1) -> Engine:
     engine = create_engine(
         url,
         pool_size=max(1, POOL_SIZE // share),
-        max_overflow=MAX_OVERFLOW // share,
+        max_overflow=max(MAX_OVERFLOW // share, PROCESS_MIN_CONNECTIONS - POOL_SIZE // share),
         connect_args={"prepare_threshold": None},
     )
 
