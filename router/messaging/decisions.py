@@ -191,14 +191,17 @@ class DecisionClient:
             )
         except Exception as exc:  # kombu and redis-py raise many types for "Redis is down"
             raise Unavailable(f"broker: {exc}") from None
+        warned = False
         while (left := deadline - time.monotonic()) > 0:
             try:
                 popped = self.redis.blpop([reply_to], timeout=max(left, 0.01))
             except redis.RedisError as exc:
                 # Sent: the worker may still apply it until its deadline, so this is no
                 # failure to tell the approver. Listen again, on a new connection: the
-                # answer waits in its list.
-                log.warning("lost Redis while waiting for decision %s: %s", request_id, exc)
+                # answer waits in its list. (Said once a decision: Redis may stay away.)
+                if not warned:
+                    log.warning("lost Redis while waiting for decision %s: %s", request_id, exc)
+                    warned = True
                 time.sleep(min(RELISTEN_S, max(deadline - time.monotonic(), 0.0)))
                 continue
             if popped is None:
