@@ -146,23 +146,24 @@ class ApprovalsView:
         since = sent_at - CLOCK_SKEW_MS
         if decision not in Decision.__members__.values():
             return None
+        choice = Decision(decision)
         with self.store.reading() as conn:
             request = pending.get(conn, request_id)
             if request is None:
                 return None
             recorded = pending.decisions(conn, request_id)
         answer: dict[str, Any] = {"ok": True, "request_id": request.id, "call_id": request.call_id}
-        if decision is Decision.CANCEL:
+        if choice is Decision.CANCEL:
             cancelled = request.status == RequestStatus.CANCELLED
             if cancelled and actor == request.requested_by and (request.decided_at or 0) >= since:
                 return {**answer, "status": "cancelled"}
             return None
         if not any(
-            d["approver"] == actor and d["decision"] == decision and d["at"] >= since
+            d["approver"] == actor and d["decision"] == choice and d["at"] >= since
             for d in recorded
         ):
             return None
-        if decision is Decision.DENY:
+        if choice is Decision.DENY:
             return {**answer, "status": "denied"}
         approvers = {d["approver"] for d in recorded if d["decision"] == Decision.APPROVE}
         edited = {"args_sha256": request.args_sha256} if request.edited_by == actor else {}

@@ -57,7 +57,8 @@ def test_a_denial_and_a_cancel_whose_answers_were_lost_are_told_as_applied(
     assert client(runtime).send(denied, "approver", Decision.DENY, None)["status"] == "denied"
     _, cancelled = submit_gated(runtime)
     assert gate.decide(cancelled, "agent", Decision.CANCEL).ok
-    answer = client(runtime).send(cancelled, "agent", Decision.CANCEL, None)
+    # As the word arrives from a message, not the enum.
+    answer = client(runtime).send(cancelled, "agent", "cancel", None)
     assert answer["status"] == "cancelled"
 
 
