@@ -25,7 +25,7 @@ from router.audit.log import locked_head
 from router.dispatch.dispatcher import Dispatcher
 from router.messaging.celery_app import make_celery
 from router.messaging.publisher import Publisher
-from router.messaging.run_message import message_for
+from router.messaging.run_message import Precedence, message_for
 from router.runtime import Runtime
 from router.status import TERMINAL_STATES, AuditEvent, CallStatus
 
@@ -225,7 +225,8 @@ def test_duplicated_message_runs_the_handler_once(
     tool = stack_runtime.registry.get("ledger")
     assert tool is not None
     # Two more messages for the same call, racing its first run.
-    stack_runtime.publisher.publish([message_for(tool, call_id), message_for(tool, call_id)])
+    message = message_for(tool, call_id, Precedence.INTERACTIVE)
+    stack_runtime.publisher.publish([message, message])
     broker = redis.Redis.from_url(stack.settings.redis_url)
     try:
         # While the first run sleeps its message is active in a worker: the probe must see

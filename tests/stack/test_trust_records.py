@@ -27,7 +27,7 @@ from sqlalchemy import text
 from router.canonical import canonical_json, sha256_hex
 from router.clock import wall_clock_ms
 from router.ids import new_call_id, new_request_id
-from router.messaging.run_message import message_for
+from router.messaging.run_message import Precedence, message_for
 from router.runtime import Runtime
 from workers.execution import Executor
 
@@ -155,7 +155,7 @@ def test_a_hand_written_queued_row_for_a_gated_tool_never_runs(
         if how != "reconciler":
             tool = rt.registry.get("gated_ledger")
             assert tool is not None
-            rt.publisher.publish([message_for(tool, call_id)])
+            rt.publisher.publish([message_for(tool, call_id, Precedence.INTERACTIVE)])
     Executor(rt, rt.notifier(), actor="reconciler-under-test").reconcile()
     outcomes = {
         how: (wait_for_status(rt, call_id, {"failed", "succeeded"}), rt.calls.read(call_id))
@@ -190,7 +190,7 @@ def test_another_calls_approval_cannot_be_reused(stack: Stack, rt: Runtime, tmp_
         )
     tool = rt.registry.get("gated_ledger")
     assert tool is not None
-    rt.publisher.publish([message_for(tool, copy_id)])
+    rt.publisher.publish([message_for(tool, copy_id, Precedence.INTERACTIVE)])
     assert wait_for_status(rt, copy_id, {"failed", "succeeded"}) == "failed"
     print(
         f"[{backend(rt)}] approval reuse: copy={rt.calls.read(copy_id).error_type} "
