@@ -172,8 +172,13 @@ def internal_error(exc: BaseException) -> str:
 
 def error_message(exc: BaseException) -> str:
     """The raiser's own message: ``str(exc)``, a ``KeyError``'s key, else the class name."""
-    if isinstance(exc, KeyError) and len(exc.args) == 1:
-        message = str(exc.args[0])
-    else:
-        message = str(exc)
+    try:
+        if isinstance(exc, KeyError) and len(exc.args) == 1:
+            message = str(exc.args[0])
+        else:
+            message = str(exc)
+    # BaseException on purpose: a handler's exception whose ``__str__`` raises (even
+    # SystemExit) still fails only its call, named by its class.
+    except BaseException:
+        message = ""
     return message or type(exc).__name__

@@ -47,6 +47,16 @@ def raise_empty(args: dict[str, Any], ctx: CallContext) -> Any:
     raise RuntimeError()
 
 
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise SystemExit("no words for it")
+
+
+def raise_unprintable(args: dict[str, Any], ctx: CallContext) -> Any:
+    """An exception whose message cannot be made."""
+    raise Unprintable("a message nobody can read")
+
+
 def raise_system_exit(args: dict[str, Any], ctx: CallContext) -> Any:
     raise SystemExit(3)
 

@@ -114,6 +114,7 @@ def stack_runtime(stack: Stack) -> Iterator[Runtime]:
     [
         ("system_exit", "3", "SystemExit"),
         ("keyboard_interrupt", "KeyboardInterrupt", "KeyboardInterrupt"),
+        ("unprintable_error", "Unprintable", "Unprintable"),
     ],
 )
 def test_handler_raising_system_exit_fails_its_call_and_the_worker_keeps_serving(
