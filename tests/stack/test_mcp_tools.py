@@ -47,6 +47,8 @@ class Service(BaseHTTPRequestHandler):
                     "idempotency_key": self.headers.get("idempotency-key"),
                 },
             )
+        elif self.path == "/deep-error":
+            self._raw(500, b"[" * 100_000 + b"]" * 100_000)
         elif self.path == "/busy":
             self._json(429, {"error": "slow down"}, {"Retry-After": "3"})
         else:
@@ -61,7 +63,9 @@ class Service(BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
     def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-        payload = json.dumps(body).encode()
+        self._raw(status, json.dumps(body).encode(), headers)
+
+    def _raw(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(payload)))
@@ -251,6 +255,7 @@ def test_an_idempotency_key_in_any_script_reaches_an_http_tool(
     [
         ("http_busy", "HTTP 429: slow down", "HTTPError"),
         ("http_broken", "HTTP 500: database on fire", "HTTPError"),
+        ("http_deep_error", f"HTTP 500: {'[' * 500}", "HTTPError"),
         ("http_down", None, "ConnectError"),
     ],
 )

@@ -127,7 +127,8 @@ def _remote_message(response: httpx.Response, redact: Callable[[str], str]) -> s
     """The service's own words: a JSON body's error/message/detail, else its text."""
     try:
         body = response.json()
-    except ValueError:
+    # Nested past what the parser recurses: the text is the message then.
+    except (ValueError, RecursionError):
         body = None
     if isinstance(body, dict):
         for key in ("error", "message", "detail"):
