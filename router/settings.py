@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     outcome_hold_ms: float = Field(default=5.0, ge=0, le=1000)
     # Deepest nesting of arrays and objects accepted in arguments and stored in results.
     max_nesting: int = Field(default=64, ge=2, le=512)
+    # Largest result of a call, in bytes of its JSON (an HTTP tool's answer, as read): a
+    # larger one fails the call (`result too large`), and an HTTP answer is not read past it.
+    max_result_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     # Largest arguments of a call, in bytes of their JSON (UTF-8): larger are refused with
     # 413 (`arguments too large`). A call's body may be 16 KiB larger, for the JSON around
     # them; a larger body is refused with 413 before it is parsed.

@@ -20,6 +20,11 @@ def value(args: dict[str, Any], ctx: CallContext) -> Any:
     return args["value"]
 
 
+def sized(args: dict[str, Any], ctx: CallContext) -> Any:
+    """A string of ``args["bytes"]`` characters: results of any size from small arguments."""
+    return "x" * args["bytes"]
+
+
 def context(args: dict[str, Any], ctx: CallContext) -> Any:
     return {
         "call_id": ctx.call_id,

@@ -146,6 +146,33 @@ def test_handler_raising_system_exit_fails_its_call_and_the_worker_keeps_serving
     assert worker.is_running()
 
 
+def test_a_result_past_the_size_limit_fails_its_call_and_nothing_of_it_is_stored(
+    stack: Stack, stack_runtime: Runtime
+) -> None:
+    limit = stack.settings.max_result_bytes
+    with stack.client() as http:
+        # A string of ``limit - 1`` characters is ``limit + 1`` bytes of JSON.
+        over = http.post(
+            "/v1/calls", json={"tool": "sized", "args": {"bytes": limit - 1}, "wait_s": 30}
+        ).json()
+        within = http.post(
+            "/v1/calls", json={"tool": "sized", "args": {"bytes": limit - 2}, "wait_s": 30}
+        ).json()
+
+    assert over == {
+        "ok": False,
+        "call_id": over["call_id"],
+        "tool": "sized",
+        "status": "failed",
+        "error": f"result too large: over the limit of {limit} bytes",
+        "error_type": "ResultTooLarge",
+    }
+    with stack_runtime.store.reading() as conn:
+        row = stack_runtime.store.get(conn, over["call_id"])
+    assert row is not None and row.value is None
+    assert (within["status"], len(within["value"])) == ("succeeded", limit - 2)
+
+
 def test_slow_handler_is_stopped_by_its_timeout(stack: Stack) -> None:
     with stack.client() as http:
         body = http.post(

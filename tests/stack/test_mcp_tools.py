@@ -3,12 +3,14 @@ run through the real API, worker and approval worker."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -49,6 +51,8 @@ class Service(BaseHTTPRequestHandler):
             )
         elif self.path == "/deep-error":
             self._raw(500, b"[" * 100_000 + b"]" * 100_000)
+        elif self.path == "/endless":
+            self._endless()
         elif self.path == "/busy":
             self._json(429, {"error": "slow down"}, {"Retry-After": "3"})
         else:
@@ -61,6 +65,17 @@ class Service(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
+
+    def _endless(self) -> None:
+        """A JSON string that never ends, until the client hangs up."""
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        chunk = b"a" * 65536
+        with contextlib.suppress(OSError):
+            self.wfile.write(b'"')
+            while True:
+                self.wfile.write(chunk)
 
     def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         self._raw(status, json.dumps(body).encode(), headers)
@@ -267,6 +282,27 @@ def test_http_failures_carry_the_remote_message(
     assert (result["status"], result["error_type"]) == ("failed", error_type)
     if error is not None:
         assert result["error"] == error
+
+
+def test_an_http_answer_past_the_result_limit_fails_the_call_and_the_worker_serves_on(
+    mcp_stack: tuple[Stack, Path],
+) -> None:
+    stack, _ = mcp_stack
+    started = time.monotonic()
+
+    endless = call(stack, "http_endless", {})
+
+    assert endless == {
+        "ok": False,
+        "call_id": endless["call_id"],
+        "tool": "http_endless",
+        "status": "failed",
+        "error": f"result too large: over the limit of {16 * 1024 * 1024} bytes",
+        "error_type": "ResultTooLarge",
+    }
+    # Cut off at the limit, not read on until the tool's 20 s timeout.
+    assert time.monotonic() - started < 15
+    assert call(stack, "http_echo", {"n": 1})["status"] == "succeeded"
 
 
 @pytest.mark.parametrize(

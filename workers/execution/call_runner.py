@@ -47,6 +47,7 @@ class CallRunner:
         self.store, self.registry, self.clock = ledger.store, ledger.registry, ledger.clock
         self.audit = ledger.audit
         self.max_nesting = runtime.settings.max_nesting
+        self.max_result_bytes = runtime.settings.max_result_bytes
         self.redact = runtime.redactor
         client = ledger.notifier.client
         self.limiter = Limiter(client, runtime.namespace)
@@ -209,6 +210,7 @@ class CallRunner:
             ctx,
             mcp=self.runtime.mcp,
             max_nesting=self.max_nesting,
+            max_result_bytes=self.max_result_bytes,
             redact=self.redact or str,
         )
         ran_ms = round((time.monotonic() - started) * 1000)

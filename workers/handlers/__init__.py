@@ -25,21 +25,25 @@ def invoke(
     *,
     mcp: McpConnections | None = None,
     max_nesting: int = 64,
+    max_result_bytes: int | None = None,
     redact: Callable[[str], str] = str,
 ) -> Outcome:
     """Run ``tool``'s handler once, whatever its kind (MCP tools use ``mcp``'s sessions).
-    A result nested deeper than ``max_nesting`` fails the call. ``redact`` replaces config
-    secrets in text a handler cuts to length (the caller replaces them in the rest)."""
+    A result nested deeper than ``max_nesting`` or larger than ``max_result_bytes`` (None:
+    any size) fails the call. ``redact`` replaces config secrets in text a handler cuts to
+    length (the caller replaces them in the rest)."""
     kind = tool.spec.handler.kind
     if kind == "http":
-        return run_http(tool, args, ctx, max_nesting=max_nesting, redact=redact)
+        return run_http(
+            tool, args, ctx, max_nesting=max_nesting, max_bytes=max_result_bytes, redact=redact
+        )
     if kind == "mcp":
         if mcp is None:
             return Outcome(
                 ok=False, error="no MCP connections in this process", error_type="ConfigError"
             )
-        return run_mcp(tool, args, ctx, mcp, max_nesting=max_nesting)
-    return run_python(tool, args, ctx, max_nesting=max_nesting)
+        return run_mcp(tool, args, ctx, mcp, max_nesting=max_nesting, max_bytes=max_result_bytes)
+    return run_python(tool, args, ctx, max_nesting=max_nesting, max_bytes=max_result_bytes)
 
 
 __all__ = ["Outcome", "invoke"]

@@ -2,11 +2,13 @@
 
 One pooled ``httpx.Client`` per worker process. A non-2xx answer is an error carrying the
 remote message and status; 429, 5xx and connection errors are marked retryable (the
-retry policy decides what to do with that).
+retry policy decides what to do with that). An answer is read only up to the result
+size limit: a service that sends more (or never stops) fails the call, not the worker.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import string
 from collections.abc import Callable
@@ -42,6 +44,7 @@ def run_http(
     ctx: CallContext,
     *,
     max_nesting: int,
+    max_bytes: int | None = None,
     redact: Callable[[str], str] = str,
 ) -> Outcome:
     """One request to ``tool``'s endpoint. ``redact`` replaces config secrets in the remote's
@@ -60,9 +63,10 @@ def run_http(
         else {"json": args}
     )
     try:
-        response = client().request(
+        with client().stream(
             spec.method, spec.url, headers=headers, timeout=tool.spec.timeout_s, **request
-        )
+        ) as response:
+            body = _read(response, max_bytes)
     except SoftTimeLimitExceeded:
         return Outcome.timed_out(tool.spec.timeout_s)
     except httpx.TimeoutException:
@@ -87,17 +91,23 @@ def run_http(
         # Whatever else the client raises (a header it cannot encode, say) fails the call.
         return Outcome.of_exception(exc)
     if response.is_success:
+        if body is None:
+            assert max_bytes is not None
+            return Outcome.too_large(max_bytes)
         try:
-            value = response.json()
+            value = json.loads(body)
         except ValueError:
-            return Outcome.of_value(response.text, max_nesting=max_nesting)
+            return Outcome.of_value(
+                _text(response, body), max_nesting=max_nesting, max_bytes=max_bytes
+            )
         except RecursionError:
             return Outcome.too_deep(max_nesting)
-        return Outcome.of_value(value, max_nesting=max_nesting)
+        return Outcome.of_value(value, max_nesting=max_nesting, max_bytes=max_bytes)
     status = response.status_code
+    message = response.reason_phrase if body is None else _remote_message(response, body, redact)
     return Outcome(
         ok=False,
-        error=f"HTTP {status}: {_remote_message(response, redact)}",
+        error=f"HTTP {status}: {message}",
         error_type="HTTPError",
         retryable=status == 429 or status >= 500,
         retry_after_s=_retry_after(response),
@@ -123,18 +133,34 @@ def _header_value(text: str) -> str:
     return text if text.isascii() else quote(text, safe=string.punctuation + " ")
 
 
-def _remote_message(response: httpx.Response, redact: Callable[[str], str]) -> str:
+def _read(response: httpx.Response, max_bytes: int | None) -> bytes | None:
+    """The answer's body, decoded as its ``Content-Encoding`` says; None once it passes
+    ``max_bytes``, the rest left unread."""
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        body += chunk
+        if max_bytes is not None and len(body) > max_bytes:
+            return None
+    return bytes(body)
+
+
+def _text(response: httpx.Response, body: bytes) -> str:
+    """The body as text, in the answer's charset (UTF-8 by default)."""
+    return body.decode(response.encoding or "utf-8", errors="replace")
+
+
+def _remote_message(response: httpx.Response, body: bytes, redact: Callable[[str], str]) -> str:
     """The service's own words: a JSON body's error/message/detail, else its text."""
     try:
-        body = response.json()
+        parsed = json.loads(body)
     # Nested past what the parser recurses: the text is the message then.
     except (ValueError, RecursionError):
-        body = None
-    if isinstance(body, dict):
+        parsed = None
+    if isinstance(parsed, dict):
         for key in ("error", "message", "detail"):
-            if isinstance(body.get(key), str) and body[key]:
-                return redact(str(body[key]))[:MAX_ERROR_TEXT]
-    text = response.text.strip()
+            if isinstance(parsed.get(key), str) and parsed[key]:
+                return redact(str(parsed[key]))[:MAX_ERROR_TEXT]
+    text = _text(response, body).strip()
     return redact(text)[:MAX_ERROR_TEXT] if text else response.reason_phrase
 
 

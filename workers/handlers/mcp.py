@@ -30,6 +30,7 @@ def run_mcp(
     connections: McpConnections,
     *,
     max_nesting: int,
+    max_bytes: int | None = None,
 ) -> Outcome:
     target = tool.spec.handler.mcp
     assert target is not None
@@ -57,7 +58,9 @@ def run_mcp(
             ok=False, error=text or "MCP tool reported an error", error_type="McpToolError"
         )
     value = text if result.structured_content is None else result.structured_content
-    return Outcome.of_value(value, max_nesting=max_nesting, content=kept_content(result.content))
+    return Outcome.of_value(
+        value, max_nesting=max_nesting, content=kept_content(result.content), max_bytes=max_bytes
+    )
 
 
 def wire_blocks(content: Sequence[Any]) -> list[dict[str, Any]]:

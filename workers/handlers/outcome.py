@@ -41,24 +41,30 @@ class Outcome:
 
     @classmethod
     def of_value(
-        cls, value: object, *, max_nesting: int, content: list[dict[str, Any]] | None = None
+        cls,
+        value: object,
+        *,
+        max_nesting: int,
+        content: list[dict[str, Any]] | None = None,
+        max_bytes: int | None = None,
     ) -> Outcome:
-        # Whatever the handler returned (0, None, "" included) is a success, if it is JSON
-        # and no deeper than every reader of the stored result can go; content blocks too.
+        # Whatever the handler returned (0, None, "" included) is a success, if it is JSON,
+        # no deeper than every reader of the stored result can go and no larger than
+        # ``max_bytes``; content blocks too.
         if nested_deeper_than(value, max_nesting) or nested_deeper_than(content, max_nesting):
             return cls.too_deep(max_nesting)
         try:
-            return cls(
-                ok=True,
-                value_json=canonical_json(value),
-                content_json=None if content is None else canonical_json(content),
-            )
+            value_json = canonical_json(value)
+            content_json = None if content is None else canonical_json(content)
         except (TypeError, ValueError) as exc:
             return cls(
                 ok=False,
                 error=f"result is not JSON: {error_message(exc)}",
                 error_type=type(exc).__name__,
             )
+        if max_bytes is not None and len(value_json) + len(content_json or "") > max_bytes:
+            return cls.too_large(max_bytes)
+        return cls(ok=True, value_json=value_json, content_json=content_json)
 
     @classmethod
     def of_exception(cls, exc: BaseException, *, retryable: bool = False) -> Outcome:
@@ -74,6 +80,14 @@ class Outcome:
     def too_deep(cls, max_nesting: int) -> Outcome:
         return cls(
             ok=False, error=too_deep_message("result", max_nesting), error_type="ResultTooDeep"
+        )
+
+    @classmethod
+    def too_large(cls, max_bytes: int) -> Outcome:
+        return cls(
+            ok=False,
+            error=f"result too large: over the limit of {max_bytes} bytes",
+            error_type="ResultTooLarge",
         )
 
     @classmethod

@@ -13,7 +13,14 @@ from router.tools.registry import Tool
 from .outcome import Outcome
 
 
-def run_python(tool: Tool, args: dict[str, Any], ctx: CallContext, *, max_nesting: int) -> Outcome:
+def run_python(
+    tool: Tool,
+    args: dict[str, Any],
+    ctx: CallContext,
+    *,
+    max_nesting: int,
+    max_bytes: int | None = None,
+) -> Outcome:
     handler = tool.python_handler
     assert handler is not None, "registry resolves python handlers at start-up"
     try:
@@ -26,4 +33,4 @@ def run_python(tool: Tool, args: dict[str, Any], ctx: CallContext, *, max_nestin
     # it does not take the worker down.
     except BaseException as exc:
         return Outcome.of_exception(exc)
-    return Outcome.of_value(value, max_nesting=max_nesting)
+    return Outcome.of_value(value, max_nesting=max_nesting, max_bytes=max_bytes)
