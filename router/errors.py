@@ -15,6 +15,7 @@
     │   └── Conflict             the state forbids it (HTTP 409)
     │       ├── IdempotencyConflict
     │       └── NotCancellable
+    ├── CallLost                 a tool server's connection ended with a call out to it
     └── RetryableError           raised by a handler: this failure may be retried
 
 Calls themselves never raise: their outcomes are values (``router.results``).
@@ -112,6 +113,11 @@ class IdempotencyConflict(Conflict):
 
 class NotCancellable(Conflict):
     """Raised when cancelling a call that is no longer queued or pending."""
+
+
+class CallLost(ToolrouterError, ConnectionError):
+    """Raised when a tool server's connection ended while a call was out to it: the tool
+    may have run, so only an idempotent tool's call may be sent again."""
 
 
 class RetryableError(ToolrouterError):

@@ -1,6 +1,7 @@
 """A real MCP server (the official SDK, over stdio) for what the reference servers lack:
 audio, an answer larger than a completion message, content nested past the limit, an
-error that comes with an image, and an image tool the tests' config caches.
+error that comes with an image, an image tool the tests' config caches, and a tool that
+takes its server down mid-call.
 
 Run as ``python -m tests.fixture_mcp_server`` from the repository root.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import wave
 
 from mcp import types
@@ -73,6 +75,15 @@ def broken_chart() -> types.CallToolResult:
         ],
         is_error=True,
     )
+
+
+@server.tool()
+def exit_mid_call(ledger: str, run: str) -> str:
+    """Note ``run`` in the file ``ledger``, then exit before answering: the tool acted and
+    its caller never hears of it."""
+    with open(ledger, "a", encoding="utf-8") as out:
+        out.write(run + "\n")
+    os._exit(1)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from typing import Any, TextIO, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..errors import ConfigError
+from ..errors import CallLost, ConfigError
 from ..files import private_dir, private_file
 
 log = logging.getLogger(__name__)
@@ -263,24 +263,31 @@ class McpConnections:
         return self._run(fetch(), timeout=CONNECT_TIMEOUT_S + 10)
 
     def call_tool(self, name: str, tool: str, args: dict[str, Any], timeout: float) -> Any:
-        """One ``tools/call``; on a dropped session, reconnect once and retry the call only
-        if it never reached the server."""
+        """One ``tools/call``. A session that cannot be opened raises ``ConnectionError``;
+        one that drops once the call is out raises ``CallLost`` (the tool may have run)."""
+        sent = False
 
         async def call() -> Any:
-            client = await self._session(name)
+            nonlocal sent
+            try:
+                client = await self._session(name)
+            except TimeoutError:
+                raise ConnectionError(f"no session within {CONNECT_TIMEOUT_S:g} s") from None
+            sent = True
             return await client.call_tool(tool, args, read_timeout_seconds=timeout)
 
         try:
             return self._run(call(), timeout=timeout + CONNECT_TIMEOUT_S)
         except (ConnectionError, OSError, EOFError) as exc:
             self._drop(name)
-            raise ConnectionError(f"MCP server {name}: {exc}") from None
+            raise (CallLost if sent else ConnectionError)(f"MCP server {name}: {exc}") from None
         except Exception as exc:
             if self._lost(name, exc):
-                # The next call opens a fresh session; this one may or may not have reached
-                # the server, so it fails (retryably) rather than being sent twice.
+                # The next call opens a fresh session; this one fails rather than being sent
+                # again on it, since it may have reached the server.
                 self._drop(name)
-                raise ConnectionError(f"MCP server {name}: connection lost ({exc})") from None
+                lost = CallLost if sent else ConnectionError
+                raise lost(f"MCP server {name}: connection lost ({exc})") from None
             raise
 
     def _lost(self, name: str, exc: Exception) -> bool:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -22,8 +23,10 @@ import pytest
 from router.errors import ConfigError
 from router.runtime import Runtime
 from router.settings import Settings
+from router.status import AuditEvent
 
 from ..support import services
+from ..support.audit import audit_events
 from ..support.launcher import REPO, free_port
 from ..support.services import IN_CI
 from ..support.stack import Stack, stack_env
@@ -34,8 +37,13 @@ REDIS_DBS = {"sqlite": 10, "postgresql": 10}
 SECRET = "s3cret-token"
 
 
+# Requests to ``/cut``, by call id.
+CUT_RUNS: Counter[str] = Counter()
+
+
 class Service(BaseHTTPRequestHandler):
-    """The HTTP tool's other end: echo, plain text, 429 with Retry-After, 500."""
+    """The HTTP tool's other end: echo, plain text, 429 with Retry-After, 500, an answer
+    cut short, one that never ends."""
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
@@ -51,6 +59,9 @@ class Service(BaseHTTPRequestHandler):
             )
         elif self.path == "/deep-error":
             self._raw(500, b"[" * 100_000 + b"]" * 100_000)
+        elif self.path == "/cut":
+            CUT_RUNS[self.headers["x-toolrouter-call-id"]] += 1
+            self._cut()
         elif self.path == "/endless":
             self._endless()
         elif self.path == "/busy":
@@ -65,6 +76,15 @@ class Service(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
+
+    def _cut(self) -> None:
+        """A 200 that promises more body than it sends, then hangs up."""
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", "1000")
+        self.end_headers()
+        self.wfile.write(b'{"done": tr')
+        self.close_connection = True
 
     def _endless(self) -> None:
         """A JSON string that never ends, until the client hangs up."""
@@ -119,6 +139,8 @@ def tool_env(http_service: str, fs_root: Path) -> dict[str, str]:
         "HTTP_TOOL_URL": http_service,
         "HTTP_TOOL_TOKEN": SECRET,
         "HTTP_DOWN_URL": f"http://127.0.0.1:{free_port()}/nothing",
+        "PYTHON": sys.executable,
+        "REPO": str(REPO),
     }
 
 
@@ -303,6 +325,44 @@ def test_an_http_answer_past_the_result_limit_fails_the_call_and_the_worker_serv
     # Cut off at the limit, not read on until the tool's 20 s timeout.
     assert time.monotonic() - started < 15
     assert call(stack, "http_echo", {"n": 1})["status"] == "succeeded"
+
+
+def retries(stack: Stack, call_id: str) -> int:
+    return [event for event, _ in audit_events(stack, call_id)].count(AuditEvent.RETRY)
+
+
+@pytest.mark.parametrize(
+    ("tool", "runs"), [("http_cut", 1), ("http_cut_idempotent", 3)], ids=["once", "idempotent"]
+)
+def test_an_http_answer_cut_short_is_sent_again_only_for_an_idempotent_tool(
+    mcp_stack: tuple[Stack, Path], tool: str, runs: int
+) -> None:
+    stack, _ = mcp_stack
+
+    result = call(stack, tool, {})
+
+    assert (result["status"], result["error_type"]) == ("failed", "RemoteProtocolError")
+    # The service took every request it was sent: each one may have acted.
+    assert CUT_RUNS[result["call_id"]] == runs
+    assert retries(stack, result["call_id"]) == runs - 1
+
+
+@pytest.mark.parametrize(
+    ("tool", "runs"),
+    [("media.exit_mid_call", 1), ("exit_mid_call_idempotent", 3)],
+    ids=["once", "idempotent"],
+)
+def test_an_mcp_call_whose_server_dies_is_sent_again_only_for_an_idempotent_tool(
+    mcp_stack: tuple[Stack, Path], tmp_path: Path, tool: str, runs: int
+) -> None:
+    stack, _ = mcp_stack
+    ledger = tmp_path / "runs.txt"
+
+    result = call(stack, tool, {"ledger": str(ledger), "run": "ran"})
+
+    assert (result["status"], result["error_type"]) == ("failed", "ConnectionError")
+    assert ledger.read_text().splitlines() == ["ran"] * runs
+    assert retries(stack, result["call_id"]) == runs - 1
 
 
 @pytest.mark.parametrize(

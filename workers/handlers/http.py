@@ -2,8 +2,9 @@
 
 One pooled ``httpx.Client`` per worker process. A non-2xx answer is an error carrying the
 remote message and status; 429, 5xx and connection errors are marked retryable (the
-retry policy decides what to do with that). An answer is read only up to the result
-size limit: a service that sends more (or never stops) fails the call, not the worker.
+retry policy decides what to do with that), a failure after the request left only for an
+idempotent tool. An answer is read only up to the result size limit: a service that sends
+more (or never stops) fails the call, not the worker.
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from router.context import CallContext
 from router.tools import unreachable
-from router.tools.registry import Tool
+from router.tools.registry import Tool, is_idempotent
 
 from .outcome import Outcome
 
 _client: httpx.Client | None = None
 _client_pid: int | None = None
 MAX_ERROR_TEXT = 500
+# Failures before the request left: sending it again cannot make the service act twice.
+NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 def client() -> httpx.Client:
@@ -69,12 +72,12 @@ def run_http(
             body = _read(response, max_bytes)
     except SoftTimeLimitExceeded:
         return Outcome.timed_out(tool.spec.timeout_s)
-    except httpx.TimeoutException:
+    except httpx.TimeoutException as exc:
         return Outcome(
             ok=False,
             error=f"timeout after {tool.spec.timeout_s:g} s",
             error_type="TimeoutError",
-            retryable=True,
+            retryable=_may_send_again(tool, exc),
         )
     except httpx.HTTPError as exc:
         # Connection refused, reset, DNS: the service may be back in a moment.
@@ -85,7 +88,7 @@ def run_http(
             ok=False,
             error=str(exc) or type(exc).__name__,
             error_type=type(exc).__name__,
-            retryable=True,
+            retryable=_may_send_again(tool, exc),
         )
     except Exception as exc:
         # Whatever else the client raises (a header it cannot encode, say) fails the call.
@@ -112,6 +115,13 @@ def run_http(
         retryable=status == 429 or status >= 500,
         retry_after_s=_retry_after(response),
     )
+
+
+def _may_send_again(tool: Tool, exc: httpx.HTTPError) -> bool:
+    """Whether a failed exchange is retryable: always when the request never left, else
+    only for an idempotent tool (a reset or a stalled answer comes after the service may
+    have acted)."""
+    return isinstance(exc, NEVER_SENT) or is_idempotent(tool)
 
 
 def _query(args: dict[str, Any], *, fixed: httpx.QueryParams) -> httpx.QueryParams:

@@ -15,10 +15,11 @@ from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import BaseModel
 
 from router.context import CallContext
+from router.errors import CallLost
 from router.results import error_message
 from router.tools import unreachable
 from router.tools.mcp_client import McpConnections
-from router.tools.registry import Tool
+from router.tools.registry import Tool, is_idempotent
 
 from .outcome import Outcome
 
@@ -39,16 +40,20 @@ def run_mcp(
     except SoftTimeLimitExceeded:
         return Outcome.timed_out(tool.spec.timeout_s)
     except TimeoutError:
+        # The call was out: sent again, a tool that is not idempotent could act twice.
         return Outcome(
             ok=False,
             error=f"timeout after {tool.spec.timeout_s:g} s",
             error_type="TimeoutError",
-            retryable=True,
+            retryable=is_idempotent(tool),
         )
     except ConnectionError as exc:
         unreachable.report(f"MCP server {target.server}", error_message(exc))
         return Outcome(
-            ok=False, error=error_message(exc), error_type="ConnectionError", retryable=True
+            ok=False,
+            error=error_message(exc),
+            error_type="ConnectionError",
+            retryable=not isinstance(exc, CallLost) or is_idempotent(tool),
         )
     except Exception as exc:
         return Outcome.of_exception(exc)
