@@ -16,6 +16,7 @@
     │       ├── IdempotencyConflict
     │       └── NotCancellable
     ├── CallLost                 a tool server's connection ended with a call out to it
+    ├── McpProtocolError         an MCP server sent what is not JSON-RPC
     └── RetryableError           raised by a handler: this failure may be retried
 
 Calls themselves never raise: their outcomes are values (``router.results``).
@@ -118,6 +119,11 @@ class NotCancellable(Conflict):
 class CallLost(ToolrouterError, ConnectionError):
     """Raised when a tool server's connection ended while a call was out to it: the tool
     may have run, so only an idempotent tool's call may be sent again."""
+
+
+class McpProtocolError(ToolrouterError):
+    """Raised when an MCP server sends a message that cannot be read as JSON-RPC (not JSON,
+    nested past the parser's limit, a number out of range) while a call waits on it."""
 
 
 class RetryableError(ToolrouterError):

@@ -1,7 +1,7 @@
 """A real MCP server (the official SDK, over stdio) for what the reference servers lack:
 audio, an answer larger than a completion message, content nested past the limit, an
-error that comes with an image, an image tool the tests' config caches, and a tool that
-takes its server down mid-call.
+error that comes with an image, an image tool the tests' config caches, a tool that
+takes its server down mid-call, and one whose answer is not JSON-RPC.
 
 Run as ``python -m tests.fixture_mcp_server`` from the repository root.
 """
@@ -13,11 +13,14 @@ import io
 import os
 import wave
 
+import anyio
 from mcp import types
 from mcp.server.mcpserver import MCPServer
 
 server = MCPServer("media")
 READ_ONLY = types.ToolAnnotations(read_only_hint=True)
+# Where the protocol's own lines go (``__main__`` sets it).
+WIRE = 1
 # The PNG signature: a block that is an image in name only is enough for these tests.
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode("ascii")
 
@@ -86,5 +89,17 @@ def exit_mid_call(ledger: str, run: str) -> str:
     os._exit(1)
 
 
+@server.tool(annotations=READ_ONLY)
+async def unreadable_answer(kind: str) -> str:
+    """Answer with a line no JSON-RPC reader takes (``kind``: nested 100,000 deep, or NaN
+    and a 5,000-digit integer), then never with a real one."""
+    value = b"[" * 100_000 + b"]" * 100_000 if kind == "deep" else b"[NaN, " + b"9" * 5000 + b"]"
+    os.write(WIRE, b'{"jsonrpc": "2.0", "id": 2, "result": {"content": [], "a": ' + value + b"}}\n")
+    await anyio.sleep_forever()
+    return "never"
+
+
 if __name__ == "__main__":
+    # The real stdout, kept before the SDK points fd 1 at stderr to guard the wire.
+    WIRE = os.dup(1)
     server.run("stdio")

@@ -21,12 +21,15 @@ import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..errors import CallLost, ConfigError
+from ..errors import CallLost, ConfigError, McpProtocolError
 from ..files import private_dir, private_file
+
+if TYPE_CHECKING:
+    from mcp.client.session import IncomingMessage, MessageHandlerFnT
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -89,6 +92,31 @@ class _Session:
     stop: asyncio.Event
     done: asyncio.Event
     task: asyncio.Task[None] | None = None
+    # One per call out: told of a message the transport could not read.
+    unreadable: set[asyncio.Future[Exception]] = field(default_factory=set)
+
+
+def _watch_unreadable(session: _Session) -> MessageHandlerFnT:
+    """The client's message handler: a message that is not JSON-RPC may have been a call's
+    answer, which then never comes, so every call out is told of it."""
+
+    async def on_message(message: IncomingMessage) -> None:
+        if isinstance(message, Exception):
+            for waiting in session.unreadable:
+                if not waiting.done():
+                    waiting.set_result(message)
+
+    return on_message
+
+
+def _unreadable_reason(exc: Exception) -> str:
+    """What was wrong with the message, in one line (pydantic's first error, not its
+    multi-line report quoting the message)."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        with contextlib.suppress(Exception):
+            return str(errors()[0]["msg"])
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -188,7 +216,7 @@ class McpConnections:
                     target: Any = stdio_client(params, errlog=errlog)
                 else:
                     target = _http_transport(spec)
-                async with Client(target) as client:
+                async with Client(target, message_handler=_watch_unreadable(session)) as client:
                     if not ready.done():
                         ready.set_result(client)
                     await session.stop.wait()
@@ -274,7 +302,9 @@ class McpConnections:
             except TimeoutError:
                 raise ConnectionError(f"no session within {CONNECT_TIMEOUT_S:g} s") from None
             sent = True
-            return await client.call_tool(tool, args, read_timeout_seconds=timeout)
+            return await self._answer(
+                name, client.call_tool(tool, args, read_timeout_seconds=timeout)
+            )
 
         try:
             return self._run(call(), timeout=timeout + CONNECT_TIMEOUT_S)
@@ -289,6 +319,26 @@ class McpConnections:
                 lost = CallLost if sent else ConnectionError
                 raise lost(f"MCP server {name}: connection lost ({exc})") from None
             raise
+
+    async def _answer(self, name: str, request: Coroutine[Any, Any, T]) -> T:
+        """``request``'s answer; fails at once when the server sends what cannot be read,
+        rather than waiting out the timeout for an answer that may have been it."""
+        session = self._sessions[name]
+        unreadable: asyncio.Future[Exception] = asyncio.get_running_loop().create_future()
+        session.unreadable.add(unreadable)
+        answer = asyncio.ensure_future(request)
+        try:
+            first: set[asyncio.Future[Any]] = {answer, unreadable}
+            await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+            if answer.done():
+                return answer.result()
+            reason = _unreadable_reason(unreadable.result())
+            raise McpProtocolError(
+                f"MCP server {name} sent a message that is not JSON-RPC: {reason}"
+            )
+        finally:
+            answer.cancel()
+            session.unreadable.discard(unreadable)
 
     def _lost(self, name: str, exc: Exception) -> bool:
         session = self._sessions.get(name)

@@ -366,6 +366,28 @@ def test_an_mcp_call_whose_server_dies_is_sent_again_only_for_an_idempotent_tool
 
 
 @pytest.mark.parametrize(
+    ("kind", "reason"),
+    [("deep", "recursion limit exceeded"), ("numbers", "number out of range")],
+)
+def test_an_mcp_answer_that_is_not_json_rpc_fails_the_call_at_once(
+    mcp_stack: tuple[Stack, Path], kind: str, reason: str
+) -> None:
+    stack, _ = mcp_stack
+    started = time.monotonic()
+
+    result = call(stack, "media.unreadable_answer", {"kind": kind})
+
+    assert (result["status"], result["error_type"]) == ("failed", "McpProtocolError")
+    assert result["error"].startswith(
+        "MCP server media sent a message that is not JSON-RPC: Invalid JSON: "
+    )
+    assert reason in result["error"]
+    # Not waited out to the tool's 20 s timeout.
+    assert time.monotonic() - started < 15
+    assert call(stack, "media.beep", {"frames": 8})["ok"]
+
+
+@pytest.mark.parametrize(
     ("server", "cause"),
     [
         ("{command: /nonexistent/mcp-server}", "command not found: /nonexistent/mcp-server"),
