@@ -30,7 +30,7 @@ from router.runtime import Runtime
 from router.status import TERMINAL_STATES, AuditEvent, CallStatus
 
 from ..support import services
-from ..support.audit import call_audit_events
+from ..support.audit import call_audit_events, call_audit_rows
 from ..support.calls import queue_call
 from ..support.faults import FAST_RECOVERY
 from ..support.stack import Stack, stack_env, start_with_recovery
@@ -171,6 +171,21 @@ def test_a_result_past_the_size_limit_fails_its_call_and_nothing_of_it_is_stored
         row = stack_runtime.store.get(conn, over["call_id"])
     assert row is not None and row.value is None
     assert (within["status"], len(within["value"])) == ("succeeded", limit - 2)
+
+
+def test_a_long_error_message_is_cut_in_the_answer_the_call_and_the_audit_log(
+    stack: Stack, stack_runtime: Runtime
+) -> None:
+    message = "e" * 200_000
+    with stack.client() as http:
+        failed = http.post(
+            "/v1/calls",
+            json={"tool": "value_error", "args": {"message": message}, "wait_s": 30},
+        ).json()
+
+    assert (failed["status"], failed["error"]) == ("failed", message[:4096])
+    audited = call_audit_rows(stack_runtime, failed["call_id"])[-1]
+    assert (audited["event"], audited["detail"]["error"]) == (AuditEvent.ERROR, message[:4096])
 
 
 def test_slow_handler_is_stopped_by_its_timeout(stack: Stack) -> None:

@@ -31,6 +31,7 @@ from router.tools.registry import Tool, is_idempotent
 
 from ..call_limits import limits
 from ..handlers import Outcome, invoke
+from ..handlers.outcome import ERROR_MAX
 from ..policies import Limiter, ResultCache, backoff_s, should_retry
 from .ledger import Ledger, timeout_of
 from .run_outcome import RunOutcome
@@ -202,7 +203,7 @@ class CallRunner:
 
     def _invoke(self, tool: Tool, args: dict[str, Any], ctx: CallContext) -> Outcome:
         """Run the handler, timed (the tool's measured latency); its error, stored and
-        audited, never carries a config secret."""
+        audited, never carries a config secret and is cut to ``ERROR_MAX`` characters."""
         started = time.monotonic()
         outcome = invoke(
             tool,
@@ -214,9 +215,11 @@ class CallRunner:
             redact=self.redact or str,
         )
         ran_ms = round((time.monotonic() - started) * 1000)
-        if outcome.error is None or not self.redact:
+        if outcome.error is None:
             return dataclasses.replace(outcome, ran_ms=ran_ms)
-        return dataclasses.replace(outcome, error=self.redact(outcome.error), ran_ms=ran_ms)
+        # Replaced before the cut: a secret across it would be left in part.
+        error = (self.redact(outcome.error) if self.redact else outcome.error)[:ERROR_MAX]
+        return dataclasses.replace(outcome, error=error, ran_ms=ran_ms)
 
     def _unclaimed(self, call_id: str, tool_hint: str | None) -> RunOutcome:
         """Why a message's call was not claimed. Mostly it is not queued any more (a

@@ -10,6 +10,9 @@ from router.results import error_message
 
 # The length of the ``error_type`` column.
 ERROR_TYPE_MAX = 128
+# The longest error message kept of a run: a handler's message may be of any size, and it
+# is stored in the call's row and in its audit row.
+ERROR_MAX = 4096
 
 
 @dataclass(frozen=True, slots=True)
