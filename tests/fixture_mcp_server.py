@@ -1,7 +1,8 @@
 """A real MCP server (the official SDK, over stdio) for what the reference servers lack:
 audio, an answer larger than a completion message, content nested past the limit, an
 error that comes with an image, an image tool the tests' config caches, a tool that
-takes its server down mid-call, and one whose answer is not JSON-RPC.
+takes its server down mid-call, one whose answer is not JSON-RPC, and one that writes
+bytes that are not UTF-8.
 
 Run as ``python -m tests.fixture_mcp_server`` from the repository root.
 """
@@ -97,6 +98,17 @@ async def unreadable_answer(kind: str) -> str:
     os.write(WIRE, b'{"jsonrpc": "2.0", "id": 2, "result": {"content": [], "a": ' + value + b"}}\n")
     await anyio.sleep_forever()
     return "never"
+
+
+@server.tool(annotations=READ_ONLY)
+def bad_bytes() -> str:
+    """Log a line holding bytes that are not UTF-8, then answer."""
+    os.write(
+        WIRE,
+        b'{"jsonrpc": "2.0", "method": "notifications/message", '
+        b'"params": {"level": "info", "data": "\xff\xfe"}}\n',
+    )
+    return "still here"
 
 
 if __name__ == "__main__":

@@ -210,7 +210,13 @@ class McpConnections:
                     if self.log_dir is not None and os.name == "posix":
                         command, args = "/bin/sh", ["-c", _REPORT_EXIT, _found(spec), *args]
                     params = StdioServerParameters(
-                        command=command, args=args, env=spec.env, cwd=spec.cwd
+                        command=command,
+                        args=args,
+                        env=spec.env,
+                        cwd=spec.cwd,
+                        # Strict, one byte that is not UTF-8 stops the SDK's reader for
+                        # good, and every later call of the session waits out its timeout.
+                        encoding_error_handler="replace",
                     )
                     errlog = files.enter_context(self._errlog(name))
                     target: Any = stdio_client(params, errlog=errlog)

@@ -387,6 +387,19 @@ def test_an_mcp_answer_that_is_not_json_rpc_fails_the_call_at_once(
     assert call(stack, "media.beep", {"frames": 8})["ok"]
 
 
+def test_bytes_that_are_not_utf8_from_an_mcp_server_leave_its_session_working(
+    mcp_stack: tuple[Stack, Path],
+) -> None:
+    stack, _ = mcp_stack
+    started = time.monotonic()
+
+    results = [call(stack, "media.bad_bytes", {}) for _ in range(2)]
+
+    assert [result.get("value") for result in results] == [{"result": "still here"}] * 2, results
+    # Neither waited out the tool's 20 s timeout.
+    assert time.monotonic() - started < 15
+
+
 @pytest.mark.parametrize(
     ("server", "cause"),
     [
