@@ -1,8 +1,8 @@
 """A real MCP server (the official SDK, over stdio) for what the reference servers lack:
 audio, an answer larger than a completion message, content nested past the limit, an
 error that comes with an image, an image tool the tests' config caches, a tool that
-takes its server down mid-call, one whose answer is not JSON-RPC, and one that writes
-bytes that are not UTF-8.
+takes its server down mid-call, one whose answer is not JSON-RPC, one that writes bytes
+that are not UTF-8, and one that leaves a process running.
 
 Run as ``python -m tests.fixture_mcp_server`` from the repository root.
 """
@@ -12,7 +12,9 @@ from __future__ import annotations
 import base64
 import io
 import os
+import subprocess
 import wave
+from pathlib import Path
 
 import anyio
 from mcp import types
@@ -109,6 +111,14 @@ def bad_bytes() -> str:
         b'"params": {"level": "info", "data": "\xff\xfe"}}\n',
     )
     return "still here"
+
+
+@server.tool(annotations=READ_ONLY)
+def spawn_child(pidfile: str) -> str:
+    """Start a long sleep the server never waits for, its pid written to ``pidfile``."""
+    child = subprocess.Popen(["sleep", "600"])
+    Path(pidfile).write_text(str(child.pid), encoding="utf-8")
+    return "spawned"
 
 
 if __name__ == "__main__":

@@ -36,9 +36,13 @@ T = TypeVar("T")
 CONNECT_TIMEOUT_S = 30.0
 # A server whose stderr goes to its log runs under ``sh``, which reports a non-zero exit
 # status there (the SDK gives no access to it); sh and server share one process group, so
-# stopping the server stops both.
+# stopping the server stops both. Once the server has exited, sh ends what it left running
+# in the group: the SDK kills the group only of a server that outstays its stdin closing.
 EXIT_MARK = "toolrouter: the server exited with code "
-_REPORT_EXIT = f'"$0" "$@"; code=$?; [ "$code" -eq 0 ] || echo "{EXIT_MARK}$code" >&2; exit $code'
+_REPORT_EXIT = (
+    '"$0" "$@"; code=$?; trap "" TERM; kill -TERM 0 2>/dev/null; '
+    f'[ "$code" -eq 0 ] || echo "{EXIT_MARK}$code" >&2; exit $code'
+)
 
 
 class StdioServer(BaseModel):

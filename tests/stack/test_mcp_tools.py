@@ -30,6 +30,7 @@ from ..support.audit import audit_events
 from ..support.launcher import REPO, free_port
 from ..support.services import IN_CI
 from ..support.stack import Stack, stack_env
+from ..support.waiting import wait_for
 
 MCP_BIN = REPO / "tests" / "mcp_servers" / "node_modules" / ".bin"
 CONFIG = REPO / "tests" / "mcp_tools.yaml"
@@ -398,6 +399,31 @@ def test_bytes_that_are_not_utf8_from_an_mcp_server_leave_its_session_working(
     assert [result.get("value") for result in results] == [{"result": "still here"}] * 2, results
     # Neither waited out the tool's 20 s timeout.
     assert time.monotonic() - started < 15
+
+
+def test_what_an_mcp_server_left_running_ends_with_it(
+    mcp_stack: tuple[Stack, Path], tmp_path: Path
+) -> None:
+    stack, _ = mcp_stack
+    pidfile = tmp_path / "child.pid"
+    assert call(stack, "media.spawn_child", {"pidfile": str(pidfile)})["ok"]
+    child = psutil.Process(int(pidfile.read_text()))
+    server = child.parent()
+    assert server is not None and "tests.fixture_mcp_server" in server.cmdline()
+
+    # As when its worker's pool process ends: the server goes, its child with it.
+    server.kill()
+
+    wait_for(lambda: not alive(child), timeout=10, what="the end of the server's child")
+    outcomes = [call(stack, "media.beep", {"frames": 8}) for _ in range(2)]
+    assert outcomes[-1]["ok"], outcomes
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.mark.parametrize(
