@@ -21,15 +21,14 @@ import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from ..errors import CallLost, ConfigError, McpProtocolError
+from ..errors import CallLost, McpProtocolError
 from ..files import private_dir, private_file
+from .mcp_servers import HttpServer, ServerSpec, StdioServer, parse_servers
+from .mcp_unreadable import unreadable_reason, watch_unreadable
 
-if TYPE_CHECKING:
-    from mcp.client.session import IncomingMessage, MessageHandlerFnT
+__all__ = ["HttpServer", "McpConnections", "ServerSpec", "StdioServer", "parse_servers"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -45,51 +44,6 @@ _REPORT_EXIT = (
 )
 
 
-class StdioServer(BaseModel):
-    """``{command, args, env, cwd}``: a server the router launches (Claude Desktop's shape)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    type: str | None = None  # "stdio" in some clients' files; informational
-    command: str
-    args: tuple[str, ...] = ()
-    env: dict[str, str] | None = None
-    cwd: str | None = None
-
-
-class HttpServer(BaseModel):
-    """``{url, headers}``: a server reached over streamable HTTP."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    type: str | None = None  # "http" / "streamable-http" in some clients' files
-    url: str
-    headers: dict[str, str] = {}
-
-
-ServerSpec = StdioServer | HttpServer
-
-
-def parse_servers(raw: dict[str, Any], *, file: str) -> dict[str, ServerSpec]:
-    """The config's servers. A command runs in the config's folder, or in its ``cwd``
-    taken from there: relative paths mean the same from wherever a process starts (an MCP
-    client starts ``toolrouter mcp`` in a folder of its own)."""
-    servers: dict[str, ServerSpec] = {}
-    folder = Path(file).resolve().parent
-    for name, entry in raw.items():
-        if not isinstance(entry, dict):
-            raise ConfigError(f"mcp server {name!r} must be a mapping", file=file)
-        try:
-            spec = (HttpServer if "url" in entry else StdioServer).model_validate(entry)
-            if isinstance(spec, StdioServer):
-                spec = spec.model_copy(update={"cwd": str(folder / (spec.cwd or "."))})
-            servers[name] = spec
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"])
-            reason = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-            raise ConfigError(f"mcp server {name!r}: {where}: {reason}", file=file) from None
-    return servers
-
-
 @dataclass
 class _Session:
     client: Any
@@ -98,29 +52,6 @@ class _Session:
     task: asyncio.Task[None] | None = None
     # One per call out: told of a message the transport could not read.
     unreadable: set[asyncio.Future[Exception]] = field(default_factory=set)
-
-
-def _watch_unreadable(session: _Session) -> MessageHandlerFnT:
-    """The client's message handler: a message that is not JSON-RPC may have been a call's
-    answer, which then never comes, so every call out is told of it."""
-
-    async def on_message(message: IncomingMessage) -> None:
-        if isinstance(message, Exception):
-            for waiting in session.unreadable:
-                if not waiting.done():
-                    waiting.set_result(message)
-
-    return on_message
-
-
-def _unreadable_reason(exc: Exception) -> str:
-    """What was wrong with the message, in one line (pydantic's first error, not its
-    multi-line report quoting the message)."""
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        with contextlib.suppress(Exception):
-            return str(errors()[0]["msg"])
-    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -226,7 +157,9 @@ class McpConnections:
                     target: Any = stdio_client(params, errlog=errlog)
                 else:
                     target = _http_transport(spec)
-                async with Client(target, message_handler=_watch_unreadable(session)) as client:
+                async with Client(
+                    target, message_handler=watch_unreadable(session.unreadable)
+                ) as client:
                     if not ready.done():
                         ready.set_result(client)
                     await session.stop.wait()
@@ -342,7 +275,7 @@ class McpConnections:
             await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
             if answer.done():
                 return answer.result()
-            reason = _unreadable_reason(unreadable.result())
+            reason = unreadable_reason(unreadable.result())
             raise McpProtocolError(
                 f"MCP server {name} sent a message that is not JSON-RPC: {reason}"
             )
