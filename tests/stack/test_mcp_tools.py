@@ -30,7 +30,6 @@ from ..support.audit import audit_events
 from ..support.launcher import REPO, free_port
 from ..support.services import IN_CI
 from ..support.stack import Stack, stack_env
-from ..support.waiting import wait_for
 
 MCP_BIN = REPO / "tests" / "mcp_servers" / "node_modules" / ".bin"
 CONFIG = REPO / "tests" / "mcp_tools.yaml"
@@ -140,8 +139,6 @@ def tool_env(http_service: str, fs_root: Path) -> dict[str, str]:
         "HTTP_TOOL_URL": http_service,
         "HTTP_TOOL_TOKEN": SECRET,
         "HTTP_DOWN_URL": f"http://127.0.0.1:{free_port()}/nothing",
-        "PYTHON": sys.executable,
-        "REPO": str(REPO),
     }
 
 
@@ -346,84 +343,6 @@ def test_an_http_answer_cut_short_is_sent_again_only_for_an_idempotent_tool(
     # The service took every request it was sent: each one may have acted.
     assert CUT_RUNS[result["call_id"]] == runs
     assert retries(stack, result["call_id"]) == runs - 1
-
-
-@pytest.mark.parametrize(
-    ("tool", "runs"),
-    [("media.exit_mid_call", 1), ("exit_mid_call_idempotent", 3)],
-    ids=["once", "idempotent"],
-)
-def test_an_mcp_call_whose_server_dies_is_sent_again_only_for_an_idempotent_tool(
-    mcp_stack: tuple[Stack, Path], tmp_path: Path, tool: str, runs: int
-) -> None:
-    stack, _ = mcp_stack
-    ledger = tmp_path / "runs.txt"
-
-    result = call(stack, tool, {"ledger": str(ledger), "run": "ran"})
-
-    assert (result["status"], result["error_type"]) == ("failed", "ConnectionError")
-    assert ledger.read_text().splitlines() == ["ran"] * runs
-    assert retries(stack, result["call_id"]) == runs - 1
-
-
-@pytest.mark.parametrize(
-    ("kind", "reason"),
-    [("deep", "recursion limit exceeded"), ("numbers", "number out of range")],
-)
-def test_an_mcp_answer_that_is_not_json_rpc_fails_the_call_at_once(
-    mcp_stack: tuple[Stack, Path], kind: str, reason: str
-) -> None:
-    stack, _ = mcp_stack
-    started = time.monotonic()
-
-    result = call(stack, "media.unreadable_answer", {"kind": kind})
-
-    assert (result["status"], result["error_type"]) == ("failed", "McpProtocolError")
-    assert result["error"].startswith(
-        "MCP server media sent a message that is not JSON-RPC: Invalid JSON: "
-    )
-    assert reason in result["error"]
-    # Not waited out to the tool's 20 s timeout.
-    assert time.monotonic() - started < 15
-    assert call(stack, "media.beep", {"frames": 8})["ok"]
-
-
-def test_bytes_that_are_not_utf8_from_an_mcp_server_leave_its_session_working(
-    mcp_stack: tuple[Stack, Path],
-) -> None:
-    stack, _ = mcp_stack
-    started = time.monotonic()
-
-    results = [call(stack, "media.bad_bytes", {}) for _ in range(2)]
-
-    assert [result.get("value") for result in results] == [{"result": "still here"}] * 2, results
-    # Neither waited out the tool's 20 s timeout.
-    assert time.monotonic() - started < 15
-
-
-def test_what_an_mcp_server_left_running_ends_with_it(
-    mcp_stack: tuple[Stack, Path], tmp_path: Path
-) -> None:
-    stack, _ = mcp_stack
-    pidfile = tmp_path / "child.pid"
-    assert call(stack, "media.spawn_child", {"pidfile": str(pidfile)})["ok"]
-    child = psutil.Process(int(pidfile.read_text()))
-    server = child.parent()
-    assert server is not None and "tests.fixture_mcp_server" in server.cmdline()
-
-    # As when its worker's pool process ends: the server goes, its child with it.
-    server.kill()
-
-    wait_for(lambda: not alive(child), timeout=10, what="the end of the server's child")
-    outcomes = [call(stack, "media.beep", {"frames": 8}) for _ in range(2)]
-    assert outcomes[-1]["ok"], outcomes
-
-
-def alive(process: psutil.Process) -> bool:
-    try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 @pytest.mark.parametrize(

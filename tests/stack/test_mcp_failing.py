@@ -1,0 +1,134 @@
+"""An MCP server that fails on cue (the tests' own, on the official SDK): it exits
+mid-call, answers with what is not JSON-RPC, writes bytes that are not UTF-8, leaves a
+process running. Each call still ends with a clear error within its timeout, is run again
+only when its tool is idempotent, and leaves the session (or the next one) working."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from router.runtime import Runtime
+
+from ..support import services
+from ..support.launcher import REPO
+from ..support.stack import Stack, stack_env
+from ..support.waiting import wait_for
+from .test_mcp_tools import call, retries
+
+CONFIG = REPO / "tests" / "mcp_failing.yaml"
+REDIS_DB = 10
+
+
+@pytest.fixture(scope="module")
+def mcp_stack(
+    redis_base: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[tuple[Stack, Path]]:
+    state_dir = tmp_path_factory.mktemp("mcp-failing")
+    databases = services.database_for("sqlite", state_dir, request)
+    redis_url = f"{redis_base}/{REDIS_DB}"
+    services.flush(redis_url)
+    env = stack_env(
+        database_url=next(databases),
+        redis_url=redis_url,
+        state_dir=state_dir,
+        TOOLROUTER_CONFIG=str(CONFIG),
+        PYTHON=sys.executable,
+        REPO=str(REPO),
+    )
+    stack = Stack(env=env, state_dir=state_dir)
+    runtime = Runtime(stack.settings)
+    for name, roles in {"agent": ["agent"], "operator": ["operator"]}.items():
+        stack.keys[name] = runtime.keys.create(name, roles)
+    runtime.close()
+    try:
+        stack.start_api()
+        stack.start_worker(concurrency=1)
+        yield stack, state_dir
+    finally:
+        stack.stop_all()
+        services.flush(redis_url)
+        databases.close()
+
+
+@pytest.mark.parametrize(
+    ("tool", "runs"),
+    [("media.exit_mid_call", 1), ("exit_mid_call_idempotent", 3)],
+    ids=["once", "idempotent"],
+)
+def test_an_mcp_call_whose_server_dies_is_sent_again_only_for_an_idempotent_tool(
+    mcp_stack: tuple[Stack, Path], tmp_path: Path, tool: str, runs: int
+) -> None:
+    stack, _ = mcp_stack
+    ledger = tmp_path / "runs.txt"
+
+    result = call(stack, tool, {"ledger": str(ledger), "run": "ran"})
+
+    assert (result["status"], result["error_type"]) == ("failed", "ConnectionError")
+    assert ledger.read_text().splitlines() == ["ran"] * runs
+    assert retries(stack, result["call_id"]) == runs - 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [("deep", "recursion limit exceeded"), ("numbers", "number out of range")],
+)
+def test_an_mcp_answer_that_is_not_json_rpc_fails_the_call_at_once(
+    mcp_stack: tuple[Stack, Path], kind: str, reason: str
+) -> None:
+    stack, _ = mcp_stack
+    started = time.monotonic()
+
+    result = call(stack, "media.unreadable_answer", {"kind": kind})
+
+    assert (result["status"], result["error_type"]) == ("failed", "McpProtocolError")
+    assert result["error"].startswith(
+        "MCP server media sent a message that is not JSON-RPC: Invalid JSON: "
+    )
+    assert reason in result["error"]
+    # Not waited out to the tool's 20 s timeout.
+    assert time.monotonic() - started < 15
+    assert call(stack, "media.beep", {"frames": 8})["ok"]
+
+
+def test_bytes_that_are_not_utf8_from_an_mcp_server_leave_its_session_working(
+    mcp_stack: tuple[Stack, Path],
+) -> None:
+    stack, _ = mcp_stack
+    started = time.monotonic()
+
+    results = [call(stack, "media.bad_bytes", {}) for _ in range(2)]
+
+    assert [result.get("value") for result in results] == [{"result": "still here"}] * 2, results
+    # Neither waited out the tool's 20 s timeout.
+    assert time.monotonic() - started < 15
+
+
+def test_what_an_mcp_server_left_running_ends_with_it(
+    mcp_stack: tuple[Stack, Path], tmp_path: Path
+) -> None:
+    stack, _ = mcp_stack
+    pidfile = tmp_path / "child.pid"
+    assert call(stack, "media.spawn_child", {"pidfile": str(pidfile)})["ok"]
+    child = psutil.Process(int(pidfile.read_text()))
+    server = child.parent()
+    assert server is not None and "tests.fixture_mcp_server" in server.cmdline()
+
+    # As when its worker's pool process ends: the server goes, its child with it.
+    server.kill()
+
+    wait_for(lambda: not alive(child), timeout=10, what="the end of the server's child")
+    outcomes = [call(stack, "media.beep", {"frames": 8}) for _ in range(2)]
+    assert outcomes[-1]["ok"], outcomes
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
