@@ -115,6 +115,8 @@ class Runtime:
         return McpConnections(
             parse_servers(self.tool_config.mcp_servers, file=str(self.settings.config)),
             log_dir=self.settings.logs_dir,
+            # An answer may carry its value twice (text and structured), JSON-escaped.
+            max_answer_bytes=4 * self.settings.max_result_bytes,
         )
 
     @cached_property

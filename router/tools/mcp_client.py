@@ -77,6 +77,8 @@ class McpConnections:
     servers: dict[str, ServerSpec]
     # Where each stdio server's stderr goes (``mcp-<name>.log``), never into command output.
     log_dir: Path | None = None
+    # The largest answer read from a server over HTTP (``mcp_http``).
+    max_answer_bytes: int = 64 * 1024 * 1024
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _sessions: dict[str, _Session] = field(default_factory=dict)
@@ -139,7 +141,7 @@ class McpConnections:
 
         spec = self.servers[name]
         try:
-            with contextlib.ExitStack() as files:
+            async with contextlib.AsyncExitStack() as files:
                 if isinstance(spec, StdioServer):
                     command, args = spec.command, list(spec.args)
                     if self.log_dir is not None and os.name == "posix":
@@ -156,7 +158,14 @@ class McpConnections:
                     errlog = files.enter_context(self._errlog(name))
                     target: Any = stdio_client(params, errlog=errlog)
                 else:
-                    target = _http_transport(spec)
+                    from mcp.client.streamable_http import streamable_http_client
+
+                    from .mcp_http import http_client
+
+                    # Given a client, the SDK leaves closing it to us.
+                    http = http_client(spec.headers, self.max_answer_bytes)
+                    await files.enter_async_context(http)
+                    target = streamable_http_client(spec.url, http_client=http)
                 async with Client(
                     target, message_handler=watch_unreadable(session.unreadable)
                 ) as client:
@@ -303,12 +312,3 @@ def _found(spec: StdioServer) -> str:
     if shutil.which(spec.command, path=(spec.env or {}).get("PATH")) is None:
         raise FileNotFoundError(errno.ENOENT, "command not found", spec.command)
     return spec.command
-
-
-def _http_transport(spec: HttpServer) -> Any:
-    if not spec.headers:
-        return spec.url
-    import httpx2
-    from mcp.client.streamable_http import streamable_http_client
-
-    return streamable_http_client(spec.url, http_client=httpx2.AsyncClient(headers=spec.headers))

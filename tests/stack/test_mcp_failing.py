@@ -1,14 +1,19 @@
-"""An MCP server that fails on cue (the tests' own, on the official SDK): it exits
-mid-call, answers with what is not JSON-RPC, writes bytes that are not UTF-8, leaves a
-process running. Each call still ends with a clear error within its timeout, is run again
-only when its tool is idempotent, and leaves the session (or the next one) working."""
+"""MCP servers that fail on cue: the tests' own on the official SDK (it exits mid-call,
+answers with what is not JSON-RPC, writes bytes that are not UTF-8, leaves a process
+running) and a raw one over HTTP whose answer is larger than any answer read. Each call
+still ends with a clear error within its timeout, is run again only when its tool is
+idempotent, and leaves the session (or the next one) working."""
 
 from __future__ import annotations
 
+import json
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -23,11 +28,82 @@ from .test_mcp_tools import call, retries
 
 CONFIG = REPO / "tests" / "mcp_failing.yaml"
 REDIS_DB = 10
+# The answer of ``remote.flood``: past the 64 MiB read of an answer (4 x the default
+# result limit), and finite, so that a client without that limit reads it through.
+FLOOD_BYTES = 100 * 1024 * 1024
+
+
+class RawMcp(BaseHTTPRequestHandler):
+    """Just enough MCP over HTTP to import ``flood`` and ``slow`` and call them."""
+
+    def do_POST(self) -> None:
+        message = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if "id" not in message:
+            self.send_response(202)
+            self.end_headers()
+            return
+        result: Any = {"content": [{"type": "text", "text": "ok"}]}
+        if message["method"] == "initialize":
+            result = {
+                "protocolVersion": message["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "raw", "version": "1"},
+            }
+        elif message["method"] == "tools/list":
+            schema = {"type": "object"}
+            result = {"tools": [{"name": n, "inputSchema": schema} for n in ("flood", "slow")]}
+        elif message["method"] == "tools/call" and message["params"]["name"] == "flood":
+            self._flood(message["id"])
+            return
+        elif message["method"] == "tools/call":
+            time.sleep(7)
+        self._answer(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}))
+
+    def _answer(self, text: str) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(text)))
+        self.end_headers()
+        self.wfile.write(text.encode())
+
+    def _flood(self, call_id: Any) -> None:
+        head = b'{"jsonrpc": "2.0", "id": %s, "result": {"content": [{"type": "text", "text": "'
+        head %= json.dumps(call_id).encode()
+        tail = b'"}]}}'
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(head) + FLOOD_BYTES + len(tail)))
+        self.end_headers()
+        chunk = b"a" * (1024 * 1024)
+        try:
+            self.wfile.write(head)
+            for _ in range(FLOOD_BYTES // len(chunk)):
+                self.wfile.write(chunk)
+            self.wfile.write(tail)
+        except OSError:
+            pass  # the client stopped reading
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def raw_mcp() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), RawMcp)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    server.shutdown()
+    server.server_close()
+    thread.join()
 
 
 @pytest.fixture(scope="module")
 def mcp_stack(
-    redis_base: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+    redis_base: str,
+    raw_mcp: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> Iterator[tuple[Stack, Path]]:
     state_dir = tmp_path_factory.mktemp("mcp-failing")
     databases = services.database_for("sqlite", state_dir, request)
@@ -40,6 +116,7 @@ def mcp_stack(
         TOOLROUTER_CONFIG=str(CONFIG),
         PYTHON=sys.executable,
         REPO=str(REPO),
+        MCP_HTTP_URL=raw_mcp,
     )
     stack = Stack(env=env, state_dir=state_dir)
     runtime = Runtime(stack.settings)
@@ -132,3 +209,28 @@ def alive(process: psutil.Process) -> bool:
         return process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_an_mcp_answer_over_http_past_the_read_limit_fails_the_call_at_once(
+    mcp_stack: tuple[Stack, Path],
+) -> None:
+    stack, _ = mcp_stack
+    started = time.monotonic()
+
+    result = call(stack, "remote.flood", {})
+
+    # Cut off once past the limit: the session goes with the answer.
+    assert (result["status"], result["error_type"]) == ("failed", "ConnectionError"), result
+    assert result["error"].startswith("MCP server remote: connection lost")
+    assert time.monotonic() - started < 15
+    assert call(stack, "media.beep", {"frames": 8})["ok"]
+
+
+def test_a_slow_answer_from_an_mcp_server_with_headers_is_waited_for(
+    mcp_stack: tuple[Stack, Path],
+) -> None:
+    stack, _ = mcp_stack
+
+    result = call(stack, "remote_with_headers.slow", {})
+
+    assert (result["status"], result.get("value")) == ("succeeded", "ok"), result
