@@ -1,10 +1,17 @@
-"""The long-lived objects of one worker process, built on first use after the pool forked."""
+"""The long-lived objects of one worker process, built as the pool process starts.
+
+They are built beside the process's first tasks, in a thread of their own: building them
+starts the config's MCP servers, which may take longer than Celery lets a pool process's
+start-up take, and longer than a decision may wait (an approval's first decision after
+start-up would miss its deadline). A task that comes first waits for them.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import socket
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,32 +39,46 @@ class ProcessState:
 
 
 _state: ProcessState | None = None
+_building = threading.Lock()
 
 
 def current() -> ProcessState:
     """This process's runtime (settings, database, broker) and notifier."""
     global _state
-    if _state is None:
-        settings = get_settings()
-        metrics.enable(settings)
-        runtime = Runtime(settings)
-        runtime.prepare()
-        _state = ProcessState(
-            runtime,
-            runtime.notifier(),
-            actor=f"worker@{socket.gethostname()}:{os.getpid()}",
-        )
-        freeze_start_up_objects()
-    return _state
+    state = _state
+    if state is not None:
+        return state
+    with _building:
+        if _state is None:
+            settings = get_settings()
+            metrics.enable(settings)
+            runtime = Runtime(settings)
+            runtime.prepare()
+            _state = ProcessState(
+                runtime,
+                runtime.notifier(),
+                actor=f"worker@{socket.gethostname()}:{os.getpid()}",
+            )
+            freeze_start_up_objects()
+            log.info("pool process %d ready: %d tools", os.getpid(), len(runtime.registry))
+        return _state
+
+
+def _build_ahead() -> None:
+    try:
+        current()
+    except Exception:  # the first task builds them again, and fails as it always has
+        log.exception("pool process %d could not start", os.getpid())
 
 
 @signals.worker_process_init.connect
 def _fresh_after_fork(**_: Any) -> None:
     # Never share a parent's database connections with a forked child.
-    global _state
-    _state = None
+    global _state, _building
+    _state, _building = None, threading.Lock()
     # A prefork pool process: it keeps the time limits of each call it runs.
     limits.enable()
+    threading.Thread(target=_build_ahead, name="toolrouter-start", daemon=True).start()
 
 
 # Celery's line per task received and succeeded: the audit log and Flower hold every task.

@@ -1,0 +1,75 @@
+"""A pool process builds what it runs with (the runtime, and with it the config's MCP
+sessions) as it starts, not in its first task. An approval worker whose MCP server takes
+longer to start than a decision may wait still applies the first decision after start-up,
+where building in the first task made that decision miss its deadline."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from router.runtime import Runtime
+
+from ..support import services
+from ..support.launcher import REPO, wait_for_log
+from ..support.stack import Stack, stack_env
+
+REDIS_DB = 12
+# Longer than the stacks' decision timeout (TOOLROUTER_DECISION_TIMEOUT_S, 3 s).
+SERVER_START_S = 5
+CONFIG = f"""
+tools:
+  - {{name: gated_echo, handler: "tests.fixture_tools:echo", risk: high}}
+mcp_servers:
+  slow:
+    command: sh
+    args: [-c, 'sleep {SERVER_START_S} && exec "$0" -m tests.fixture_mcp_server', "${{PYTHON}}"]
+    cwd: ${{REPO}}
+"""
+
+
+@pytest.fixture
+def slow_stack(redis_base: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Stack]:
+    config = tmp_path / "toolrouter.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    (tmp_path / "state").mkdir()
+    databases = services.database_for("sqlite", tmp_path, request)
+    redis_url = f"{redis_base}/{REDIS_DB}"
+    services.flush(redis_url)
+    env = stack_env(
+        database_url=next(databases),
+        redis_url=redis_url,
+        state_dir=tmp_path / "state",
+        TOOLROUTER_CONFIG=str(config),
+        PYTHON=sys.executable,
+        REPO=str(REPO),
+    )
+    stack = Stack(env=env, state_dir=tmp_path / "state")
+    runtime = Runtime(stack.settings)
+    for name, roles in {"agent": ["agent"], "approver": ["approver"]}.items():
+        stack.keys[name] = runtime.keys.create(name, roles)
+    runtime.close()
+    try:
+        yield stack
+    finally:
+        stack.stop_all()
+        services.flush(redis_url)
+        databases.close()
+
+
+def test_the_first_decision_after_start_up_is_applied(slow_stack: Stack) -> None:
+    slow_stack.start_api()
+    slow_stack.start_worker(name="approvals", queues="approvals,maintenance", concurrency=1)
+    # Ready once its pool process has built its runtime, MCP sessions included.
+    log = slow_stack.state_dir / "approvals.log"
+    wait_for_log(log, " ready: ", slow_stack.processes["approvals"])
+    with slow_stack.client() as http:
+        call = http.post("/v1/calls", json={"tool": "gated_echo", "args": {"n": 1}}).json()
+    assert call["status"] == "pending", call
+    with slow_stack.client("approver") as http:
+        response = http.post(f"/v1/approvals/{call['request_id']}/approve", json={})
+    assert response.status_code == 200, response.text
+    assert response.json()["released"] is True
