@@ -8,6 +8,7 @@ start-up would miss its deadline). A task that comes first waits for them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -53,11 +54,16 @@ def current() -> ProcessState:
             settings = get_settings()
             metrics.enable(settings)
             runtime = Runtime(settings)
-            runtime.prepare()
+            try:
+                runtime.prepare()
+                notifier = runtime.notifier()
+            except BaseException:
+                # Each try builds anew: a failed one must not leave its MCP servers running.
+                with contextlib.suppress(Exception):
+                    runtime.close()
+                raise
             _state = ProcessState(
-                runtime,
-                runtime.notifier(),
-                actor=f"worker@{socket.gethostname()}:{os.getpid()}",
+                runtime, notifier, actor=f"worker@{socket.gethostname()}:{os.getpid()}"
             )
             freeze_start_up_objects()
             log.info("pool process %d ready: %d tools", os.getpid(), len(runtime.registry))

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from router.runtime import Runtime
@@ -16,6 +17,7 @@ from router.runtime import Runtime
 from ..support import services
 from ..support.launcher import REPO, wait_for_log
 from ..support.stack import Stack, stack_env
+from ..support.waiting import wait_for
 
 REDIS_DB = 12
 # Longer than the stacks' decision timeout (TOOLROUTER_DECISION_TIMEOUT_S, 3 s).
@@ -73,3 +75,52 @@ def test_the_first_decision_after_start_up_is_applied(slow_stack: Stack) -> None
         response = http.post(f"/v1/approvals/{call['request_id']}/approve", json={})
     assert response.status_code == 200, response.text
     assert response.json()["released"] is True
+
+
+# Its server writes its pid where the test reads it, then runs as the one above does.
+COUNTED_CONFIG = """
+mcp_servers:
+  counted:
+    command: sh
+    args: [-c, 'echo $$ > "$0" && exec "$1" -m tests.fixture_mcp_server', "${PIDFILE}", "${PYTHON}"]
+    cwd: ${REPO}
+"""
+
+
+def test_a_pool_process_that_cannot_start_leaves_no_mcp_server_running(
+    redis_base: str, tmp_path: Path
+) -> None:
+    # The tools (and their MCP server) load; the database, checked after them, does not.
+    config = tmp_path / "toolrouter.yaml"
+    config.write_text(COUNTED_CONFIG, encoding="utf-8")
+    (tmp_path / "state").mkdir()
+    database = tmp_path / "not-a-database.db"
+    database.write_bytes(b"not a SQLite file" * 1024)
+    pidfile = tmp_path / "server.pid"
+    redis_url = f"{redis_base}/{REDIS_DB}"
+    services.flush(redis_url)
+    env = stack_env(
+        database_url=f"sqlite:///{database}",
+        redis_url=redis_url,
+        state_dir=tmp_path / "state",
+        TOOLROUTER_CONFIG=str(config),
+        PYTHON=sys.executable,
+        REPO=str(REPO),
+        PIDFILE=str(pidfile),
+    )
+    stack = Stack(env=env, state_dir=tmp_path / "state")
+    try:
+        process = stack.start_worker(concurrency=1)
+        wait_for_log(stack.state_dir / "worker.log", " could not start", process)
+        server = int(pidfile.read_text())
+        wait_for(lambda: ended(server), timeout=15, what="the failed start-up's MCP server to end")
+    finally:
+        stack.stop_all()
+        services.flush(redis_url)
+
+
+def ended(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
