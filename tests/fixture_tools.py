@@ -62,6 +62,22 @@ def raise_unprintable(args: dict[str, Any], ctx: CallContext) -> Any:
     raise Unprintable("a message nobody can read")
 
 
+class Impatient(Exception):
+    @property
+    def retry_after_s(self) -> float:
+        raise SystemExit("no wait for it")
+
+
+def raise_impatient(args: dict[str, Any], ctx: CallContext) -> Any:
+    """An exception whose ``retry_after_s`` cannot be read."""
+    raise Impatient("asks for no wait")
+
+
+def raise_retryable_after_ever(args: dict[str, Any], ctx: CallContext) -> Any:
+    """A retryable failure that asks for an endless wait."""
+    raise RetryableError("try much later", retry_after_s=float("inf"))
+
+
 def raise_system_exit(args: dict[str, Any], ctx: CallContext) -> Any:
     raise SystemExit(3)
 

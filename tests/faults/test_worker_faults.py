@@ -115,6 +115,7 @@ def stack_runtime(stack: Stack) -> Iterator[Runtime]:
         ("system_exit", "3", "SystemExit"),
         ("keyboard_interrupt", "KeyboardInterrupt", "KeyboardInterrupt"),
         ("unprintable_error", "Unprintable", "Unprintable"),
+        ("impatient_error", "asks for no wait", "Impatient"),
     ],
 )
 def test_handler_raising_system_exit_fails_its_call_and_the_worker_keeps_serving(
@@ -144,6 +145,29 @@ def test_handler_raising_system_exit_fails_its_call_and_the_worker_keeps_serving
     assert after["value"]["pid"] in pool
     assert pool_pids(worker) == pool
     assert worker.is_running()
+
+
+def test_a_retry_asked_for_after_an_endless_wait_is_scheduled_a_day_later(
+    stack: Stack, stack_runtime: Runtime
+) -> None:
+    with stack.client() as http:
+        call_id = http.post("/v1/calls", json={"tool": "retryable_after_ever", "args": {}}).json()[
+            "call_id"
+        ]
+        try:
+            retried = wait_for(
+                lambda: [
+                    row
+                    for row in call_audit_rows(stack_runtime, call_id)
+                    if row["event"] == AuditEvent.RETRY
+                ],
+                timeout=30,
+                what="the retry",
+            )
+        finally:
+            # Not left queued for a day on the shared stack.
+            http.delete(f"/v1/calls/{call_id}")
+    assert retried[0]["detail"]["delay_s"] == 24 * 3600
 
 
 def test_a_result_past_the_size_limit_fails_its_call_and_nothing_of_it_is_stored(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,9 @@ ERROR_TYPE_MAX = 128
 # The longest error message kept of a run: a handler's message may be of any size, and it
 # is stored in the call's row and in its audit row.
 ERROR_MAX = 4096
+# The longest wait a service or handler may ask for before a retry; longer waits are cut
+# to it (a retry scheduled past what a date can hold would fail the run that schedules it).
+RETRY_AFTER_MAX_S = 24 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +45,8 @@ class Outcome:
             kind = storable_text(self.error_type)[:ERROR_TYPE_MAX]
             if kind != self.error_type:
                 object.__setattr__(self, "error_type", kind)
+        if self.retry_after_s is not None:
+            object.__setattr__(self, "retry_after_s", _seconds(self.retry_after_s))
 
     @classmethod
     def of_value(
@@ -76,7 +82,7 @@ class Outcome:
             error=error_message(exc),
             error_type=type(exc).__name__,
             retryable=retryable,
-            retry_after_s=getattr(exc, "retry_after_s", None),
+            retry_after_s=_asked_wait(exc),
         )
 
     @classmethod
@@ -96,3 +102,21 @@ class Outcome:
     @classmethod
     def timed_out(cls, timeout_s: float) -> Outcome:
         return cls(ok=False, error=f"timeout after {timeout_s:g} s", error_type="TimeoutError")
+
+
+def _asked_wait(exc: BaseException) -> float | None:
+    """The exception's ``retry_after_s``, if reading it raises nothing."""
+    # BaseException on purpose: a handler's exception may compute it, and raise anything.
+    try:
+        return _seconds(getattr(exc, "retry_after_s", None))
+    except BaseException:
+        return None
+
+
+def _seconds(value: object) -> float | None:
+    """A wait as a number of seconds in ``[0, RETRY_AFTER_MAX_S]``; None if it is none."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return float(min(max(0, value), RETRY_AFTER_MAX_S))
