@@ -16,12 +16,11 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import PoolProxiedConnection, QueuePool
 
 from router.api.app import app_from_env
-from router.runtime import Runtime
 from router.settings import get_settings
 
 from ..support import services
 from ..support.api_processes import client_port, serving_pid, serving_processes
-from ..support.stack import Stack, stack_env
+from ..support.stack import Stack, own_stack, stack_env
 from ..support.waiting import wait_for
 
 REDIS_DB = 10
@@ -33,28 +32,16 @@ def stack(
     redis_base: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Stack]:
     state_dir = tmp_path_factory.mktemp("api-processes")
-    databases = services.database_for("sqlite", state_dir, request)
-    redis_url = f"{redis_base}/{REDIS_DB}"
-    services.flush(redis_url)
-    env = stack_env(
-        database_url=next(databases),
-        redis_url=redis_url,
-        state_dir=state_dir,
+    with own_stack(
+        state_dir,
+        f"{redis_base}/{REDIS_DB}",
+        request,
+        keys={"agent": ["agent"]},
         TOOLROUTER_API_PROCESSES=str(PROCESSES),
-    )
-    the_stack = Stack(env=env, state_dir=state_dir)
-    runtime = Runtime(the_stack.settings)
-    runtime.prepare()
-    the_stack.keys["agent"] = runtime.keys.create("agent", ["agent"])
-    runtime.close()
-    try:
+    ) as the_stack:
         the_stack.start_api()
         the_stack.start_worker()
         yield the_stack
-    finally:
-        the_stack.stop_all()
-        services.flush(redis_url)
-        databases.close()
 
 
 def test_the_port_is_served_by_each_process(stack: Stack) -> None:

@@ -17,12 +17,9 @@ from typing import Any
 import pytest
 from mcp import types
 
-from router.runtime import Runtime
-
 from ..fixture_mcp_server import PNG, wav
-from ..support import services
 from ..support.launcher import REPO
-from ..support.stack import Stack, stack_env
+from ..support.stack import Stack, own_stack
 from .test_mcp_server import mcp_session, run
 from .test_mcp_tools import MCP_BIN, need_mcp_servers
 
@@ -37,30 +34,19 @@ def stack(
 ) -> Iterator[Stack]:
     need_mcp_servers()
     state_dir = tmp_path_factory.mktemp("mcp-content")
-    databases = services.database_for("sqlite", state_dir, request)
-    redis_url = f"{redis_base}/{REDIS_DB}"
-    services.flush(redis_url)
-    env = stack_env(
-        database_url=next(databases),
-        redis_url=redis_url,
-        state_dir=state_dir,
+    with own_stack(
+        state_dir,
+        f"{redis_base}/{REDIS_DB}",
+        request,
+        keys={"agent": ["agent"]},
         TOOLROUTER_CONFIG=str(CONFIG),
         MCP_BIN=str(MCP_BIN),
         PYTHON=sys.executable,
         REPO=str(REPO),
-    )
-    stack = Stack(env=env, state_dir=state_dir)
-    runtime = Runtime(stack.settings)
-    stack.keys["agent"] = runtime.keys.create("agent", ["agent"])
-    runtime.close()
-    try:
+    ) as stack:
         stack.start_api()
         stack.start_worker(concurrency=1)
         yield stack
-    finally:
-        stack.stop_all()
-        services.flush(redis_url)
-        databases.close()
 
 
 def raw_call(tool: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -18,11 +18,8 @@ from typing import Any
 import psutil
 import pytest
 
-from router.runtime import Runtime
-
-from ..support import services
 from ..support.launcher import REPO
-from ..support.stack import Stack, stack_env
+from ..support.stack import Stack, own_stack
 from ..support.waiting import wait_for
 from .test_mcp_tools import call, retries
 
@@ -106,31 +103,19 @@ def mcp_stack(
     request: pytest.FixtureRequest,
 ) -> Iterator[tuple[Stack, Path]]:
     state_dir = tmp_path_factory.mktemp("mcp-failing")
-    databases = services.database_for("sqlite", state_dir, request)
-    redis_url = f"{redis_base}/{REDIS_DB}"
-    services.flush(redis_url)
-    env = stack_env(
-        database_url=next(databases),
-        redis_url=redis_url,
-        state_dir=state_dir,
+    with own_stack(
+        state_dir,
+        f"{redis_base}/{REDIS_DB}",
+        request,
+        keys={"agent": ["agent"], "operator": ["operator"]},
         TOOLROUTER_CONFIG=str(CONFIG),
         PYTHON=sys.executable,
         REPO=str(REPO),
         MCP_HTTP_URL=raw_mcp,
-    )
-    stack = Stack(env=env, state_dir=state_dir)
-    runtime = Runtime(stack.settings)
-    for name, roles in {"agent": ["agent"], "operator": ["operator"]}.items():
-        stack.keys[name] = runtime.keys.create(name, roles)
-    runtime.close()
-    try:
+    ) as stack:
         stack.start_api()
         stack.start_worker(concurrency=1)
         yield stack, state_dir
-    finally:
-        stack.stop_all()
-        services.flush(redis_url)
-        databases.close()
 
 
 @pytest.mark.parametrize(

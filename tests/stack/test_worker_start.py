@@ -12,11 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from router.runtime import Runtime
-
 from ..support import services
 from ..support.launcher import REPO, wait_for_log
-from ..support.stack import Stack, stack_env
+from ..support.stack import Stack, own_stack, stack_env
 from ..support.waiting import wait_for
 
 REDIS_DB = 12
@@ -38,28 +36,16 @@ def slow_stack(redis_base: str, tmp_path: Path, request: pytest.FixtureRequest) 
     config = tmp_path / "toolrouter.yaml"
     config.write_text(CONFIG, encoding="utf-8")
     (tmp_path / "state").mkdir()
-    databases = services.database_for("sqlite", tmp_path, request)
-    redis_url = f"{redis_base}/{REDIS_DB}"
-    services.flush(redis_url)
-    env = stack_env(
-        database_url=next(databases),
-        redis_url=redis_url,
-        state_dir=tmp_path / "state",
+    with own_stack(
+        tmp_path / "state",
+        f"{redis_base}/{REDIS_DB}",
+        request,
+        keys={"agent": ["agent"], "approver": ["approver"]},
         TOOLROUTER_CONFIG=str(config),
         PYTHON=sys.executable,
         REPO=str(REPO),
-    )
-    stack = Stack(env=env, state_dir=tmp_path / "state")
-    runtime = Runtime(stack.settings)
-    for name, roles in {"agent": ["agent"], "approver": ["approver"]}.items():
-        stack.keys[name] = runtime.keys.create(name, roles)
-    runtime.close()
-    try:
+    ) as stack:
         yield stack
-    finally:
-        stack.stop_all()
-        services.flush(redis_url)
-        databases.close()
 
 
 def test_the_first_decision_after_start_up_is_applied(slow_stack: Stack) -> None:

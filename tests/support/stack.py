@@ -6,14 +6,19 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import pytest
 
 from router.cli import processes
+from router.runtime import Runtime
 from router.settings import Settings
 
+from . import services
 from .launcher import REPO, Launcher, free_port, wait_for_http, wait_for_log
 
 TEST_CONFIG = REPO / "tests" / "tools.yaml"
@@ -154,3 +159,32 @@ def stack_env(
 
 def python() -> str:
     return sys.executable
+
+
+@contextmanager
+def own_stack(
+    state_dir: Path,
+    redis_url: str,
+    request: pytest.FixtureRequest,
+    *,
+    keys: Mapping[str, list[str]],
+    backend: str = "sqlite",
+    **env: str,
+) -> Iterator[Stack]:
+    """A stack of a test's own, none of its processes started yet: a fresh database, a
+    flushed Redis database and ``keys`` (name to roles) made in it, and ``env`` on top of
+    ``stack_env``. Its processes are stopped, Redis flushed and the database dropped after."""
+    databases = services.database_for(backend, state_dir, request)
+    services.flush(redis_url)
+    env = stack_env(database_url=next(databases), redis_url=redis_url, state_dir=state_dir, **env)
+    stack = Stack(env=env, state_dir=state_dir)
+    runtime = Runtime(stack.settings)
+    for name, roles in keys.items():
+        stack.keys[name] = runtime.keys.create(name, roles)
+    runtime.close()
+    try:
+        yield stack
+    finally:
+        stack.stop_all()
+        services.flush(redis_url)
+        databases.close()
