@@ -1,5 +1,5 @@
 """The HTTP client for an MCP server over streamable HTTP: the SDK's timeouts, the
-config's headers, and answers held to a size.
+config's headers, proxies from the environment, and answers held to a size.
 
 The SDK reads a JSON answer whole, and goes on reading it after the call has given up on
 it: a server that sends without end would take the process's memory. Each answer other
@@ -17,32 +17,19 @@ from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TI
 
 
 def http_client(headers: Mapping[str, str], max_bytes: int) -> httpx2.AsyncClient:
-    """A client as the SDK makes its own, whose answers stop at ``max_bytes``."""
+    """A client as the SDK makes its own (its timeouts, proxies from the environment), whose
+    answers stop at ``max_bytes``."""
+
+    async def held(response: httpx2.Response) -> None:
+        # Called before the body is read: the SDK reads the held stream instead.
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            response.stream = _HeldStream(response.stream, max_bytes)
+
     return httpx2.AsyncClient(
         headers=dict(headers),
         timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
-        transport=_HeldTransport(max_bytes),
+        event_hooks={"response": [held]},
     )
-
-
-class _HeldTransport(httpx2.AsyncBaseTransport):
-    def __init__(self, max_bytes: int) -> None:
-        self._inner = httpx2.AsyncHTTPTransport()
-        self._max_bytes = max_bytes
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        response = await self._inner.handle_async_request(request)
-        if response.headers.get("content-type", "").startswith("text/event-stream"):
-            return response
-        return httpx2.Response(
-            status_code=response.status_code,
-            headers=response.headers,
-            stream=_HeldStream(response.stream, self._max_bytes),
-            extensions=response.extensions,
-        )
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 class _HeldStream(httpx2.AsyncByteStream):
