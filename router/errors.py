@@ -121,6 +121,15 @@ class CallLost(ToolrouterError, ConnectionError):
     may have run, so only an idempotent tool's call may be sent again."""
 
 
+class AnswerTooLarge(ToolrouterError):
+    """Raised when a tool server's answer was cut off, unread, past the largest answer read
+    (``limit_bytes``): the tool did answer, so it is neither lost nor unreachable."""
+
+    def __init__(self, message: str, *, limit_bytes: int) -> None:
+        super().__init__(message)
+        self.limit_bytes = limit_bytes
+
+
 class McpProtocolError(ToolrouterError):
     """Raised when an MCP server sends a message that cannot be read as JSON-RPC (not JSON,
     nested past the parser's limit, a number out of range) while a call waits on it."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from ..errors import CallLost, McpProtocolError
+from ..errors import AnswerTooLarge, CallLost, McpProtocolError
 from ..files import private_dir, private_file
 from .mcp_servers import HttpServer, ServerSpec, StdioServer, parse_servers
 from .mcp_unreadable import unreadable_reason, watch_unreadable
@@ -52,6 +52,8 @@ class _Session:
     task: asyncio.Task[None] | None = None
     # One per call out: told of a message the transport could not read.
     unreadable: set[asyncio.Future[Exception]] = field(default_factory=set)
+    # Set when an answer over HTTP was cut off at ``max_answer_bytes``.
+    cut: bool = False
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -163,7 +165,9 @@ class McpConnections:
                     from .mcp_http import http_client
 
                     # Given a client, the SDK leaves closing it to us.
-                    http = http_client(spec.headers, self.max_answer_bytes)
+                    http = http_client(
+                        spec.headers, self.max_answer_bytes, lambda: setattr(session, "cut", True)
+                    )
                     await files.enter_async_context(http)
                     target = streamable_http_client(spec.url, http_client=http)
                 async with Client(
@@ -219,10 +223,11 @@ class McpConnections:
         except OSError:
             return []
 
-    def _drop(self, name: str) -> None:
+    def _drop(self, name: str) -> _Session | None:
         session = self._sessions.pop(name, None)
         if session is not None and self._loop is not None:
             self._loop.call_soon_threadsafe(session.stop.set)
+        return session
 
     # -- what callers use -----------------------------------------------------------------
 
@@ -261,13 +266,13 @@ class McpConnections:
         try:
             return self._run(call(), timeout=timeout + CONNECT_TIMEOUT_S)
         except (ConnectionError, OSError, EOFError) as exc:
-            self._drop(name)
+            _raise_if_cut(name, self._drop(name), self.max_answer_bytes)
             raise (CallLost if sent else ConnectionError)(f"MCP server {name}: {exc}") from None
         except Exception as exc:
             if self._lost(name, exc):
                 # The next call opens a fresh session; this one fails rather than being sent
                 # again on it, since it may have reached the server.
-                self._drop(name)
+                _raise_if_cut(name, self._drop(name), self.max_answer_bytes)
                 lost = CallLost if sent else ConnectionError
                 raise lost(f"MCP server {name}: connection lost ({exc})") from None
             raise
@@ -301,6 +306,15 @@ class McpConnections:
             "BrokenResourceError",
             "EndOfStream",
         } or "Connection closed" in str(exc)
+
+
+def _raise_if_cut(name: str, session: _Session | None, limit_bytes: int) -> None:
+    """A session lost because an answer was cut off at the limit: the call fails for its
+    answer's size, not for the connection."""
+    if session is not None and session.cut:
+        raise AnswerTooLarge(
+            f"MCP server {name}: answer larger than {limit_bytes} bytes", limit_bytes=limit_bytes
+        )
 
 
 def _found(spec: StdioServer) -> str:

@@ -204,9 +204,9 @@ def test_an_mcp_answer_over_http_past_the_read_limit_fails_the_call_at_once(
 
     result = call(stack, "remote.flood", {})
 
-    # Cut off once past the limit: the session goes with the answer.
-    assert (result["status"], result["error_type"]) == ("failed", "ConnectionError"), result
-    assert result["error"].startswith("MCP server remote: connection lost")
+    # Cut off once past the limit, and named for its size: the session goes with the answer.
+    assert (result["status"], result["error_type"]) == ("failed", "ResultTooLarge"), result
+    assert result["error"] == "result too large: over the limit of 16777216 bytes"
     assert time.monotonic() - started < 15
     assert call(stack, "media.beep", {"frames": 8})["ok"]
 

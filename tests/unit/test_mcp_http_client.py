@@ -55,19 +55,24 @@ def proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[Proxy]]:
         server.server_close()
 
 
-async def post(max_bytes: int) -> httpx2.Response:
-    async with http_client({"Authorization": "Bearer t"}, max_bytes) as client:
+async def post(max_bytes: int, cuts: list[int] | None = None) -> httpx2.Response:
+    cut = (lambda: cuts.append(1)) if cuts is not None else (lambda: None)
+    async with http_client({"Authorization": "Bearer t"}, max_bytes, cut) as client:
         return await client.post(UNREACHABLE, json={"jsonrpc": "2.0"})
 
 
 def test_a_server_is_reached_through_the_environments_proxy(proxy: type[Proxy]) -> None:
     proxy.size = 16
-    response = asyncio.run(post(max_bytes=1024))
+    cuts: list[int] = []
+    response = asyncio.run(post(max_bytes=1024, cuts=cuts))
     assert response.status_code == 200 and response.content == b"x" * 16
     assert proxy.targets == [UNREACHABLE]
+    assert cuts == []
 
 
 def test_an_answer_past_the_size_is_not_read_further(proxy: type[Proxy]) -> None:
     proxy.size = 4096
+    cuts: list[int] = []
     with pytest.raises(httpx2.ReadError, match="larger than 1024 bytes"):
-        asyncio.run(post(max_bytes=1024))
+        asyncio.run(post(max_bytes=1024, cuts=cuts))
+    assert cuts == [1]

@@ -15,7 +15,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import BaseModel
 
 from router.context import CallContext
-from router.errors import CallLost
+from router.errors import AnswerTooLarge, CallLost
 from router.results import error_message
 from router.tools import unreachable
 from router.tools.mcp_client import McpConnections
@@ -39,6 +39,8 @@ def run_mcp(
         result = connections.call_tool(target.server, target.tool, args, tool.spec.timeout_s)
     except SoftTimeLimitExceeded:
         return Outcome.timed_out(tool.spec.timeout_s)
+    except AnswerTooLarge as exc:
+        return Outcome.too_large(max_bytes if max_bytes is not None else exc.limit_bytes)
     except TimeoutError:
         # The call was out: sent again, a tool that is not idempotent could act twice.
         return Outcome(
