@@ -103,6 +103,15 @@ async def unreadable_answer(kind: str) -> str:
 
 
 @server.tool(annotations=READ_ONLY)
+def endless_answer() -> str:
+    """Begin an answer, and never end its line."""
+    os.write(WIRE, b'{"jsonrpc": "2.0", "id": 2, "result": {"content": [{"type": "text", "text": "')
+    chunk = b"a" * 65536
+    while True:
+        os.write(WIRE, chunk)
+
+
+@server.tool(annotations=READ_ONLY)
 def bad_bytes() -> str:
     """Log a line holding bytes that are not UTF-8, then answer."""
     os.write(

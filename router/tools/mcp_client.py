@@ -26,6 +26,7 @@ from typing import Any, TextIO, TypeVar
 from ..errors import AnswerTooLarge, CallLost, McpProtocolError
 from ..files import private_dir, private_file
 from .mcp_servers import HttpServer, ServerSpec, StdioServer, parse_servers
+from .mcp_stdio_lines import held_lines
 from .mcp_unreadable import unreadable_reason, watch_unreadable
 
 __all__ = ["HttpServer", "McpConnections", "ServerSpec", "StdioServer", "parse_servers"]
@@ -52,8 +53,15 @@ class _Session:
     task: asyncio.Task[None] | None = None
     # One per call out: told of a message the transport could not read.
     unreadable: set[asyncio.Future[Exception]] = field(default_factory=set)
-    # Set when an answer over HTTP was cut off at ``max_answer_bytes``.
+    # Set when an answer was cut off at ``max_answer_bytes``: the session is done for.
     cut: bool = False
+
+    def cut_off(self) -> None:
+        """Told, on the session's loop, that an answer was cut off: the calls out fail."""
+        self.cut = True
+        for waiting in self.unreadable:
+            if not waiting.done():
+                waiting.set_result(EOFError("answer cut off"))
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -79,7 +87,8 @@ class McpConnections:
     servers: dict[str, ServerSpec]
     # Where each stdio server's stderr goes (``mcp-<name>.log``), never into command output.
     log_dir: Path | None = None
-    # The largest answer read from a server over HTTP (``mcp_http``).
+    # The largest answer read from a server: over HTTP (``mcp_http``), or a line of a stdio
+    # server's output (``mcp_stdio_lines``).
     max_answer_bytes: int = 64 * 1024 * 1024
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
@@ -158,6 +167,7 @@ class McpConnections:
                         encoding_error_handler="replace",
                     )
                     errlog = files.enter_context(self._errlog(name))
+                    files.enter_context(held_lines(self.max_answer_bytes, session.cut_off))
                     target: Any = stdio_client(params, errlog=errlog)
                 else:
                     from mcp.client.streamable_http import streamable_http_client
@@ -165,9 +175,7 @@ class McpConnections:
                     from .mcp_http import http_client
 
                     # Given a client, the SDK leaves closing it to us.
-                    http = http_client(
-                        spec.headers, self.max_answer_bytes, lambda: setattr(session, "cut", True)
-                    )
+                    http = http_client(spec.headers, self.max_answer_bytes, session.cut_off)
                     await files.enter_async_context(http)
                     target = streamable_http_client(spec.url, http_client=http)
                 async with Client(
@@ -265,6 +273,9 @@ class McpConnections:
 
         try:
             return self._run(call(), timeout=timeout + CONNECT_TIMEOUT_S)
+        except AnswerTooLarge:
+            self._drop(name)
+            raise
         except (ConnectionError, OSError, EOFError) as exc:
             _raise_if_cut(name, self._drop(name), self.max_answer_bytes)
             raise (CallLost if sent else ConnectionError)(f"MCP server {name}: {exc}") from None
@@ -289,6 +300,7 @@ class McpConnections:
             await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
             if answer.done():
                 return answer.result()
+            _raise_if_cut(name, session, self.max_answer_bytes)
             reason = unreadable_reason(unreadable.result())
             raise McpProtocolError(
                 f"MCP server {name} sent a message that is not JSON-RPC: {reason}"

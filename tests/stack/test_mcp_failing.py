@@ -158,6 +158,23 @@ def test_an_mcp_answer_that_is_not_json_rpc_fails_the_call_at_once(
     assert call(stack, "media.beep", {"frames": 8})["ok"]
 
 
+def test_an_mcp_answer_over_stdio_past_the_read_limit_fails_the_call_at_once(
+    mcp_stack: tuple[Stack, Path],
+) -> None:
+    stack, _ = mcp_stack
+    started = time.monotonic()
+
+    result = call(stack, "media.endless_answer", {})
+
+    # Named for its size and not retried, though the tool is idempotent and may retry.
+    assert (result["status"], result["error_type"]) == ("failed", "ResultTooLarge"), result
+    assert result["error"] == "result too large: over the limit of 16777216 bytes"
+    assert retries(stack, result["call_id"]) == 0
+    # Not waited out to the tool's 20 s timeout.
+    assert time.monotonic() - started < 15
+    assert call(stack, "media.beep", {"frames": 8})["ok"]
+
+
 def test_bytes_that_are_not_utf8_from_an_mcp_server_leave_its_session_working(
     mcp_stack: tuple[Stack, Path],
 ) -> None:
