@@ -66,7 +66,7 @@ def worker(risk: str, concurrency: int | None) -> None:
 
 @main.command("approval-worker")
 def approval_worker() -> None:
-    """Run the approval worker (queues approvals and maintenance)."""
+    """Run the approval worker (queues approvals, maintenance and notifications)."""
     settings = get_settings()
     runtime()
     processes.exec_argv(processes.approvals_argv(settings))

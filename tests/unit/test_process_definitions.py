@@ -226,6 +226,15 @@ def test_approvals_process_serves_approvals_maintenance_and_notifications(
     }
 
 
+def test_approval_worker_help_names_every_queue_it_serves(no_toolrouter_env: None) -> None:
+    # The CLI reference is generated from this help: it must name what the worker consumes.
+    command = toolrouter_cli.commands["approval-worker"]
+    assert isinstance(command, click.Command) and command.help
+    worker = celery_part(processes.approvals_argv(Settings()))
+    for queue in option(worker, "-Q").split(","):
+        assert queue in command.help, (queue, command.help)
+
+
 def test_every_declared_queue_has_a_consumer(no_toolrouter_env: None) -> None:
     settings = Settings()
     consumed: set[str] = set()
