@@ -57,11 +57,13 @@ class _Session:
     cut: bool = False
 
     def cut_off(self) -> None:
-        """Told, on the session's loop, that an answer was cut off: the calls out fail."""
+        """Told, on the session's loop, that an answer was cut off: the calls out fail, and
+        the session ends (its stdio reader has stopped reading)."""
         self.cut = True
         for waiting in self.unreadable:
             if not waiting.done():
                 waiting.set_result(EOFError("answer cut off"))
+        self.stop.set()
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
