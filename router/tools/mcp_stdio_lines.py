@@ -1,11 +1,11 @@
 """A stdio MCP server's output read a whole line at a time, and no line past a limit.
 
 The SDK's stdio reader appends each chunk it reads to the line so far and splits the lot
-again: a line of n bytes costs time in n squared (16 MiB, 1.2 s of CPU; a gigabyte, hours)
-and memory without end. Its reader reads through ``TextReceiveStream``, by that name in
-``mcp.client.stdio``, and that name is given ``WholeLines`` instead: each chunk it hands on
-ends at a line's end, so the reader's own buffer stays empty, and a line longer than the
-session's limit ends the reading (``held_lines``).
+again: a line of n bytes costs time in n squared, and memory without end. The reader reads
+through ``TextReceiveStream``, by that name in ``mcp.client.stdio``, and that name is given
+``WholeLines`` instead: each chunk it hands on ends at a line's end, so the reader's own
+buffer stays empty, and a line longer than the session's limit ends the reading
+(``held_lines``).
 """
 
 from __future__ import annotations
