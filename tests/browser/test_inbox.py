@@ -131,6 +131,28 @@ def test_approver_denies_with_a_reason(stack: Stack, page: Any) -> None:
     assert result(stack, call["call_id"], 0)["status"] == "denied"
 
 
+def test_enter_in_a_reason_field_decides_nothing(stack: Stack, page: Any) -> None:
+    one, *selected = [submit_pending(stack, args={"rm": "-rf /", "i": i}) for i in range(3)]
+    sign_in(page, stack)
+    reason = card(page, one["request_id"]).locator("input[name=reason]")
+    reason.fill("no: this deletes everything")
+    reason.press("Enter")
+    page.wait_for_timeout(1000)
+    assert result(stack, one["call_id"], 0)["status"] == "pending"
+    for call in selected:
+        card(page, call["request_id"]).locator("input[type=checkbox]").check()
+    page.fill("#bulk-reason", "none of these")
+    page.press("#bulk-reason", "Enter")
+    page.wait_for_timeout(1000)
+    assert [result(stack, call["call_id"], 0)["status"] for call in selected] == ["pending"] * 2
+    assert page.locator("#flash").count() == 0
+    # The reason typed is still there for the button meant.
+    card(page, one["request_id"]).locator("button[value=deny]").click()
+    page.locator("#flash").wait_for()
+    assert f"{one['request_id']}: denied" in page.locator("#flash").inner_text()
+    assert result(stack, one["call_id"], 0)["status"] == "denied"
+
+
 def test_several_selected_requests_are_each_decided(stack: Stack, page: Any) -> None:
     calls = [submit_pending(stack, args={"i": i}) for i in range(3)]
     sign_in(page, stack)
