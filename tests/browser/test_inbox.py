@@ -27,6 +27,7 @@ HOSTILE = {
     "close": "</pre><b id=injected>bold</b>",
 }
 SCREENSHOT = REPO / "docs" / "inbox.png"
+PAINTED = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
 
 
 @pytest.fixture(scope="module")
@@ -219,6 +220,51 @@ def test_the_list_refreshes_by_itself_when_a_request_arrives(stack: Stack, page:
     sign_in(page, stack)
     call = submit_pending(stack, args={"late": True})
     card(page, call["request_id"]).wait_for(timeout=15_000)
+
+
+def test_a_click_as_a_reload_moves_another_request_under_it_decides_nothing(
+    stack: Stack, browser: Any
+) -> None:
+    # Earlier tests' requests denied, so these three lead the page, which stays at its top.
+    with stack.client("approver") as http:
+        for left in http.get("/v1/approvals").json()["requests"]:
+            decide(stack, left["request_id"], "deny")
+    decoy, meant, other = (submit_pending(stack, args={"step": n}) for n in range(3))
+    # Tall enough for all three at the page's top: scrolled, Chromium keeps the content it
+    # showed in place across a reload, while at the top it does not.
+    page = browser.new_page(viewport={"width": 1100, "height": 2000})
+    try:
+        sign_in(page, stack)
+        approve = card(page, meant["request_id"]).locator("button[value=approve]")
+        box = approve.bounding_box()
+        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+        page.mouse.move(x, y)
+        # The agent withdraws the request above; the page reloads under the resting pointer.
+        with stack.client("agent") as http:
+            assert http.delete(f"/v1/calls/{decoy['call_id']}").status_code == 200
+        card(page, decoy["request_id"]).wait_for(state="detached", timeout=15_000)
+        moved = card(page, other["request_id"]).locator("button[value=approve]")
+        for _ in range(250):
+            now = moved.bounding_box()
+            if now and abs(now["y"] + now["height"] / 2 - y) < now["height"] / 2:
+                break
+            page.wait_for_timeout(20)
+        else:
+            raise AssertionError("the next request never moved under the pointer")
+        # Once the new page is on screen (Chromium drops clicks before its first paint).
+        page.evaluate(PAINTED)
+        page.mouse.click(x, y)
+        page.wait_for_timeout(1500)
+        assert result(stack, other["call_id"], 0)["status"] == "pending"
+        assert page.locator("#flash").count() == 0
+        # A second later the buttons take clicks again.
+        approve.click()
+        page.locator("#flash").wait_for()
+        assert f"{meant['request_id']}: approved" in page.locator("#flash").inner_text()
+        assert result(stack, other["call_id"], 0)["status"] == "pending"
+    finally:
+        page.close()
+        decide(stack, other["request_id"], "deny")
 
 
 def test_forms_without_the_csrf_token_are_refused(stack: Stack) -> None:
