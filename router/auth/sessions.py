@@ -128,25 +128,31 @@ class SessionStore:
     def csrf_ok(self, session: Session, sent: str) -> bool:
         return self.keyring.verify(Purpose.SESSION, "csrf|" + session.id_hash, sent)
 
-    def sign_flash(self, message: str) -> str:
+    def sign_flash(self, message: str, session: str) -> str:
         """The flash cookie's value: ``message`` cut, at a character's end, to what a
-        cookie holds (browsers drop one over 4 KB, and the message with it), and signed."""
+        cookie holds (browsers drop one over 4 KB, and the message with it), and signed for
+        the session cookie ``session`` alone (one copied from another session shows nothing)."""
         text = message.encode("utf-8")
         if len(text) > FLASH_BYTES:
             text = text[: FLASH_BYTES - 3].decode("utf-8", "ignore").encode("utf-8") + "…".encode()
         body = base64.urlsafe_b64encode(text).decode("ascii")
-        return f"{body}.{self.keyring.sign(Purpose.SESSION, 'flash|' + body)}"
+        return f"{body}.{self.keyring.sign(Purpose.SESSION, _flash_signed(session, body))}"
 
-    def read_flash(self, value: str | None) -> str | None:
+    def read_flash(self, value: str | None, session: str) -> str | None:
         if not value or "." not in value:
             return None
         body, signature = value.rsplit(".", 1)
-        if not self.keyring.verify(Purpose.SESSION, "flash|" + body, signature):
+        if not self.keyring.verify(Purpose.SESSION, _flash_signed(session, body), signature):
             return None
         try:
             return base64.urlsafe_b64decode(body.encode("ascii")).decode("utf-8")
         except (ValueError, UnicodeError):
             return None
+
+
+def _flash_signed(session: str, body: str) -> str:
+    # The session's digest, not the session itself: the signed text never holds a secret.
+    return f"flash|{hashlib.sha256(session.encode('utf-8', 'replace')).hexdigest()}|{body}"
 
 
 # Failed sign-ins of one address, shared by every API process: a sorted set of the Redis

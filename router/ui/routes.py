@@ -90,9 +90,10 @@ def _redirect_with_flash(request: Request, message: str) -> RedirectResponse:
     response = RedirectResponse("/ui/", status_code=303)
     response.set_cookie(
         FLASH_COOKIE,
-        _sessions(request).sign_flash(message),
+        _sessions(request).sign_flash(message, request.cookies.get(COOKIE, "")),
         httponly=True,
         samesite="strict",
+        secure=request.url.scheme == "https",
         path="/ui",
         max_age=60,
     )
@@ -124,7 +125,9 @@ async def inbox(request: Request) -> Response:
         item["may_edit"] = who.name != item["requested_by"] and bool(
             who.roles & set(item["approvers"])
         )
-    flash = _sessions(request).read_flash(request.cookies.get(FLASH_COOKIE))
+    flash = _sessions(request).read_flash(
+        request.cookies.get(FLASH_COOKIE), request.cookies.get(COOKIE, "")
+    )
     page = _page(
         request,
         "inbox.html",
