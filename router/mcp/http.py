@@ -17,7 +17,6 @@ from contextlib import AbstractAsyncContextManager
 from http import HTTPStatus
 from typing import Any
 
-import pydantic_core
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import (
     DEFAULT_MAX_REQUEST_BODY_SIZE,
@@ -36,12 +35,12 @@ from ..runtime import Runtime
 from ..settings import Settings
 from ..threads import in_thread
 from .server import NOT_JSON_RPC, Context, ToolrouterMcp
+from .wire import BAD_REQUEST_ID, has_bad_request_id
 
 log = logging.getLogger(__name__)
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 ANY_ADDRESS = ("", "0.0.0.0", "::")
-BAD_REQUEST_ID = "invalid request: a request's id must be a string or an integer"
 
 
 def transport_security(settings: Settings) -> TransportSecuritySettings:
@@ -136,24 +135,6 @@ class McpEndpoint:
             log.exception("unhandled error at /mcp")
             if not guarded.started:
                 await guarded.error(500, "internal error")
-
-
-def has_bad_request_id(body: bytes | None) -> bool:
-    """A JSON object with a ``method`` and an ``id`` that is neither a string nor an integer
-    (``null``, ``true``, ``1.5``, an object): no notification, and no valid request."""
-    if body is None:
-        return False
-    try:
-        # The SDK's own parser: it refuses nesting too deep for it with a ValueError too.
-        message = pydantic_core.from_json(body)
-    except ValueError:
-        return False  # the SDK answers a parse error
-    if not isinstance(message, dict) or "method" not in message or "id" not in message:
-        return False
-    request_id = message["id"]
-    return not isinstance(request_id, str) and (
-        not isinstance(request_id, int) or isinstance(request_id, bool)
-    )
 
 
 class BufferedBody:

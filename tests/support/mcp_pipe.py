@@ -1,5 +1,5 @@
 """``toolrouter mcp`` fed a whole session through a pipe: the handshake, then the given
-messages (a string is sent as the line it is), stdin closed at once, as a script or a
+messages (a string or bytes is sent as the line it is), stdin closed at once, as a script or a
 piping client does."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from .stack import Stack
 
 
 def piped_session(
-    stack: Stack, messages: list[dict[str, Any] | str], *, version: str
+    stack: Stack, messages: list[dict[str, Any] | str | bytes], *, version: str
 ) -> subprocess.CompletedProcess[str]:
     """Runs ``toolrouter mcp`` as the stack's agent; ``initialize`` has id 1."""
     handshake = [
@@ -30,15 +30,21 @@ def piped_session(
         },
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
     ]
-    return subprocess.run(
-        [sys.executable, "-m", "router.cli.main", "mcp", "--key", stack.keys["agent"]],
+    argv = [sys.executable, "-m", "router.cli.main", "mcp", "--key", stack.keys["agent"]]
+    done = subprocess.run(
+        argv,
         env=stack.env,
         cwd=REPO,
-        input="".join(
-            (line if isinstance(line, str) else json.dumps(line)) + "\n"
-            for line in [*handshake, *messages]
-        ),
+        input=b"".join(_line(message) + b"\n" for message in [*handshake, *messages]),
         capture_output=True,
-        text=True,
         timeout=120,
     )
+    return subprocess.CompletedProcess(
+        argv, done.returncode, done.stdout.decode(), done.stderr.decode("utf-8", "replace")
+    )
+
+
+def _line(message: dict[str, Any] | str | bytes) -> bytes:
+    if isinstance(message, bytes):
+        return message
+    return (message if isinstance(message, str) else json.dumps(message)).encode()
