@@ -270,11 +270,15 @@ class ToolrouterMcp:
         self, ctx: Context, params: types.GetTaskPayloadRequestParams
     ) -> HandlerResult:
         """Blocks until the task is finished, checking the key again between waits: a key
-        revoked meanwhile gets an error, not the outcome."""
+        revoked meanwhile gets an error, not the outcome. A task that finishes after its
+        TTL ran out still answers the request that waited for it."""
+        waited = False
         while True:
-            answer = await self.tasks.result(await self._who(ctx), params.task_id)
+            who = await self._who(ctx)
+            answer = await self.tasks.result(who, params.task_id, waited=waited)
             if answer is not None:
                 return answer
+            waited = True
 
     async def _tasks_cancel(
         self, ctx: Context, params: types.CancelTaskRequestParams

@@ -124,11 +124,14 @@ class TaskService:
         entry, row = await self._task(who, task_id)
         return types.GetTaskResult(**self._task_fields(row, entry))
 
-    async def result(self, who: Principal, task_id: str) -> types.CallToolResult | None:
+    async def result(
+        self, who: Principal, task_id: str, *, waited: bool = False
+    ) -> types.CallToolResult | None:
         """The call's outcome as ``tools/call`` would have answered it, or ``None`` after
         a wait: the caller checks the key again and asks again, so an outcome is only
-        ever given right after its key was checked."""
-        entry, row = await self._task(who, task_id)
+        ever given right after its key was checked. ``waited``: this request already
+        found the task working, so its outcome is owed even if the TTL ran out meanwhile."""
+        entry, row = await self._task(who, task_id, keep_expired=waited)
         result = row.result()
         if result.status not in TERMINAL_STATES:
             await self.wait(who, task_id, RESULT_WAIT_SLICE_S)
@@ -165,7 +168,9 @@ class TaskService:
 
     # -- shapes ----------------------------------------------------------------------
 
-    async def _task(self, who: Principal, task_id: str) -> tuple[TaskEntry, CallRow]:
+    async def _task(
+        self, who: Principal, task_id: str, *, keep_expired: bool = False
+    ) -> tuple[TaskEntry, CallRow]:
         unknown = invalid(f"unknown task: {echo_name(task_id)}")
         entry = await in_thread(self.ledger.owned, who.name, task_id)
         if entry is None:
@@ -174,7 +179,7 @@ class TaskService:
             row = await in_thread(self.runtime.calls.get, who, task_id)
         except NotFound:
             raise unknown from None
-        if row.status in TERMINAL_STATES and self.ledger.expired(entry):
+        if row.status in TERMINAL_STATES and not keep_expired and self.ledger.expired(entry):
             raise unknown
         return entry, row
 

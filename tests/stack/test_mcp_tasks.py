@@ -489,6 +489,37 @@ def test_a_task_waiting_for_approval_outlives_its_ttl_and_a_finished_one_does_no
     run(scenario)
 
 
+def test_a_tasks_result_that_waited_past_the_ttl_gets_the_outcome(stack: Stack) -> None:
+    """Approved after the task's TTL ran out: the request blocked on its outcome gets the
+    outcome (the call ran), not ``unknown task``; a later read finds the task gone."""
+
+    async def scenario() -> None:
+        async with session(stack, key="agent2") as client:
+            task = await call_as_task(client, "high_echo", {"past": "ttl"}, ttl=1000)
+            assert task.status_message is not None
+            request_id = task.status_message.split("request ")[1].split(" ")[0]
+            outcome: list[Any] = []
+
+            async def wait_for_result() -> None:
+                try:
+                    outcome.append(await task_result(client, task.task_id))
+                except MCPError as exc:
+                    outcome.append(exc)
+
+            async with anyio.create_task_group() as waiting:
+                waiting.start_soon(wait_for_result)
+                await anyio.sleep(1.5)
+                await anyio.to_thread.run_sync(approve, stack, request_id)
+            with pytest.raises(MCPError, match="unknown task"):
+                await get_task(client, task.task_id)
+        (answer,) = outcome
+        assert isinstance(answer, types.CallToolResult), answer
+        assert answer.structured_content is not None
+        assert answer.structured_content["value"] == {"past": "ttl"}
+
+    run(scenario)
+
+
 def test_repeating_a_call_with_its_idempotency_key_renews_its_task(stack: Stack) -> None:
     key = f"task-{uuid.uuid4().hex}"
 
