@@ -16,6 +16,7 @@
     │       ├── IdempotencyConflict
     │       └── NotCancellable
     ├── CallLost                 a tool server's connection ended with a call out to it
+    ├── AnswerTooLarge           a tool server's answer was cut off at the read limit
     ├── McpProtocolError         an MCP server sent what is not JSON-RPC
     └── RetryableError           raised by a handler: this failure may be retried
 
