@@ -37,6 +37,17 @@ def shown_plainly(json_text: str) -> str:
     return "".join(c if c.isprintable() or c == "\n" else json.dumps(c)[1:-1] for c in json_text)
 
 
+def shown_as_text(text: str) -> str:
+    """``text`` for a terminal or a log line: each character that is not printable (control
+    codes such as ESC, CR, LF, backspace and NUL; bidirectional, zero-width and other
+    format characters) written as its Python escape (``\\x1b``, ``\\u202e``), so what
+    someone else wrote can neither move the cursor, retitle the terminal, start a line of
+    its own nor hide, and the reader still sees that something odd is there."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def storable_text(text: str) -> str:
     """``text`` as every database stores it: NULs and lone surrogates (which PostgreSQL and
     SQLite's UTF-8 refuse) written out as their escapes, everything else unchanged."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from ..canonical import shown_as_text
 from ..files import private_dir, private_file
 from ..tools.unreachable import MARK as UNREACHABLE_MARK
 
@@ -66,16 +67,18 @@ class Child:
         self.pump.start()
 
     def _pump(self, stream: IO[bytes], echo_width: int | None) -> None:
-        """Every line to the log file; with ``echo_width``, to the terminal too."""
+        """Every line to the log file; with ``echo_width``, to the terminal too. Lines quote
+        what agents and remote servers wrote, so both get them as text to read
+        (``shown_as_text``): a terminal that shows the file or the echo obeys none of it."""
         with private_file(self.log_path).open("ab") as log:
             for line in iter(stream.readline, b""):
-                log.write(line)
+                text = shown_as_text(line.decode("utf-8", "replace").removesuffix("\n"))
+                log.write(text.encode("utf-8") + b"\n")
                 log.flush()
                 if self.waits_for_ready and line.rstrip().endswith(READY_MARK):
                     self.ready.set()
                 if echo_width is not None:
-                    text = line.decode("utf-8", "replace")
-                    sys.stdout.write(f"{self.name:<{echo_width}} | {text}")
+                    sys.stdout.write(f"{self.name:<{echo_width}} | {text}\n")
                     sys.stdout.flush()
                 elif (event := self._notable(line)) is not None:
                     print(f"{self.name}: {event}", flush=True)
@@ -92,7 +95,7 @@ class Child:
             if now - self._shown.get(what, -NOTABLE_EVERY_S) < NOTABLE_EVERY_S:
                 return None
             self._shown[what] = now
-            return line[at:].decode("utf-8", "replace").strip()
+            return shown_as_text(line[at:].decode("utf-8", "replace").strip())
         return None
 
     @property

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..canonical import shown_as_text
 from .common import COUNT_MAX, fail, get_settings
 
 FOLLOW_POLL_S = 0.2
@@ -55,5 +56,6 @@ def logs(process: str | None, follow: bool, count: int) -> None:
 
 def _show(path: Path, lines: list[bytes], width: int | None) -> None:
     for raw in lines:
-        text = raw.decode("utf-8", "replace").rstrip("\n")
+        # Lines quote what agents and remote servers wrote: shown, never obeyed.
+        text = shown_as_text(raw.decode("utf-8", "replace").removesuffix("\n"))
         click.echo(f"{path.stem:<{width}} | {text}" if width is not None else text)
