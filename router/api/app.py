@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from .. import metrics, ui
+from ..canonical import shown_as_text
 from ..db.wal_checkpoints import WalCheckpointer
 from ..errors import RequestError, SchemaOutdated, Unavailable
 from ..heap import freeze_start_up_objects
@@ -73,8 +74,10 @@ async def _http(_: Request, exc: Exception) -> JSONResponse:
 
 
 async def _client_left(request: Request, _: Exception) -> JSONResponse:
-    # Nobody is left to answer: one line for the operator, not a traceback.
-    log.warning("%s %s: %s", request.method, request.url.path, CLIENT_LEFT)
+    # Nobody is left to answer: one line for the operator, not a traceback. The path is
+    # the client's, escapes and all: written as text, it cannot act on a terminal.
+    path = shown_as_text(request.url.path)
+    log.warning("%s %s: %s", request.method, path, CLIENT_LEFT)
     return _error(400, CLIENT_LEFT)
 
 

@@ -105,8 +105,22 @@ def test_a_chunked_body_is_cut_off_once_it_passes_the_limit(stack: Stack) -> Non
     )
 
 
-@pytest.mark.parametrize("path", ["/v1/calls", "/v1/batches"])
-def test_a_client_that_leaves_mid_body_is_logged_in_one_line(stack: Stack, path: str) -> None:
+# A path an agent chose (a request id is anything until looked up), percent-decoded by the
+# server: a terminal title, a right-to-left override, a NUL.
+HOSTILE_PATH = "/v1/approvals/req-a%1b%5d0;t%07%e2%80%aez%00/approve"
+
+
+@pytest.mark.parametrize(
+    ("path", "shown"),
+    [
+        ("/v1/calls", "/v1/calls"),
+        ("/v1/batches", "/v1/batches"),
+        (HOSTILE_PATH, "/v1/approvals/req-a\\x1b]0;t\\x07\\u202ez\\x00/approve"),
+    ],
+)
+def test_a_client_that_leaves_mid_body_is_logged_in_one_line(
+    stack: Stack, path: str, shown: str
+) -> None:
     backend = backend_of(stack)
     log = stack.launcher.log_path("api")
     seen = log_size(log)
@@ -128,7 +142,7 @@ def test_a_client_that_leaves_mid_body_is_logged_in_one_line(stack: Stack, path:
     written = eventually(logged, f"the API to log the request to {path} it lost")
     assert "Traceback" not in written, written
     line = next(line for line in written.splitlines() if CLIENT_LEFT in line)
-    assert path in line
+    assert shown in line and line.isprintable(), line
     print(f"\n[{backend}] client gone mid-body on {path} -> logged {line!r}")
 
 
