@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..canonical import shown_as_text
 from ..errors import RequestError, Unavailable
 from .common import Seconds, get_settings, local_url
 from .http import api_key
@@ -131,14 +132,16 @@ def submit(file: Path, wait: bool, timeout_s: float, key: str | None) -> None:
                     replayed += receipt.replayed
                     rejected += [(low + index, error) for index, error in receipt.rejected]
                     progress.advance(task, len(chunk))
-            # The server's words name the caller's tools: shown as text, never as markup.
+            # The server's words quote the file (tool names, argument keys): shown as text,
+            # never as markup, and with escapes that Rich passes on written out.
             console.print(
                 f"batch {escape(batch_id)}: {len(source.lines)} calls, {accepted} new, "
                 f"{replayed} already stored, {len(rejected)} rejected"
             )
             for index, error in rejected[:20]:
                 number = source.line_numbers[index]
-                console.print(f"  line {number}: {escape(source.problems.get(number, error))}")
+                problem = shown_as_text(source.problems.get(number, error))
+                console.print(f"  line {number}: {escape(problem)}")
             if len(rejected) > 20:
                 console.print(f"  … and {len(rejected) - 20} more")
             status = _follow(client, batch_id, timeout_s, console) if wait else None
