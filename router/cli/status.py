@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..canonical import shown_as_text
 from .children import running_file
 from .common import get_settings, local_url
 from .preflight import up_holds_state_dir
@@ -186,4 +187,5 @@ def render(report: dict[str, Any]) -> str:
     if failed:
         # Not a health failure: calls and approvals go on without them.
         lines.append(f"     notifications failed: {failed} (GET /v1/notifications?status=failed)")
-    return "\n".join(lines)
+    # Worker names are what workers answered through Redis, errors quote remote servers.
+    return "\n".join(shown_as_text(line) for line in lines)

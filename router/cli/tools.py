@@ -7,6 +7,7 @@ import json
 
 import click
 
+from ..canonical import shown_as_text
 from ..errors import ConfigError, RequestError
 from .common import fail, runtime
 
@@ -25,7 +26,9 @@ def tools(as_json: bool) -> None:
         return
     for tool in registry:
         gate = "gated" if tool.spec.gated else "ungated"
-        click.echo(f"{tool.name}\t{tool.spec.risk}\t{gate}\t{tool.spec.description}")
+        # An imported tool's description is its MCP server's words: shown, never obeyed.
+        described = shown_as_text(tool.spec.description)
+        click.echo(f"{tool.name}\t{tool.spec.risk}\t{gate}\t{described}")
 
 
 @click.command()
@@ -48,9 +51,10 @@ def route(
         return
     click.echo(f"strategy: {ranking.strategy.value}")
     if ranking.fallback:
-        click.echo(ranking.fallback)
+        click.echo(shown_as_text(ranking.fallback))
     for candidate in ranking.candidates[:limit]:
-        click.echo(f"{candidate.tool}\t{candidate.score:.4f}\t{candidate.reason}")
+        reason = shown_as_text(candidate.reason)
+        click.echo(f"{candidate.tool}\t{candidate.score:.4f}\t{reason}")
 
 
 @click.command()

@@ -1,9 +1,10 @@
 """What agents and remote servers wrote reaches an operator's terminal as text to read,
-never as commands to it: `toolrouter logs` and `toolrouter up --verbose` show each log
-line's escape sequences, line breaks and hiding characters as their escapes."""
+never as commands to it: `toolrouter logs`, `up --verbose`, `tools` and `status` show
+escape sequences, line breaks and hiding characters as their escapes."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 
 from router.canonical import shown_as_text
 from router.cli.children import Child
+from router.cli.status import render
 
 from ..support.launcher import REPO
 
@@ -97,3 +99,49 @@ def test_up_writes_and_echoes_a_process_line_as_text(
         written = (tmp_path / f"{name}.log").read_bytes()
         assert_inert(written)
         assert written.splitlines()[0] == SHOWN.encode(), written
+
+
+def test_toolrouter_tools_shows_a_description_as_text(tmp_path: Path) -> None:
+    # Imported MCP tools take their description from the server; a config stands in here.
+    config = tmp_path / "tools.yaml"
+    described = json.dumps(f"Read a file{HOSTILE}")
+    config.write_text(
+        "tools:\n"
+        "  - name: lookup\n"
+        '    handler: "router.tools.demo_tools:echo"\n'
+        "    risk: low\n"
+        f"    description: {described}\n",
+        encoding="utf-8",
+    )
+    env = {
+        **os.environ,
+        "TOOLROUTER_STATE_DIR": str(tmp_path / "state"),
+        "TOOLROUTER_CONFIG": str(config),
+        "HOME": str(tmp_path),
+        "PYTHONPATH": str(REPO),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "router.cli.main", "tools"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode("utf-8") == f"lookup\tlow\tungated\tRead a file{SHOWN}\n"
+
+
+def test_toolrouter_status_shows_a_worker_name_as_text() -> None:
+    # Workers answer "which queues?" through Redis, which anyone who can write to it can do.
+    report = {
+        "config": "tools.yaml",
+        "state_dir": "/state",
+        "api": {"ok": True, "url": "http://127.0.0.1:8000"},
+        "database": {"ok": True, "url": "sqlite://", "pending_approvals": 0},
+        "redis": {"ok": False, "url": "redis://", "error": f"refused{HOSTILE}"},
+        "up": None,
+        "workers": {"ok": True, "by_queue": {"tools.low": [f"celery@{HOSTILE}"]}},
+    }
+    text = render(report) + "\n"
+    assert_inert(text.encode("utf-8"))
+    assert f"worker(s) celery@{SHOWN}\n" in text and f"refused{SHOWN}\n" in text, text
