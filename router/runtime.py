@@ -38,6 +38,7 @@ from .messaging.namespace import Namespace
 from .messaging.policies import Limiter, ResultCache
 from .messaging.publisher import Publisher
 from .messaging.redis_clients import redis_client
+from .notify import escalation
 from .notify.announce import Announcer
 from .notify.courier import Courier
 from .settings import Settings
@@ -261,7 +262,13 @@ class Runtime:
     def approvals_view(self) -> ApprovalsView:
         groups = {t.name: t.escalate_to for t in self.tool_config.tools if t.escalate_to}
         roles = frozenset(role for tool in self.registry for role in tool.spec.approvers)
-        return ApprovalsView(self.store, clock=self.clock, escalate_to=groups, approver_roles=roles)
+        return ApprovalsView(
+            self.store,
+            escalations_of=escalation.recorded,
+            clock=self.clock,
+            escalate_to=groups,
+            approver_roles=roles,
+        )
 
     @cached_property
     def keys(self) -> KeyStore:

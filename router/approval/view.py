@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import Connection
 
 from ..auth.principal import Principal
 from ..clock import Clock, wall_clock_ms
 from ..db.store import Store
 from ..errors import BadRequest, Conflict, Forbidden, NotFound
 from ..names import echo_name
-from ..notify import escalation
 from . import requests as pending
 from .model import Decision
 from .requests import ApprovalRequest, RequestStatus
@@ -29,17 +30,23 @@ REQUEST_ID_RE = re.compile(r"^req-[0-9a-f]{32}$")
 # the approval worker's clock, is still taken to be the one sent.
 CLOCK_SKEW_MS = 1000
 
+# When and on which channels each of some requests was escalated, by request id: the
+# notifications' record (``router.notify.escalation.recorded``), handed in from above.
+EscalationsOf = Callable[[Connection, Sequence[str]], dict[str, dict[str, Any]]]
+
 
 class ApprovalsView:
     def __init__(
         self,
         store: Store,
         *,
+        escalations_of: EscalationsOf,
         clock: Clock = wall_clock_ms,
         escalate_to: Mapping[str, EscalateTo] | None = None,
         approver_roles: frozenset[str] = frozenset(),
     ) -> None:
         self.store, self.clock = store, clock
+        self.escalations_of = escalations_of
         # Each tool's escalation group, to say whom an escalated request was told to.
         self.escalate_to = escalate_to or {}
         # Every role some tool names as its approvers (``agent`` too, if one does).
@@ -74,7 +81,7 @@ class ApprovalsView:
             if open_only:
                 _mark_uncounted(conn, visible, decided)
             args = pending.args_of(conn, [r.call_id for r in visible])
-            escalated = escalation.recorded(conn, [r.id for r in visible])
+            escalated = self.escalations_of(conn, [r.id for r in visible])
         return [
             self._escalation(
                 pending.to_public(r, args=args.get(r.call_id), decided=decided[r.id], now=now),
@@ -109,16 +116,25 @@ class ApprovalsView:
             decided = pending.decisions(conn, request_id)
             if request.status == RequestStatus.PENDING:
                 _mark_uncounted(conn, [request], {request_id: decided})
-            escalated = escalation.recorded(conn, [request_id])
+            escalated = self.escalations_of(conn, [request_id])
         body = pending.to_public(request, args=args, decided=decided, now=self.clock())
         return self._escalation(body, request, escalated)
 
     def _escalation(
         self, body: dict[str, Any], request: ApprovalRequest, found: dict[str, dict[str, Any]]
     ) -> dict[str, Any]:
-        """``body`` with the request's ``escalation`` (``router.notify.escalation``)."""
+        """``body`` with the request's ``escalation``: when, to whom (the tool's
+        ``escalate_to`` as configured now) and on which channels; None if not escalated."""
+        record = found.get(request.id)
+        if record is None:
+            return {**body, "escalation": None}
         group = self.escalate_to.get(request.tool)
-        return {**body, "escalation": escalation.public(found.get(request.id), group)}
+        to = {
+            "roles": list(group.roles) if group else [],
+            "keys": list(group.keys) if group else [],
+        }
+        shown = {"at": record["at"], "to": to, "channels": sorted(record["channels"])}
+        return {**body, "escalation": shown}
 
     def precheck(self, who: Principal, request_id: str) -> ApprovalRequest:
         """Refuse what the approval worker would refuse anyway, without sending a message."""

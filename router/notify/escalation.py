@@ -19,7 +19,6 @@ from sqlalchemy.engine import Connection
 from ..approval.model import RequestStatus
 from ..db.schema import approval_requests as requests
 from ..db.schema import notification_deliveries as deliveries
-from ..tools.notify_config import EscalateTo
 from .model import NotifyEvent
 
 
@@ -68,18 +67,3 @@ def recorded(conn: Connection, request_ids: Sequence[str]) -> dict[str, dict[str
         entry["at"] = min(entry["at"], row.created_at)
         entry["channels"].append(row.channel)
     return found
-
-
-def public(record: dict[str, Any] | None, group: EscalateTo | None) -> dict[str, Any] | None:
-    """A request's ``escalation`` as the API and the inbox show it; None if not escalated.
-    The group is the tool's ``escalate_to`` as configured now."""
-    if record is None:
-        return None
-    return {
-        "at": record["at"],
-        "to": {
-            "roles": list(group.roles) if group else [],
-            "keys": list(group.keys) if group else [],
-        },
-        "channels": sorted(record["channels"]),
-    }
