@@ -18,7 +18,7 @@ from ..names import echo_name
 from ..settings import Settings
 
 
-def _no_constants(name: str) -> Any:
+def no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
@@ -42,7 +42,7 @@ def parse_json(raw: bytes, *, limit: int) -> Any:
     except UnicodeDecodeError as exc:
         raise BadRequest(f"malformed body: not valid UTF-8 (byte {exc.start})") from None
     try:
-        return json.loads(text, parse_constant=_no_constants)
+        return json.loads(text, parse_constant=no_constants)
     except RecursionError:
         raise BadRequest("malformed body: nested too deeply") from None
     except json.JSONDecodeError as exc:
@@ -59,7 +59,10 @@ def parse_json(raw: bytes, *, limit: int) -> Any:
 
 
 def object_body(raw: bytes, *, limit: int, allowed: frozenset[str]) -> dict[str, Any]:
-    body = parse_json(raw, limit=limit)
+    return check_fields(parse_json(raw, limit=limit), allowed)
+
+
+def check_fields(body: Any, allowed: frozenset[str]) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise BadRequest("malformed body: expected a JSON object")
     unknown = sorted(set(body) - allowed)
