@@ -4,6 +4,7 @@ a timeout, an SMTP code) and never a URL, an address's password or a secret."""
 
 from __future__ import annotations
 
+import asyncio
 import smtplib
 import ssl
 
@@ -49,18 +50,28 @@ def send(
 def _post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> None:
     headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **headers}
     try:
-        with httpx.Client(timeout=timeout_s, follow_redirects=False) as client:
-            response = client.post(url, content=body, headers=headers)
-    except httpx.TimeoutException:
+        status = asyncio.run(_status_of(url, body, headers, timeout_s))
+    except (TimeoutError, httpx.TimeoutException):
         raise AttemptFailed(f"timed out after {timeout_s:g} s", retryable=True) from None
     except httpx.TransportError as exc:
         # The exception's text may carry the URL (a Slack URL is a credential): its kind only.
         raise AttemptFailed(f"connection failed ({type(exc).__name__})", retryable=True) from None
-    status = response.status_code
     if 200 <= status < 300:
         return
     retryable = status >= 500 or status in (408, 429)
     raise AttemptFailed(f"HTTP {status}", retryable=retryable)
+
+
+async def _status_of(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> int:
+    """The receiver's status, within ``timeout_s`` in all: httpx's own timeout is per read,
+    so a receiver answering a byte at a time would hold the worker without end."""
+    async with (
+        asyncio.timeout(timeout_s),
+        httpx.AsyncClient(timeout=timeout_s, follow_redirects=False) as client,
+        # Streamed and left unread: only the status counts, and a body could be endless.
+        client.stream("POST", url, content=body, headers=headers) as response,
+    ):
+        return response.status_code
 
 
 def _mail(channel: EmailChannel, notice: Notice | Digest, timeout_s: float) -> None:

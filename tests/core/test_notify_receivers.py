@@ -1,0 +1,75 @@
+"""A notification receiver that misbehaves, met through a real socket: each attempt ends
+within ``notify_timeout_s`` in all, and only the status is read, so a receiver answering
+a byte at a time or without end holds neither a worker nor its memory."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from router.notify.content import Notice
+from router.notify.model import NotifyEvent
+from router.notify.senders import AttemptFailed, send
+from router.tools.notify_config import WebhookChannel
+
+from ..support.scripted_http import ScriptedServer, Seen
+
+NOTICE = Notice(
+    event=NotifyEvent.PENDING,
+    request_id="req-1",
+    call_id="call_1",
+    tool="wire",
+    requested_by="agent-7",
+    approvers=("finance",),
+    approvals_required=1,
+    args_sha256="0" * 64,
+    args_summary='{"to": "bob"}',
+    created_at=0,
+    expires_at=3_600_000,
+    link="http://127.0.0.1/ui/#req-1",
+    at=0,
+)
+
+
+async def trickled_head(seen: Seen, writer: Any) -> bool:
+    """A status line and headers a byte every 0.2 s: each read is quick, the whole is not."""
+    for byte in b"HTTP/1.1 200 OK\r\nx-pad: " + b"y" * 40 + b"\r\ncontent-length: 0\r\n\r\n":
+        writer.write(bytes([byte]))
+        await writer.drain()
+        await asyncio.sleep(0.2)
+    return False
+
+
+async def endless_body(seen: Seen, writer: Any) -> bool:
+    """A 200 that promises ten gigabytes, sends some and never finishes."""
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 10000000000\r\n\r\n")
+    for _ in range(64):
+        writer.write(b"x" * (1 << 20))
+        await writer.drain()
+    await asyncio.sleep(30)
+    return False
+
+
+def webhook(url: str) -> WebhookChannel:
+    return WebhookChannel(type="webhook", url=f"{url}/hook", secret="s" * 32)
+
+
+def test_a_receiver_answering_a_byte_at_a_time_is_cut_off_at_the_timeout() -> None:
+    with ScriptedServer(trickled_head) as server:
+        started = time.monotonic()
+        with pytest.raises(AttemptFailed) as failed:
+            send(webhook(server.url), NOTICE, timeout_s=1, now_s=0)
+        assert time.monotonic() - started < 3
+    assert failed.value.reason == "timed out after 1 s"
+    assert failed.value.retryable
+
+
+def test_a_receiver_s_endless_body_is_not_read_once_its_status_is_known() -> None:
+    with ScriptedServer(endless_body) as server:
+        started = time.monotonic()
+        send(webhook(server.url), NOTICE, timeout_s=1, now_s=0)
+        assert time.monotonic() - started < 3
+        assert len(server.seen) == 1
