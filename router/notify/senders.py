@@ -5,8 +5,12 @@ a timeout, an SMTP code) and never a URL, an address's password or a secret."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import smtplib
+import socket
 import ssl
+import threading
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -14,6 +18,9 @@ from ..tools.notify_config import EmailChannel, SlackChannel, WebhookChannel
 from .content import Notice, email_message, slack_body, webhook_body
 from .digest import Digest, email_digest, slack_digest
 from .signing import SIGNATURE_HEADER, header_value
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 USER_AGENT = "toolrouter-notify"
 
@@ -81,12 +88,15 @@ def _mail(channel: EmailChannel, notice: Notice | Digest, timeout_s: float) -> N
     else:
         message = email_message(notice, sender=sender, to=to)
     try:
-        with smtplib.SMTP(channel.host, channel.port, timeout=timeout_s) as smtp:
+        with _BoundedSMTP(channel.host, channel.port, timeout_s) as smtp:
             if channel.starttls:
                 smtp.starttls(context=ssl.create_default_context())
+                smtp.check()
             if channel.username is not None:
                 smtp.login(channel.username, channel.password or "")
             smtp.send_message(message)
+    except _Expired:
+        raise AttemptFailed(f"timed out after {timeout_s:g} s", retryable=True) from None
     except smtplib.SMTPResponseException as exc:
         # 4xx: the server asks to try later; 5xx: it refuses for good.
         raise AttemptFailed(f"SMTP {exc.smtp_code}", retryable=400 <= exc.smtp_code < 500) from None
@@ -96,3 +106,58 @@ def _mail(channel: EmailChannel, notice: Notice | Digest, timeout_s: float) -> N
         raise AttemptFailed(f"timed out after {timeout_s:g} s", retryable=True) from None
     except (OSError, smtplib.SMTPException) as exc:
         raise AttemptFailed(f"SMTP failed ({type(exc).__name__})", retryable=True) from None
+
+
+class _Expired(Exception):
+    """Raised when an SMTP conversation outlived its deadline."""
+
+
+class _BoundedSMTP(smtplib.SMTP):
+    """``smtplib.SMTP`` whose whole conversation ends ``timeout_s`` after it began:
+    smtplib's timeout is per read, so a server answering a line at a time would hold the
+    worker without end. At the deadline its socket is shut, which ends any read."""
+
+    def __init__(self, host: str, port: int, timeout_s: float) -> None:
+        self.expired = False
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(timeout_s, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+        try:
+            super().__init__(host, port, timeout=timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            # A socket connected after this is met by ``check`` before its first read.
+            if self.sock is not None:
+                with contextlib.suppress(OSError):
+                    self.sock.shutdown(socket.SHUT_RDWR)
+
+    def check(self) -> None:
+        """Raise ``_Expired`` once the deadline has passed."""
+        if self.expired:
+            raise _Expired
+
+    def getreply(self) -> tuple[int, bytes]:
+        self.check()
+        try:
+            return super().getreply()
+        except smtplib.SMTPServerDisconnected:
+            self.check()
+            raise
+
+    def send(self, s: ReadableBuffer | str) -> None:
+        self.check()
+        try:
+            super().send(s)
+        except smtplib.SMTPServerDisconnected:
+            self.check()
+            raise
+
+    def close(self) -> None:
+        self._timer.cancel()
+        super().close()

@@ -1,11 +1,16 @@
 """A notification receiver that misbehaves, met through a real socket: each attempt ends
-within ``notify_timeout_s`` in all, and only the status is read, so a receiver answering
-a byte at a time or without end holds neither a worker nor its memory."""
+within ``notify_timeout_s`` in all, and only a webhook's status is read, so a receiver or
+mail server answering a little at a time or without end holds neither a worker nor its
+memory."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,7 +18,7 @@ import pytest
 from router.notify.content import Notice
 from router.notify.model import NotifyEvent
 from router.notify.senders import AttemptFailed, send
-from router.tools.notify_config import WebhookChannel
+from router.tools.notify_config import EmailChannel, WebhookChannel
 
 from ..support.scripted_http import ScriptedServer, Seen
 
@@ -73,3 +78,42 @@ def test_a_receiver_s_endless_body_is_not_read_once_its_status_is_known() -> Non
         send(webhook(server.url), NOTICE, timeout_s=1, now_s=0)
         assert time.monotonic() - started < 3
         assert len(server.seen) == 1
+
+
+@contextlib.contextmanager
+def greeting_line_by_line() -> Iterator[int]:
+    """A mail server on loopback whose greeting is a continued line every 0.2 s (for 6 s,
+    then it falls silent); its port."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn, contextlib.suppress(OSError):
+            for _ in range(30):
+                if stop.wait(0.2):
+                    return
+                conn.sendall(b"220-still greeting\r\n")
+            stop.wait()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+
+def test_a_mail_server_answering_a_line_at_a_time_is_cut_off_at_the_timeout() -> None:
+    with greeting_line_by_line() as port:
+        channel = EmailChannel(
+            type="email", host="127.0.0.1", port=port, from_addr="tr@example.com", to=("a@x.io",)
+        )
+        started = time.monotonic()
+        with pytest.raises(AttemptFailed) as failed:
+            send(channel, NOTICE, timeout_s=1, now_s=0)
+        assert time.monotonic() - started < 3
+    assert failed.value.reason == "timed out after 1 s"
+    assert failed.value.retryable
