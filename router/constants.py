@@ -25,6 +25,9 @@ ALL_QUEUES: tuple[str, ...] = (
     NOTIFICATIONS_QUEUE,
 )
 
+# The tool toolrouter's own MCP server offers beside the registry's: no tool may take its name.
+MCP_STATUS_TOOL = "toolrouter.call_status"
+
 # Celery task names: the core publishes by name and never imports a task.
 RUN_CALL_TASK = "toolrouter.run_call"
 DECIDE_TASK = "toolrouter.decide"

@@ -18,11 +18,12 @@ from typing import Any
 from mcp import types
 from pydantic import TypeAdapter, ValidationError
 
+from ..constants import MCP_STATUS_TOOL
 from ..results import CallResult
 from ..status import CallStatus
 from ..tools.registry import Tool
 
-STATUS_TOOL = "toolrouter.call_status"
+STATUS_TOOL = MCP_STATUS_TOOL
 
 # Extra facts about a tool, under the ``_meta`` of its definition (MCP reserves unprefixed keys).
 META_RISK = "toolrouter/risk"

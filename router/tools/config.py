@@ -100,8 +100,9 @@ class HandlerSpec(_Strict):
 class ToolSpec(_Strict):
     """One tool as written in the config (SPEC §3)."""
 
-    # The name calls use, unique in the config: 1-64 of `A-Z a-z 0-9 _ . -`. Imported MCP
-    # tools are named `<server>.<tool>`.
+    # The name calls use, unique in the config: 1-64 of `A-Z a-z 0-9 _ . -`, and not
+    # `toolrouter.call_status` (toolrouter's own MCP tool). Imported MCP tools are named
+    # `<server>.<tool>`.
     name: str
     # What the tool does, for agents choosing one: shown in `GET /v1/tools` and MCP
     # `tools/list`, and ranked by `POST /v1/route`.

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from jsonschema import exceptions as schema_errors
 from jsonschema import validators
 
-from ..constants import queue_for
+from ..constants import MCP_STATUS_TOOL, queue_for
 from ..errors import ConfigError
 from .config import TOOL_NAME_RE, ToolConfig, ToolSpec
 from .mcp_import import import_mcp_tools, merge_imported
@@ -167,6 +167,14 @@ class ToolRegistry:
                 )
             if spec.name in tools:
                 raise ConfigError("duplicate tool name", file=file, tool=spec.name)
+            if spec.name == MCP_STATUS_TOOL:
+                # Over MCP the built-in tool would answer in its place, unseen.
+                raise ConfigError(
+                    "reserved name: toolrouter's MCP server offers its own tool of this name"
+                    " (an MCP server named 'toolrouter' may be imported under another name)",
+                    file=file,
+                    tool=spec.name,
+                )
             tools[spec.name] = build_tool(spec, file=file)
         for tool in tools.values():
             for fallback in tool.spec.fallbacks:

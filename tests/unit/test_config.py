@@ -56,6 +56,11 @@ def test_high_risk_is_gated_by_default_and_others_are_not() -> None:
             "duplicate tool name",
         ),
         (
+            'tools:\n  - {name: toolrouter.call_status, handler: "tests.fixture_tools:echo"}\n',
+            "toolrouter.call_status",
+            "reserved name: toolrouter's MCP server offers its own tool of this name",
+        ),
+        (
             'tools:\n  - {name: "bad name!", handler: "tests.fixture_tools:echo"}\n',
             "bad name!",
             "bad name",
