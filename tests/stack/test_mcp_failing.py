@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
+from ..support.handler_server import serving
 from ..support.launcher import REPO
 from ..support.stack import Stack, own_stack
 from ..support.waiting import wait_for
@@ -86,13 +86,8 @@ class RawMcp(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def raw_mcp() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), RawMcp)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/mcp"
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with serving(RawMcp) as port:
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.fixture(scope="module")

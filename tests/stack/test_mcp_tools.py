@@ -9,11 +9,10 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from router.status import AuditEvent
 
 from ..support import services
 from ..support.audit import audit_events
+from ..support.handler_server import serving
 from ..support.launcher import REPO, free_port
 from ..support.services import IN_CI
 from ..support.stack import Stack, stack_env
@@ -115,13 +115,8 @@ class Service(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def http_service() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Service)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with serving(Service) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def need_mcp_servers() -> None:

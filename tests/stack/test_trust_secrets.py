@@ -13,12 +13,11 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import urllib.parse
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from router.tools.registry import ToolRegistry
 
 from ..conftest import BACKENDS
 from ..support import services
+from ..support.handler_server import serving
 from ..support.launcher import free_port
 from ..support.stack import Stack, stack_env
 from ..support.trust import (
@@ -121,15 +121,8 @@ tools:
 
 @pytest.fixture(scope="module")
 def chatty_port() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), ChattyHook)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with serving(ChattyHook) as port:
+        yield port
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -5,15 +5,16 @@ is not an event stream to its size."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx2
 import pytest
 
 from router.tools.mcp_http import http_client
+
+from ..support.handler_server import serving
 
 # Nothing listens here: only a proxy can answer for it.
 UNREACHABLE = "http://127.0.0.2:9/mcp"
@@ -41,18 +42,12 @@ class Proxy(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[Proxy]]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.server_address[1]}")
-    Proxy.targets = []
-    try:
+    with serving(Proxy) as port:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+        Proxy.targets = []
         yield Proxy
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 async def post(max_bytes: int, cuts: list[int] | None = None) -> httpx2.Response:
