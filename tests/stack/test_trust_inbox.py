@@ -17,6 +17,7 @@ import pytest
 import redis
 from sqlalchemy import select as sql_select
 
+from router.auth.sessions import FLASH_COOKIE
 from router.db.schema import ui_sessions
 from router.messaging.namespace import derive_namespace
 from router.settings import Settings
@@ -69,6 +70,36 @@ def test_behind_a_trusted_proxy_sign_ins_are_counted_by_the_forwarded_address(
         forget_counts(own_redis_url, stack.settings)
     assert failures == [401] * allowed
     assert (blocked, other_client) == (429, 303)
+
+
+def test_over_https_the_inbox_cookies_are_secure_and_a_flash_shows_in_its_session_only(
+    stack: Stack, tmp_path: Path
+) -> None:
+    with second_api(stack, tmp_path / "api.log", TOOLROUTER_TRUSTED_PROXIES="127.0.0.1") as url:
+        # What a TLS proxy in front of the API passes on, and the browser's page's origin.
+        https = {"X-Forwarded-Proto": "https", "Origin": url.replace("http:", "https:", 1)}
+        signed_in = sign_in(url, stack.keys["approver"], https)
+        other = session_cookie(sign_in(url, stack.keys["approver"], https))
+        cookie = session_cookie(signed_in)
+        with httpx.Client(base_url=url, timeout=30) as http:
+            own = {"Cookie": f"{SESSION_COOKIE}={cookie}", **https}
+            csrf = csrf_of(http.get("/ui/", headers=own))
+            # No decision chosen: refused with a flash message, nothing decided.
+            refused = http.post("/ui/decide", data={"csrf": csrf}, headers=own)
+            flash = refused.cookies.get(FLASH_COOKIE)
+            assert refused.status_code == 303 and flash, refused.headers
+            shown = {
+                session: http.get(
+                    "/ui/",
+                    headers={"Cookie": f"{SESSION_COOKIE}={session}; {FLASH_COOKIE}={flash}"},
+                ).text
+                for session in (cookie, other)
+            }
+    set_cookies = [signed_in.headers["set-cookie"], refused.headers["set-cookie"]]
+    print(f"[{backend_of(stack)}] https cookies: {set_cookies}")
+    assert all("Secure" in header for header in set_cookies), set_cookies
+    assert "Choose approve or deny." in shown[cookie]
+    assert "Choose approve or deny." not in shown[other]
 
 
 def test_an_inbox_reason_is_kept_on_one_line_and_one_no_database_stores_is_refused(
