@@ -1,61 +1,38 @@
 """Strict parsing of request bodies and parameters: every bad input becomes ``BadRequest``.
 
 FastAPI's own body parsing lets a 10,000-deep nesting or an invalid UTF-8 byte escape as
-a 500, and accepts ``NaN``; so bodies are parsed here, by hand, with clear messages.
+a 500, and accepts ``NaN``; so bodies are parsed by hand (``json_input``), with clear
+messages.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import sys
 from typing import Any
 
-from ..errors import BadRequest, NotFound, PayloadTooLarge
+from ..errors import BadRequest, NotFound
 from ..ids import is_call_id
+from ..json_input import parse_json
 from ..names import echo_name
 from ..settings import Settings
-
-
-def no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
 
 # Bodies of routes that take no calls: a decision's reason, an inbox form.
 SMALL_BODY_BYTES = 64 * 1024
 
 
+# Room in a call's body for what is not its arguments: the tool's name, keys, spacing.
+CALL_ENVELOPE_BYTES = 16 * 1024
+
+
+def call_body_bytes(settings: Settings) -> int:
+    """A call's body, or a batch's entry: arguments as large as allowed, and the rest."""
+    return settings.max_args_bytes + CALL_ENVELOPE_BYTES
+
+
 def decision_body_bytes(settings: Settings) -> int:
     """A decision's body: room for edited arguments as large as a call's."""
     return SMALL_BODY_BYTES + settings.max_args_bytes
-
-
-def parse_json(raw: bytes, *, limit: int) -> Any:
-    """Decode a JSON body, refusing what JSON does not allow and what would hurt."""
-    if len(raw) > limit:
-        raise PayloadTooLarge(f"body is {len(raw)} bytes, over the limit of {limit}")
-    if not raw.strip():
-        raise BadRequest("malformed body: empty; expected a JSON object")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadRequest(f"malformed body: not valid UTF-8 (byte {exc.start})") from None
-    try:
-        return json.loads(text, parse_constant=no_constants)
-    except RecursionError:
-        raise BadRequest("malformed body: nested too deeply") from None
-    except json.JSONDecodeError as exc:
-        raise BadRequest(
-            f"malformed body: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from None
-    except ValueError as exc:  # NaN/Infinity, or an integer with too many digits
-        if "integer string conversion" in str(exc):  # Python's own advice is not ours
-            limit_digits = sys.get_int_max_str_digits()
-            raise BadRequest(
-                f"malformed body: an integer of more than {limit_digits} digits"
-            ) from None
-        raise BadRequest(f"malformed body: {exc}") from None
 
 
 def object_body(raw: bytes, *, limit: int, allowed: frozenset[str]) -> dict[str, Any]:

@@ -11,11 +11,13 @@ from fastapi.responses import StreamingResponse
 from pydantic import WithJsonSchema
 
 from ..auth.principal import Principal
-from ..dispatch.batches import BatchService, Malformed
+from ..dispatch.batch_entries import Malformed, Unread
+from ..dispatch.batches import BatchService
 from ..errors import BadRequest, Forbidden, PayloadTooLarge
+from ..json_input import too_large
 from ..status import Role
 from .batch_json import json_calls
-from .bodies import idempotency_key, parse_json
+from .bodies import call_body_bytes, idempotency_key
 from .deps import in_thread, principal, runtime_of
 from .models import (
     BATCH_CALL_SCHEMA,
@@ -59,9 +61,9 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def ndjson_calls(raw: bytes, *, line_limit: int, max_calls: int) -> list[object]:
-    """One call per non-blank line; a line that is not JSON is rejected at its index. More
-    than ``max_calls`` lines are refused before any is parsed (lines read one at a time:
-    a body of millions of tiny lines never becomes millions of objects at once)."""
+    """One call per non-blank line, kept as its text (parsed when its chunk is checked); a
+    line over ``line_limit`` is rejected at its index. More than ``max_calls`` lines are
+    refused before any is kept."""
     if raw.count(b"\n") >= max_calls:  # then there may be too many: count them
         count = sum(1 for line in io.BytesIO(raw) if line.strip())
         if count > max_calls:
@@ -70,10 +72,11 @@ def ndjson_calls(raw: bytes, *, line_limit: int, max_calls: int) -> list[object]
     for line in io.BytesIO(raw):
         if not line.strip():
             continue
-        try:
-            items.append(parse_json(line.rstrip(b"\n"), limit=line_limit))
-        except (BadRequest, PayloadTooLarge) as exc:
-            items.append(Malformed(str(exc)))
+        text = line.rstrip(b"\n")
+        if len(text) > line_limit:
+            items.append(Malformed(str(too_large(len(text), line_limit))))
+        else:
+            items.append(Unread(text))
     return items
 
 
@@ -121,7 +124,7 @@ async def submit_batch(
             functools.partial(
                 ndjson_calls,
                 raw,
-                line_limit=settings.max_args_bytes + 16 * 1024,
+                line_limit=call_body_bytes(settings),
                 max_calls=settings.max_batch_calls,
             )
         )
@@ -134,6 +137,7 @@ async def submit_batch(
                 limit=settings.max_batch_bytes,
                 allowed=BATCH_FIELDS,
                 max_calls=settings.max_batch_calls,
+                entry_limit=call_body_bytes(settings),
             )
         )
         if "calls" not in body:

@@ -16,7 +16,7 @@ from ..messaging.waiting import wait_for_call
 from ..results import CallResult, bad_request
 from ..runtime import Runtime
 from ..status import TERMINAL_STATES, Role
-from .bodies import check_call_id, idempotency_key, object_body, wait_seconds
+from .bodies import call_body_bytes, check_call_id, idempotency_key, object_body, wait_seconds
 from .deps import in_thread, principal, runtime_of
 from .models import (
     CALL_READ_RESPONSES,
@@ -65,9 +65,7 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
     if not who.has(Role.AGENT):
         raise Forbidden("agent role required to submit calls")
     # The body may carry JSON punctuation around the arguments; allow a little slack.
-    body = object_body(
-        await request.body(), limit=settings.max_args_bytes + 16 * 1024, allowed=CALL_FIELDS
-    )
+    body = object_body(await request.body(), limit=call_body_bytes(settings), allowed=CALL_FIELDS)
     if "capability" in body and "tool" in body:
         return answer(bad_request("give either tool or capability, not both"))
     by_capability = "capability" in body

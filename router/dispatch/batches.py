@@ -35,7 +35,8 @@ from ..ids import new_batch_id
 from ..names import echo_name
 from ..results import Refusal, internal_error
 from ..status import ACTIVE_STATES, CallStatus
-from .checks import IDEMPOTENCY_KEY_MAX, Checked, Refused, replay_of
+from .batch_entries import chunks, parse_call
+from .checks import Checked, Refused, replay_of
 from .dispatcher import Dispatcher
 from .new_call import NewCall
 
@@ -44,8 +45,9 @@ log = logging.getLogger(__name__)
 # Calls per transaction: large enough to amortize the round trips, small enough that a
 # transaction holds the write lock (SQLite) or the chain lock only briefly.
 CHUNK = 1000
+# Unread entries' text per chunk: the chunk's values, built, take tens of MiB at most.
+CHUNK_BYTES = 2 * 1024 * 1024
 RESULTS_PAGE = 1000
-CALL_FIELDS = frozenset({"tool", "args", "idempotency_key"})
 BATCH_ID_RE = re.compile(r"^batch_[0-9a-f]{24}$")
 # Concurrent submissions racing on one idempotency key: retry the chunk this many times.
 CHUNK_TRIES = 3
@@ -53,13 +55,6 @@ CHUNK_TRIES = 3
 OTHER_CALL_AT = "the batch holds another call at index"
 # Requests to one batch that kept storing the same calls or keys first, every try.
 BATCH_BUSY = "other requests to this batch kept changing it: send this request again"
-
-
-@dataclass(frozen=True, slots=True)
-class Malformed:
-    """A line of an NDJSON body that was not JSON: rejected at its index, like any call."""
-
-    error: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,27 +84,6 @@ class Receipt:
         }
 
 
-def parse_call(item: object) -> tuple[object, object, str | None] | str:
-    """``(tool, args, idempotency_key)`` of one batch entry, or why it is malformed."""
-    if isinstance(item, Malformed):
-        return item.error
-    if not isinstance(item, dict):
-        return "malformed call: expected a JSON object"
-    unknown = sorted(set(item) - CALL_FIELDS)
-    if unknown:
-        return f"unknown field: {echo_name(unknown[0])}"
-    if "tool" not in item:
-        return "missing field: tool"
-    if not isinstance(item["tool"], str):
-        return "tool must be a string"
-    key = item.get("idempotency_key")
-    if key is not None and not (
-        isinstance(key, str) and 0 < len(key) <= IDEMPOTENCY_KEY_MAX and key.isprintable()
-    ):
-        return f"idempotency_key must be a string of 1-{IDEMPOTENCY_KEY_MAX} printable characters"
-    return item["tool"], item.get("args", {}), key
-
-
 class BatchService:
     """Submits batches through the dispatcher's checks; reads their counts and results."""
 
@@ -120,9 +94,10 @@ class BatchService:
         *,
         clock: Clock = wall_clock_ms,
         chunk_size: int = CHUNK,
+        chunk_bytes: int = CHUNK_BYTES,
     ) -> None:
         self.store, self.dispatcher, self.clock = store, dispatcher, clock
-        self.chunk_size = chunk_size
+        self.chunk_size, self.chunk_bytes = chunk_size, chunk_bytes
 
     # -- submission --------------------------------------------------------------------
 
@@ -140,9 +115,9 @@ class BatchService:
         same idempotency keys to finish the batch)."""
         batch_id, start = self._open(requested_by, key, len(items), offset)
         receipt = Receipt(batch_id=batch_id, total=len(items))
-        for low in range(0, len(items), self.chunk_size):
+        for indexes in chunks(items, self.chunk_size, self.chunk_bytes):
             self._chunk(
-                requested_by, items, low, batch_id, start, receipt, sent_before=key is not None
+                requested_by, items, indexes, batch_id, start, receipt, sent_before=key is not None
             )
         return receipt
 
@@ -193,7 +168,7 @@ class BatchService:
         self,
         requested_by: str,
         items: Sequence[object],
-        low: int,
+        indexes: range,
         batch_id: str,
         start: int,
         receipt: Receipt,
@@ -203,7 +178,7 @@ class BatchService:
         # Checks first, outside any transaction: they need no database.
         slots: list[tuple[int, Checked | AuditEntry]] = []
         refused: list[Rejection] = []
-        for index in range(low, min(low + self.chunk_size, len(items))):
+        for index in indexes:
             parsed = parse_call(items[index])
             if isinstance(parsed, str):
                 refused.append(Rejection(index, parsed))

@@ -44,6 +44,7 @@ CORE = {
     "ids",
     "clock",
     "canonical",
+    "json_input",
     "context",
     "files",
     "threads",

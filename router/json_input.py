@@ -1,0 +1,56 @@
+"""JSON from clients, parsed strictly: every bad input becomes ``BadRequest`` with a clear
+message, never a 500 (a 10,000-deep nesting, an invalid UTF-8 byte) and never ``NaN``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from .errors import BadRequest, PayloadTooLarge
+
+
+def no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def too_large(size: int, limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"body is {size} bytes, over the limit of {limit}")
+
+
+def parse_json(raw: bytes, *, limit: int) -> Any:
+    """Decode a JSON body, refusing what JSON does not allow and what would hurt."""
+    if len(raw) > limit:
+        raise too_large(len(raw), limit)
+    return decode_json(raw)
+
+
+def decode_json(raw: bytes) -> Any:
+    """``parse_json`` of a text whose size is checked already."""
+    try:
+        return json.loads(text_of(raw), parse_constant=no_constants)
+    except (RecursionError, ValueError) as exc:
+        raise malformed(exc) from None
+
+
+def text_of(raw: bytes) -> str:
+    """The body as text: refused when empty or not UTF-8."""
+    if not raw.strip():
+        raise BadRequest("malformed body: empty; expected a JSON object")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"malformed body: not valid UTF-8 (byte {exc.start})") from None
+
+
+def malformed(exc: RecursionError | ValueError) -> BadRequest:
+    """The message for what ``json`` raised on a body (``JSONDecodeError`` is a
+    ``ValueError``; so are ``NaN`` and an integer of too many digits)."""
+    if isinstance(exc, RecursionError):
+        return BadRequest("malformed body: nested too deeply")
+    if isinstance(exc, json.JSONDecodeError):
+        return BadRequest(f"malformed body: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    if "integer string conversion" in str(exc):  # Python's own advice is not ours
+        limit_digits = sys.get_int_max_str_digits()
+        return BadRequest(f"malformed body: an integer of more than {limit_digits} digits")
+    return BadRequest(f"malformed body: {exc}")

@@ -1,0 +1,73 @@
+"""A batch body's values are built a call at a time, never all at once (a hostile agent).
+
+JSON makes tiny values cheap to send and dear to hold: ``[]`` is three bytes on the wire and
+some 70 bytes as a Python list. A body of tens of MiB of them, parsed whole, grows the API
+by gigabytes; these bodies are within every limit but the one on a call's size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..support.stack import Stack
+
+NDJSON = {"Content-Type": "application/x-ndjson"}
+# Peak growth allowed to the API while it reads one of these bodies: a few times the body's
+# own size, where building it whole costs some twenty-five times.
+GROWTH_MIB = 250
+
+
+def rss_mib(pid: int, field: str) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split(f"{field}:")[1].split()[0]) // 1024
+
+
+def reset_peak(pid: int) -> int:
+    """The process's resident MiB now, its peak set back to it (earlier tests' peaks gone)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    return rss_mib(pid, "VmRSS")
+
+
+def tiny_values(count: int) -> bytes:
+    return b"[" + b",".join([b"[]"] * count) + b"]"
+
+
+def test_one_call_written_in_millions_of_tiny_values_is_refused_unbuilt(stack: Stack) -> None:
+    # One call of 24 MiB, in a body with room for many calls: too large to be a call, so it
+    # is never built, and no call after it is read.
+    entry_limit = stack.settings.max_args_bytes + 16 * 1024
+    body = b'{"calls": [{"tool": "echo", "args": {"x": ' + tiny_values(8_000_000) + b"}}]}"
+    api = stack.processes["api"].pid
+    before = reset_peak(api)
+    with stack.client() as http:
+        response = http.post(
+            "/v1/batches", content=body, headers={"Content-Type": "application/json"}
+        )
+    grown = rss_mib(api, "VmHWM") - before
+    print(f"API peak RSS grew {grown} MiB for a {len(body) >> 20} MiB body")
+    assert response.status_code == 413, response.text
+    assert response.json() == {
+        "ok": False,
+        "error": f"call 0 is written in more than {entry_limit} characters",
+    }
+    assert grown < GROWTH_MIB, grown
+
+
+def test_calls_of_tiny_values_each_within_the_limits_are_read_a_chunk_at_a_time(
+    stack: Stack,
+) -> None:
+    # 120 lines of 200 KiB each: every call within the size limit, the body within its own.
+    # The tool is unknown, so each call is read, refused and audited: nothing runs.
+    line = b'{"tool": "no_such_tool", "args": {"x": ' + tiny_values(68_000) + b"}}"
+    body = b"\n".join([line] * 120)
+    api = stack.processes["api"].pid
+    before = reset_peak(api)
+    with stack.client() as http:
+        response = http.post("/v1/batches", content=body, headers=NDJSON)
+    grown = rss_mib(api, "VmHWM") - before
+    print(f"API peak RSS grew {grown} MiB for a {len(body) >> 20} MiB body")
+    assert response.status_code == 200, response.text
+    receipt = response.json()
+    assert (receipt["total"], receipt["accepted"]) == (120, 0), receipt
+    assert {r["error"] for r in receipt["rejected"]} == {"unknown tool: no_such_tool"}
+    assert grown < GROWTH_MIB, grown

@@ -1,0 +1,178 @@
+"""A batch body read an entry at a time says what ``json.loads`` says of it, value for value
+and error for error; its entries are checked in chunks bounded by count and by size."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from router.api import batch_json
+from router.api.batch_json import walk_calls
+from router.api.bodies import object_body
+from router.api.routes_batches import ndjson_calls
+from router.dispatch.batch_entries import Malformed, Unread, chunks, parse_call
+from router.errors import BadRequest, PayloadTooLarge, RequestError
+
+ALLOWED = frozenset({"calls", "idempotency_key"})
+LIMIT = 10**6
+
+SCALAR = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**20), max_value=10**20)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=st.sampled_from('ab"\\,:{}[]\n é\U0001f600\x01'), max_size=8)
+)
+VALUE = st.recursive(
+    SCALAR,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=12,
+)
+ENTRY = VALUE | st.fixed_dictionaries({"tool": st.text(max_size=5), "args": VALUE})
+BODY = st.fixed_dictionaries(
+    {"calls": st.lists(ENTRY, max_size=6)}, optional={"idempotency_key": VALUE}
+)
+# What a client might get wrong: a character lost, one too many, the text cut short.
+NOISE = st.sampled_from(list('{}[],:" 1a\\-etn'))
+
+
+@contextmanager
+def small_windows() -> Iterator[None]:
+    """Windows of one character, doubling: every value is read across many edges."""
+    with (
+        mock.patch.object(batch_json, "FIRST_WINDOW", 1),
+        mock.patch.object(batch_json, "GROWTH", 2),
+    ):
+        yield
+
+
+def read_whole(raw: bytes) -> tuple[str, Any]:
+    try:
+        return "ok", object_body(raw, limit=LIMIT, allowed=ALLOWED)
+    except RequestError as exc:
+        return type(exc).__name__, str(exc)
+
+
+def read_walking(raw: bytes, *, entry_limit: int = LIMIT) -> tuple[str, Any]:
+    try:
+        body = walk_calls(raw, allowed=ALLOWED, max_calls=100, entry_limit=entry_limit)
+    except RequestError as exc:
+        return type(exc).__name__, str(exc)
+    calls = body.get("calls")
+    if isinstance(calls, list):
+        body["calls"] = [json.loads(item.text) for item in calls]
+    return "ok", body
+
+
+@settings(max_examples=600, deadline=None)
+@given(body=BODY, indent=st.sampled_from([None, 1]), data=st.data())
+def test_walking_reads_what_json_loads_reads(
+    body: dict[str, Any], indent: int | None, data: Any
+) -> None:
+    text = json.dumps(body, indent=indent, ensure_ascii=data.draw(st.booleans()))
+    change = data.draw(st.sampled_from(["none", "drop", "add", "cut"]))
+    at = data.draw(st.integers(min_value=0, max_value=len(text)))
+    if change == "drop":
+        text = text[:at] + text[at + 1 :]
+    elif change == "add":
+        text = text[:at] + data.draw(NOISE) + text[at:]
+    elif change == "cut":
+        text = text[:at]
+    raw = text.encode("utf-8")
+    whole = read_whole(raw)
+    if whole[0] == "BadRequest" and not text.lstrip().startswith("{"):
+        # Not an object: the walk says so without reading on (json.loads may find an error).
+        assert read_walking(raw)[0] == "BadRequest"
+        return
+    with small_windows():
+        assert read_walking(raw) == whole
+
+
+def test_a_value_longer_than_a_call_is_refused_by_its_place() -> None:
+    entry = json.dumps({"tool": "t", "args": {"x": [[]] * 40}})
+    body = f'{{"calls": [{{"tool": "t"}}, {entry}, {{"tool": "u"}}]}}'.encode()
+    with small_windows():
+        assert read_walking(body, entry_limit=len(entry)) == (
+            "ok",
+            {"calls": [{"tool": "t"}, json.loads(entry), {"tool": "u"}]},
+        )
+        assert read_walking(body, entry_limit=len(entry) - 1) == (
+            "PayloadTooLarge",
+            f"call 1 is written in more than {len(entry) - 1} characters",
+        )
+        key = b'{"idempotency_key": "' + b"k" * 200 + b'", "calls": []}'
+        assert read_walking(key, entry_limit=100) == (
+            "PayloadTooLarge",
+            "idempotency_key is written in more than 100 characters",
+        )
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        # A number ending at a window's edge is read on, not cut.
+        (b'{"calls": [12345678901234567890, 1]}', None),
+        (b'{"calls": [{"tool": "t" "args": {}}, {"tool": "u"}]}', "Expecting ',' delimiter"),
+        (b'{"calls": [{"tool": "t"}, tru, {"tool": "u"}]}', "Expecting value"),
+        (b'{"calls": [{"tool": "t\\q"}, {"tool": "u"}]}', "Invalid \\escape"),
+        (b'{"calls": [{"tool": "t"}, NaN]}', "NaN is not valid JSON"),
+        (b'{"calls": [' + b"[" * 5000 + b"]" * 5000 + b"]}", "nested too deeply"),
+    ],
+    ids=["long number", "missing comma", "cut literal", "bad escape", "NaN", "deep"],
+)
+def test_an_error_inside_a_window_is_json_s_own(body: bytes, error: str | None) -> None:
+    with small_windows():
+        walked = read_walking(body, entry_limit=len(body))
+    if error is None:
+        assert walked == read_whole(body)
+    else:
+        assert walked[0] == "BadRequest" and error in walked[1], walked
+        if "nested" not in error:
+            assert walked == read_whole(body)
+
+
+def test_an_unknown_field_or_too_many_calls_is_refused_before_reading_on() -> None:
+    assert read_walking(b'{"cals": [' + b"[]," * 10 + b"[]]}") == (
+        "BadRequest",
+        "unknown field: cals",
+    )
+    body = b'{"calls": [' + b",".join([b"{}"] * 101) + b"]}"
+    assert read_walking(body) == ("PayloadTooLarge", "too many calls: over the limit of 100")
+
+
+def test_ndjson_lines_are_kept_as_text_and_a_long_one_is_rejected_at_its_index() -> None:
+    raw = b'{"tool": "t"}\n\n' + b'{"tool": "' + b"x" * 100 + b'"}\n{"tool"\n'
+    items = ndjson_calls(raw, line_limit=50, max_calls=10)
+    assert items == [
+        Unread(b'{"tool": "t"}'),
+        Malformed("body is 112 bytes, over the limit of 50"),
+        Unread(b'{"tool"'),
+    ]
+    assert parse_call(items[0]) == ("t", {}, None)
+    assert parse_call(items[2]) == "malformed body: Expecting ':' delimiter at line 1 column 8"
+    with pytest.raises(PayloadTooLarge):
+        ndjson_calls(b"{}\n{}\n{}\n", line_limit=50, max_calls=2)
+
+
+def test_chunks_hold_so_many_calls_and_so_many_bytes_of_unread_text() -> None:
+    items: list[object] = [Unread(b"x" * 40), Unread(b"x" * 40), {"tool": "t"}, Unread(b"x" * 90)]
+    items += [Unread(b"x" * 10)] * 3
+    assert [list(r) for r in chunks(items, 3, 100)] == [[0, 1, 2], [3, 4], [5, 6]]
+    assert [list(r) for r in chunks(items, 3, 80)] == [[0, 1, 2], [3], [4, 5, 6]]
+    assert [list(r) for r in chunks(items, 2, 1000)] == [[0, 1], [2, 3], [4, 5], [6]]
+    assert list(chunks([], 3, 100)) == []
+    larger = [Unread(b"x" * 200), Unread(b"x")]  # larger than a chunk: a chunk of its own
+    assert [list(r) for r in chunks(larger, 3, 100)] == [[0], [1]]
+
+
+def test_an_unread_entry_that_is_not_json_is_rejected_with_json_s_words() -> None:
+    with pytest.raises(BadRequest):
+        object_body(b"\xff", limit=10, allowed=ALLOWED)
+    assert parse_call(Unread(b"\xff")) == "malformed body: not valid UTF-8 (byte 0)"
