@@ -119,6 +119,9 @@ class _BoundedSMTP(smtplib.SMTP):
 
     def __init__(self, host: str, port: int, timeout_s: float) -> None:
         self.expired = False
+        # The connection's descriptor: STARTTLS moves it from ``sock`` to a TLS socket
+        # (detaching the first) while a handshake, which can be trickled too, is under way.
+        self._fd: int | None = None
         self._lock = threading.Lock()
         self._timer = threading.Timer(timeout_s, self._expire)
         self._timer.daemon = True
@@ -129,13 +132,23 @@ class _BoundedSMTP(smtplib.SMTP):
             self.close()
             raise
 
+    # smtplib's hook for making the connection (absent from its stubs).
+    def _get_socket(self, host: str, port: int, timeout: float) -> socket.socket:
+        sock: socket.socket = super()._get_socket(host, port, timeout)  # type: ignore[misc]
+        with self._lock:  # connected after the deadline: ``check`` meets it before a read
+            self._fd = sock.fileno()
+        return sock
+
     def _expire(self) -> None:
         with self._lock:
             self.expired = True
-            # A socket connected after this is met by ``check`` before its first read.
-            if self.sock is not None:
+            if self._fd is not None:
                 with contextlib.suppress(OSError):
-                    self.sock.shutdown(socket.SHUT_RDWR)
+                    shared = socket.socket(fileno=self._fd)
+                    try:
+                        shared.shutdown(socket.SHUT_RDWR)
+                    finally:
+                        shared.detach()  # the descriptor stays the connection's to close
 
     def check(self) -> None:
         """Raise ``_Expired`` once the deadline has passed."""
@@ -160,4 +173,6 @@ class _BoundedSMTP(smtplib.SMTP):
 
     def close(self) -> None:
         self._timer.cancel()
+        with self._lock:  # a closed descriptor's number may be reused: never shut it then
+            self._fd = None
         super().close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -17,10 +18,11 @@ import pytest
 
 from router.notify.content import Notice
 from router.notify.model import NotifyEvent
-from router.notify.senders import AttemptFailed, send
+from router.notify.senders import AttemptFailed, _BoundedSMTP, send
 from router.tools.notify_config import EmailChannel, WebhookChannel
 
 from ..support.scripted_http import ScriptedServer, Seen
+from ..support.waiting import wait_for
 
 NOTICE = Notice(
     event=NotifyEvent.PENDING,
@@ -117,3 +119,78 @@ def test_a_mail_server_answering_a_line_at_a_time_is_cut_off_at_the_timeout() ->
         assert time.monotonic() - started < 3
     assert failed.value.reason == "timed out after 1 s"
     assert failed.value.retryable
+
+
+@contextlib.contextmanager
+def handshake_byte_by_byte() -> Iterator[int]:
+    """A mail server on loopback that offers STARTTLS, then answers the TLS handshake with a
+    record header and a byte of it every 0.2 s (for 6 s, then falls silent); its port."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn, contextlib.suppress(OSError), conn.makefile("rb") as lines:
+            conn.sendall(b"220 mail.example ESMTP\r\n")
+            lines.readline()  # EHLO
+            conn.sendall(b"250-mail.example\r\n250 STARTTLS\r\n")
+            lines.readline()  # STARTTLS
+            conn.sendall(b"220 go ahead\r\n")
+            conn.sendall(b"\x16\x03\x03\x40\x00")  # a handshake record of 16 KiB follows
+            for _ in range(30):
+                if stop.wait(0.2):
+                    return
+                conn.sendall(b"\x02")
+            stop.wait()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+
+def test_a_mail_server_trickling_its_tls_handshake_is_cut_off_at_the_timeout() -> None:
+    with handshake_byte_by_byte() as port:
+        channel = EmailChannel(
+            type="email",
+            host="127.0.0.1",
+            port=port,
+            from_addr="tr@example.com",
+            to=("a@x.io",),
+            starttls=True,
+        )
+        started = time.monotonic()
+        with pytest.raises(AttemptFailed) as failed:
+            send(channel, NOTICE, timeout_s=1, now_s=0)
+        assert time.monotonic() - started < 3
+    assert failed.value.reason == "timed out after 1 s"
+    assert failed.value.retryable
+
+
+def test_the_deadline_ends_a_tls_handshake_under_way() -> None:
+    # The handshake has a deadline of its own, the socket timeout, counted from its start:
+    # begun just before the conversation's deadline, it would end a whole timeout late.
+    with handshake_byte_by_byte() as port:
+        smtp = _BoundedSMTP("127.0.0.1", port, timeout_s=600)
+        ended: list[BaseException] = []
+
+        def handshake() -> None:
+            try:
+                smtp.starttls(context=ssl.create_default_context())
+            except BaseException as exc:
+                ended.append(exc)
+
+        thread = threading.Thread(target=handshake, daemon=True)
+        thread.start()
+        # STARTTLS detaches the plain socket as it hands the connection to TLS.
+        wait_for(lambda: smtp.sock is not None and smtp.sock.fileno() == -1, 60, "TLS to begin")
+        smtp._expire()
+        thread.join(30)
+        alive = thread.is_alive()
+        smtp.close()
+    assert not alive, "the handshake went on past the deadline"
+    assert ended and isinstance(ended[0], OSError), ended
