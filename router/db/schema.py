@@ -195,6 +195,9 @@ batches = Table(
     # Calls received (accepted or not), and of them rejected, over every submission.
     Column("submitted", BigInteger, nullable=False, default=0),
     Column("rejected", BigInteger, nullable=False, default=0),
+    # After the last index any request placed calls at (migration 0015): where a request
+    # without an ``offset`` starts.
+    Column("next_index", BigInteger, nullable=False, default=0),
     UniqueConstraint("requested_by", "idempotency_key", name="uq_batches_requested_by_idem"),
 )
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy import ColumnElement, and_, case, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..audit.log import AuditEntry
@@ -131,7 +131,7 @@ class BatchService:
                 with self.store.transaction() as conn:
                     row = None
                     if key is not None:
-                        # The count moves and is read in one statement: two requests
+                        # The batch's end moves and is read in one statement: two requests
                         # adding to the batch at once get places of their own.
                         row = conn.execute(
                             update(batches)
@@ -141,11 +141,15 @@ class BatchService:
                                     batches.c.idempotency_key == key,
                                 )
                             )
-                            .values(submitted=batches.c.submitted + count, updated_at=now)
-                            .returning(batches.c.id, batches.c.submitted)
+                            .values(
+                                submitted=batches.c.submitted + count,
+                                next_index=_end_after(offset, count),
+                                updated_at=now,
+                            )
+                            .returning(batches.c.id, batches.c.next_index)
                         ).first()
                     if row is None:
-                        batch_id, submitted = new_batch_id(), 0
+                        batch_id, start = new_batch_id(), offset or 0
                         conn.execute(
                             insert(batches).values(
                                 id=batch_id,
@@ -155,11 +159,13 @@ class BatchService:
                                 updated_at=now,
                                 submitted=count,
                                 rejected=0,
+                                next_index=start + count,
                             )
                         )
                     else:
-                        batch_id, submitted = row.id, int(row.submitted) - count
-                return batch_id, submitted if offset is None else offset
+                        batch_id = row.id
+                        start = int(row.next_index) - count if offset is None else offset
+                return batch_id, start
             except IntegrityError:
                 continue  # another submission created the batch with this key first
         raise Conflict(BATCH_BUSY)
@@ -351,6 +357,14 @@ class BatchService:
             if len(page) < RESULTS_PAGE:
                 return
             after = (int(page[-1].batch_index or 0), page[-1].id)
+
+
+def _end_after(offset: int | None, count: int) -> ColumnElement[int]:
+    """The batch's next index once a request of ``count`` calls is placed: after the batch's
+    end without an ``offset``; else after the request's calls, if that is further."""
+    if offset is None:
+        return batches.c.next_index + count
+    return case((batches.c.next_index < offset + count, offset + count), else_=batches.c.next_index)
 
 
 def _replay(stored: CallRow | None, earlier: Checked | None, checked: Checked) -> str | None:

@@ -92,6 +92,42 @@ def test_calls_stored_twice_at_an_index_are_kept_at_new_indexes(database_url: st
         engine.dispose()
 
 
+def test_a_batch_s_next_index_starts_after_its_calls_and_its_count(database_url: str) -> None:
+    """Migration 0015: a request without an offset goes after every call the batch holds."""
+    engine = make_engine(database_url)
+    config = alembic_config()
+    try:
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0014")
+            conn.execute(
+                insert(batches),
+                [
+                    {"id": b, "requested_by": "agent", "created_at": 1, "updated_at": 1}
+                    | {"submitted": n}
+                    for b, n in (("batch_x", 2), ("batch_y", 5), ("batch_z", 0))
+                ],
+            )
+            conn.execute(
+                insert(calls),
+                [
+                    call_row("call_a", "batch_x", 3, at=1),  # sent at offset 3
+                    call_row("call_b", "batch_x", 4, at=2),
+                    call_row("call_c", "batch_y", 0, at=3),  # and 4 rejected after it
+                ],
+            )
+        upgrade(engine)
+        with engine.connect() as conn:
+            ends = dict(
+                conn.execute(
+                    select(column("id"), column("next_index")).select_from(table("batches"))
+                ).all()
+            )
+        assert ends == {"batch_x": 5, "batch_y": 5, "batch_z": 0}
+    finally:
+        engine.dispose()
+
+
 def call_row(call_id: str, batch_id: str | None, index: int | None, *, at: int) -> dict[str, Any]:
     return {
         "id": call_id,

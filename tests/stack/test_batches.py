@@ -249,6 +249,25 @@ def test_a_keyed_batch_sent_again_holds_each_keyless_call_once(stack: Stack) -> 
     assert [line["index"] for line in lines] == [0, 1, 2, 3]
 
 
+def test_a_request_without_an_offset_goes_after_every_call_placed_so_far(
+    stack: Stack,
+) -> None:
+    batch = {"Idempotency-Key": f"batch-{uuid.uuid4().hex}"}
+    calls = [{"tool": "echo", "args": {"i": i}} for i in range(3)]
+    with stack.client() as http:
+        first = submit(http, calls, headers=batch, params={"offset": 3})
+        # After index 5, not at the count of calls received (3), which holds a call.
+        after = submit(http, calls[:2], headers=batch)
+        assert (after["accepted"], after["rejected"]) == (2, []), after
+        before = submit(http, calls[:1], headers=batch, params={"offset": 0})
+        last = submit(http, calls[:1], headers=batch)
+        assert (before["accepted"], last["accepted"]) == (1, 1)
+        counts = settled(http, first["batch_id"], succeeded=7)
+        lines = results(http, first["batch_id"])
+    assert [line["index"] for line in lines] == [0, 3, 4, 5, 6, 7, 8]
+    assert (counts["submitted"], counts["rejected"]) == (7, 0)
+
+
 def test_an_over_large_call_is_rejected_alone(stack: Stack) -> None:
     big = {"blob": "x" * (300 * 1024)}
     with stack.client() as http:
