@@ -10,9 +10,9 @@ into the stricter outcome (``router.dispatch.gate``).
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, wraps
 from typing import Any
 
 import celpy
@@ -27,11 +27,46 @@ CONTEXT = ("args", "caller", "roles")
 # CEL's macros, which the parser keeps as calls.
 _MACROS = {"has", "dyn", "all", "exists", "exists_one", "map", "filter"}
 _FUNCTIONS = {name for name in base_functions if name[0].isalpha()} | _MACROS
+_COMPARISONS = ("_<_", "_<=_", "_>_", "_>=_", "_==_", "_!=_")
+_ARITHMETIC = ("_+_", "_-_", "_*_", "_/_", "_%_")
 # celpy raises the process's recursion limit for CEL's deepest expressions; that limit is
 # what stops every entrance's JSON parser on absurd nesting, and config rules are short.
 _RECURSION_LIMIT = sys.getrecursionlimit()
 _ENV = celpy.Environment()
 sys.setrecursionlimit(_RECURSION_LIMIT)
+_NUMBERS = (int, float)
+
+
+def _bool_refused(
+    function: Callable[[Any, Any], Any], refuses: Callable[[Any, Any], bool]
+) -> Callable[[Any, Any], Any]:
+    """``function`` failing, as CEL's own overloads do, where ``refuses`` its operands."""
+
+    @wraps(function)
+    def strict(left: Any, right: Any) -> Any:
+        if refuses(left, right):
+            raise TypeError("no such overload: a bool is not a number")
+        return function(left, right)
+
+    return strict
+
+
+def _bool_beside_number(left: Any, right: Any) -> bool:
+    one_bool = isinstance(left, celtypes.BoolType) != isinstance(right, celtypes.BoolType)
+    return one_bool and isinstance(left, _NUMBERS) and isinstance(right, _NUMBERS)
+
+
+def _any_bool(left: Any, right: Any) -> bool:
+    return isinstance(left, celtypes.BoolType) or isinstance(right, celtypes.BoolType)
+
+
+# cel-python's bool is a Python int, so `true > 1000` is false and `true * 2` is 2 where CEL
+# has no such overload: an agent's `true` for a number would pass the rule, not fail it.
+_STRICT_FUNCTIONS = {
+    **{op: _bool_refused(base_functions[op], _bool_beside_number) for op in _COMPARISONS},
+    **{op: _bool_refused(base_functions[op], _any_bool) for op in _ARITHMETIC},
+    "_[_]": _bool_refused(base_functions["_[_]"], lambda _, index: _any_bool(index, None)),
+}
 
 
 class ApprovalCount(BaseModel):
@@ -176,7 +211,7 @@ def _program(text: str) -> Any:
             name = f"unknown name {node.children[0]} (known: {', '.join(CONTEXT)})"
         if name is not None:
             raise _Mistake(f"line {node.meta.line}, column {node.meta.column}: {name}")
-    return _ENV.program(tree)
+    return _ENV.program(tree, functions=_STRICT_FUNCTIONS)
 
 
 def _idents(exprlist: Any) -> set[str]:

@@ -86,6 +86,15 @@ def test_an_integer_beyond_64_bits_fails_the_rules_closed(stack: Stack) -> None:
     assert "signed 64 bits" in request["rule"] and "gated" in request["rule"]
 
 
+def test_a_bool_for_a_number_fails_the_rules_closed(stack: Stack) -> None:
+    # cel-python's `true > 1000` is false: the call would run ungated without the check.
+    call = submit_pending(stack, WIRE, args={"amount": True, "to": "bob"})
+    with stack.client("approver") as http:
+        request = http.get(f"/v1/approvals/{call['request_id']}").json()["request"]
+    assert request["approvals_required"] == 2
+    assert "args.amount > 1000 && caller != 'agent2' → failed" in request["rule"]
+
+
 def test_the_rule_is_shown_with_the_request_in_the_api_the_audit_and_the_inbox(
     stack: Stack,
 ) -> None:
