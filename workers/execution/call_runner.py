@@ -156,8 +156,8 @@ class CallRunner:
 
     def _fall_back(self, row: CallRow, tool: Tool, outcome: Outcome) -> tuple[Outcome, str]:
         """The call failed for good: try the next tool of its chain, each try audited on the
-        same call, until one answers. Gated tools are never fallen back to: that would run
-        them without their approval."""
+        same call, until one answers. Gated tools are never fallen back to, nor a tool whose
+        rules refuse or would gate these arguments: that would run them without approval."""
         chain = fallback_chain(tool, json.loads(row.chain) if row.chain else None)
         args, answered = row.arguments, row.tool
         for name in chain:
@@ -181,12 +181,16 @@ class CallRunner:
                     ],
                     at=self.clock(),
                 )
+                refused = self.ledger.fallback_refusal(conn, fallback, args, row.requested_by)
             answered = name
             problem = fallback.argument_errors(args)
             if problem is not None:
                 outcome = Outcome(
                     ok=False, error=f"invalid arguments: {problem}", error_type="InvalidArguments"
                 )
+                continue
+            if refused is not None:
+                outcome = Outcome(ok=False, error=refused.error, error_type=refused.error_type)
                 continue
             ctx = CallContext(
                 call_id=row.id,

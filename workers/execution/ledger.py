@@ -15,6 +15,7 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -169,6 +170,25 @@ class Ledger:
             gated = ruling.gate is not None or ruling.denial is not None
         request = pending.get(conn, row.request_id) if row.request_id is not None else None
         return run_refusal(self.runtime.keyring, row, request, gated=gated)
+
+    def fallback_refusal(
+        self, conn: Connection, tool: Tool, args: Any, requested_by: str
+    ) -> RunRefusal | None:
+        """Why ``tool`` must not answer a failed call as its fallback, if it must not: its
+        ``deny_if`` holds, or its rules would gate these arguments (or cannot read them),
+        and a fallback has no approval of its own."""
+        if tool.rules is None:
+            return None
+        ruling = rule_on(tool, args, requested_by, _roles_in(conn))
+        if ruling.denial is not None:
+            return RunRefusal("Denied", ruling.denial)
+        if ruling.gate is not None:
+            return RunRefusal(
+                "ApprovalMissing",
+                f"refused: {tool.name} would need approval for these arguments; "
+                "a fallback has none",
+            )
+        return None
 
     def finish(
         self,

@@ -1,0 +1,62 @@
+"""A fallback runs without a request of its own, so a tool reached as one must still pass
+its rules: ``deny_if`` refuses it, and arguments its rules would gate or cannot read
+skip it (``tests/rules_fallbacks.yaml``)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ..support.audit import audit_events
+from ..support.calls import submit
+from ..support.launcher import REPO
+from ..support.stack import Stack, own_stack
+
+CONFIG = REPO / "tests" / "rules_fallbacks.yaml"
+REDIS_DB = 11
+
+
+@pytest.fixture(scope="module")
+def stack(
+    redis_base: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Stack]:
+    state_dir = tmp_path_factory.mktemp("rules-fallbacks")
+    with own_stack(
+        state_dir,
+        f"{redis_base}/{REDIS_DB}",
+        request,
+        keys={"agent": ["agent"], "operator": ["operator"]},
+        TOOLROUTER_CONFIG=str(CONFIG),
+        PYTHON=sys.executable,
+    ) as stack:
+        stack.start_api()
+        stack.start_worker(concurrency=1)
+        yield stack
+
+
+def pay(stack: Stack, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    with stack.client() as http:
+        return submit(http, tool, args, wait_s=20)
+
+
+def test_a_fallback_whose_deny_if_holds_does_not_run(stack: Stack) -> None:
+    answer = pay(stack, "pay_primary", {"to": "blocked-account", "amount": 5})
+    assert answer["status"] == "failed", answer
+    assert answer["error"] == "denied by rule deny_if: transfers to blocked accounts are refused"
+    assert "ok" not in [event for event, _ in audit_events(stack, answer["call_id"])]
+
+
+def test_a_fallback_whose_rules_cannot_be_read_does_not_run(stack: Stack) -> None:
+    # A failing deny_if gates a call, and a fallback has no approval to be gated by.
+    answer = pay(stack, "pay_primary", {"to": ["blocked-account"], "amount": 5})
+    assert answer["status"] == "failed", answer
+    assert answer["error_type"] == "ApprovalMissing", answer
+
+
+def test_a_fallback_its_rules_let_through_runs(stack: Stack) -> None:
+    answer = pay(stack, "pay_primary", {"to": "bob", "amount": 5})
+    assert answer["status"] == "succeeded", answer
+    assert answer["answered_by"] == "pay_guarded"
