@@ -16,7 +16,7 @@ from ..support.launcher import REPO
 from ..support.stack import Stack, own_stack
 
 CONFIG = REPO / "tests" / "rules_fallbacks.yaml"
-REDIS_DB = 11
+REDIS_DB = 10
 
 
 @pytest.fixture(scope="module")
