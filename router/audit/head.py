@@ -17,8 +17,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
+
 from ..canonical import canonical_json
 from ..clock import Clock
+from ..db.schema import audit_checkpoints, audit_log
 from ..db.store import Store
 from ..files import private_dir
 from ..settings import Settings
@@ -102,6 +105,14 @@ def export(store: Store, keyring: KeyRing, namespace: str, path: Path, clock: Cl
         return kept
     if kept is not None and kept.seq == head.seq and kept.hash == head.hash:
         return kept
+    if kept is not None and kept.verifies(keyring) and not _still_holds(store, kept):
+        log.error(
+            "the audit chain no longer holds seq %d as its signed head names it: rows were "
+            "removed or rewritten; keeping %s as evidence",
+            kept.seq,
+            path,
+        )
+        return kept
     private_dir(path.parent.parent)
     private_dir(path.parent)
     draft = path.with_name(f".{path.name}.{os.getpid()}")
@@ -110,3 +121,24 @@ def export(store: Store, keyring: KeyRing, namespace: str, path: Path, clock: Cl
         handle.write(json.dumps(asdict(head), sort_keys=True) + "\n")
     os.replace(draft, path)
     return head
+
+
+def _still_holds(store: Store, kept: SignedHead) -> bool:
+    """Whether the chain still has ``kept``'s row with its hash, or archived it: new rows
+    appended after a deletion would otherwise carry the head past the rows removed."""
+    if kept.seq <= 0:
+        return kept.hash == audit.GENESIS_HASH
+    with store.reading() as conn:
+        stored = conn.execute(select(audit_log.c.hash).where(audit_log.c.seq == kept.seq)).scalar()
+        if stored is not None:
+            return bool(stored == kept.hash)
+        covering = conn.execute(
+            select(audit_checkpoints.c.through_seq, audit_checkpoints.c.last_hash)
+            .where(audit_checkpoints.c.through_seq >= kept.seq)
+            .order_by(audit_checkpoints.c.through_seq)
+            .limit(1)
+        ).first()
+    if covering is None:
+        return False
+    # Archived: ``verify`` checks segments against their signed checkpoints.
+    return covering.through_seq != kept.seq or covering.last_hash == kept.hash

@@ -165,6 +165,24 @@ def test_deleted_rows_are_caught_wherever_they_were(
     assert found == expected
 
 
+def export_head(runtime: Runtime, clock: FakeClock) -> audit_head.SignedHead:
+    """The signed head, exported as the approval worker does every few seconds."""
+    path = audit_head.head_file(runtime.settings, runtime.namespace.name)
+    return audit_head.export(runtime.store, runtime.keyring, runtime.namespace.name, path, clock)
+
+
+def test_rows_removed_from_the_tail_stay_caught_once_the_chain_grows_past_them(
+    runtime: Runtime, clock: FakeClock
+) -> None:
+    append(runtime, 6)
+    assert export_head(runtime, clock).seq == 6
+    unguarded(runtime, "DELETE FROM audit_log WHERE seq >= 4")
+    # The deployment goes on working: new rows link on to seq 3 and pass seq 6.
+    append(runtime, 5)
+    assert export_head(runtime, clock).seq == 6
+    assert problems(runtime) == [(6, "differs from the signed head (the chain was rewritten)")]
+
+
 def test_a_row_inserted_out_of_sequence_is_named_and_the_rest_still_verified(
     runtime: Runtime,
 ) -> None:
