@@ -15,7 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+
 from ..canonical import canonical_json, sha256_hex
+from ..db.schema import audit_log
+from ..status import AuditEvent
 from ..trust.keyring import KeyRing, Purpose
 from .model import ApprovalRequest
 
@@ -136,6 +141,21 @@ def run_refusal(
             f"refused: no approval of {request.id} verifies for exactly this call",
         )
     return None
+
+
+def spent_on_a_run(conn: Connection, call_id: str) -> bool:
+    """Whether the audit log records a run of ``call_id`` that ended (``ok``, or an
+    ``error`` not handed to a fallback): a release is spent on one such run, so a call
+    whose row was set back to ``queued`` in the database does not run on it again."""
+    ended = conn.execute(
+        select(audit_log.c.event, audit_log.c.detail).where(
+            audit_log.c.call_id == call_id,
+            audit_log.c.event.in_((AuditEvent.OK, AuditEvent.ERROR)),
+        )
+    ).all()
+    return any(
+        row.event == AuditEvent.OK or '"fallback"' not in (row.detail or "") for row in ended
+    )
 
 
 def may_publish(row: CallRow, *, gated: bool) -> bool:

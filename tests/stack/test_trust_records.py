@@ -6,7 +6,8 @@
 - hand-write a ``queued`` row for a gated tool, with or without a forged approved request,
   or point a new call at another call's spent approval: the worker refuses it
   (``ApprovalMissing``) whether a run message reaches it through Redis or the reconciler
-  finds it, and its handler never runs;
+  finds it, and its handler never runs; nor does a call that ran on its approval, set
+  back to ``queued``;
 - insert decisions by invented approvers: N-of-M counts only decisions the approval
   worker sealed;
 - rewrite history: ``toolrouter audit verify`` (the CLI) names the rows.
@@ -197,6 +198,29 @@ def test_another_calls_approval_cannot_be_reused(stack: Stack, rt: Runtime, tmp_
         f"runs={runs(ledger)}"
     )
     assert rt.calls.read(copy_id).error_type == "ApprovalMissing"
+    assert runs(ledger) == 1
+
+
+def test_a_spent_approval_does_not_run_its_call_again(
+    stack: Stack, rt: Runtime, tmp_path: Path
+) -> None:
+    ledger = tmp_path / "ledger"
+    call = submit_pending(stack, tool="gated_ledger", args={"path": str(ledger)})
+    assert decide(stack, call["request_id"], wait_s=30).json()["status"] == "succeeded"
+    with rt.engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE calls SET status = 'queued', value = NULL, finished_at = NULL,"
+                " lease_until = NULL WHERE id = :id"
+            ),
+            {"id": call["call_id"]},
+        )
+    tool = rt.registry.get("gated_ledger")
+    assert tool is not None
+    rt.publisher.publish([message_for(tool, call["call_id"], Precedence.INTERACTIVE)])
+    assert wait_for_status(rt, call["call_id"], {"failed", "succeeded"}) == "failed"
+    print(f"[{backend(rt)}] set back to queued: runs={runs(ledger)}")
+    assert rt.calls.read(call["call_id"]).error_type == "ApprovalSpent"
     assert runs(ledger) == 1
 
 

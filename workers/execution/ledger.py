@@ -21,7 +21,7 @@ from sqlalchemy import Connection
 
 from router import metrics
 from router.approval import requests as pending
-from router.approval.binding import RunRefusal, run_refusal
+from router.approval.binding import RunRefusal, run_refusal, spent_on_a_run
 from router.audit import entries
 from router.audit.log import AuditEntry
 from router.auth.keys import principal_named
@@ -169,7 +169,12 @@ class Ledger:
             ruling = rule_on(tool, json.loads(row.args), row.requested_by, _roles_in(conn))
             gated = ruling.gate is not None or ruling.denial is not None
         request = pending.get(conn, row.request_id) if row.request_id is not None else None
-        return run_refusal(self.runtime.keyring, row, request, gated=gated)
+        refused = run_refusal(self.runtime.keyring, row, request, gated=gated)
+        if refused is None and request is not None and spent_on_a_run(conn, row.id):
+            return RunRefusal(
+                "ApprovalSpent", f"refused: the approval of {request.id} was spent on a run"
+            )
+        return refused
 
     def fallback_refusal(
         self, conn: Connection, tool: Tool, args: Any, requested_by: str
