@@ -12,6 +12,7 @@ Whoever can write to the database but lacks the key can change rows, not forge t
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -153,9 +154,16 @@ def spent_on_a_run(conn: Connection, call_id: str) -> bool:
             audit_log.c.event.in_((AuditEvent.OK, AuditEvent.ERROR)),
         )
     ).all()
-    return any(
-        row.event == AuditEvent.OK or '"fallback"' not in (row.detail or "") for row in ended
-    )
+    return any(row.event == AuditEvent.OK or not _handed_on(row.detail) for row in ended)
+
+
+def _handed_on(detail: str | None) -> bool:
+    """Whether an ``error`` row records a failure handed to a fallback (``fell_back``)."""
+    try:
+        fields = json.loads(detail or "{}")
+    except ValueError:
+        return False
+    return isinstance(fields, dict) and fields.get("fallback") is not None
 
 
 def may_publish(row: CallRow, *, gated: bool) -> bool:
