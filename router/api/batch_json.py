@@ -40,9 +40,15 @@ def json_calls(
     """The body as ``object_body`` reads it, but a ``calls`` list of more than
     ``max_calls`` entries, or a value of more than ``entry_limit`` characters, is refused
     before it is built; the calls of a long list come as ``Unread``."""
-    if raw.count(b",") < max_calls:  # fewer values than calls allowed: built at little cost
+    if values_at_most(raw) <= max_calls:  # fewer values than calls allowed: built at little cost
         return object_body(raw, limit=limit, allowed=allowed)
     return walk_calls(raw, allowed=allowed, max_calls=max_calls, entry_limit=entry_limit)
+
+
+def values_at_most(raw: bytes) -> int:
+    """How many values the body can hold: each but the first follows a ``,``, ``:``, ``[``
+    or ``{`` (commas alone miss nesting: ``[[[…]]]`` is a value per two characters)."""
+    return 1 + sum(raw.count(char) for char in (b",", b":", b"[", b"{"))
 
 
 def walk_calls(

@@ -71,3 +71,23 @@ def test_calls_of_tiny_values_each_within_the_limits_are_read_a_chunk_at_a_time(
     assert (receipt["total"], receipt["accepted"]) == (120, 0), receipt
     assert {r["error"] for r in receipt["rejected"]} == {"unknown tool: no_such_tool"}
     assert grown < GROWTH_MIB, grown
+
+
+def test_a_body_of_few_commas_but_deep_nesting_is_read_a_call_at_a_time(stack: Stack) -> None:
+    # 20,000 commas, each before a value nested 300 deep: fewer commas than calls allowed,
+    # yet six million lists, which json.loads built whole (+600 MiB for a 12 MiB body).
+    chain = b"[" * 300 + b"]" * 300
+    args = b"[" + b",".join([chain] * 20_000) + b"]"
+    body = b'{"calls": [{"tool": "echo", "args": {"x": ' + args + b"}}]}"
+    entry_limit = stack.settings.max_args_bytes + 16 * 1024
+    api = stack.processes["api"].pid
+    before = reset_peak(api)
+    with stack.client() as http:
+        response = http.post(
+            "/v1/batches", content=body, headers={"Content-Type": "application/json"}
+        )
+    grown = rss_mib(api, "VmHWM") - before
+    print(f"API peak RSS grew {grown} MiB for a {len(body) >> 20} MiB body")
+    assert response.status_code == 413, response.text
+    assert response.json()["error"] == f"call 0 is written in more than {entry_limit} characters"
+    assert grown < GROWTH_MIB, grown

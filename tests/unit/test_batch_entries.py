@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from router.api import batch_json
-from router.api.batch_json import walk_calls
+from router.api.batch_json import json_calls, values_at_most, walk_calls
 from router.api.bodies import object_body
 from router.api.routes_batches import ndjson_calls
 from router.dispatch.batch_entries import Malformed, Unread, chunks, parse_call
@@ -176,3 +176,26 @@ def test_an_unread_entry_that_is_not_json_is_rejected_with_json_s_words() -> Non
     with pytest.raises(BadRequest):
         object_body(b"\xff", limit=10, allowed=ALLOWED)
     assert parse_call(Unread(b"\xff")) == "malformed body: not valid UTF-8 (byte 0)"
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=BODY)
+def test_a_body_holds_no_more_values_than_counted(body: dict[str, Any]) -> None:
+    def count(value: Any) -> int:
+        if isinstance(value, dict):
+            return 1 + sum(1 + count(item) for item in value.values())
+        if isinstance(value, list):
+            return 1 + sum(count(item) for item in value)
+        return 1
+
+    # Strings may hold the characters counted too: the bound is never under the truth.
+    assert values_at_most(json.dumps(body).encode()) >= count(body)
+    assert values_at_most(b"[" * 300 + b"]" * 300) == 301
+
+
+def test_a_body_of_few_commas_but_many_values_is_walked() -> None:
+    chain = b"[" * 50 + b"]" * 50
+    body = b'{"calls": [' + chain + b"," + chain + b"]}"
+    with mock.patch.object(batch_json, "walk_calls", return_value={"calls": []}) as walk:
+        json_calls(body, limit=LIMIT, allowed=ALLOWED, max_calls=10, entry_limit=LIMIT)
+    walk.assert_called_once()
