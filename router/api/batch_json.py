@@ -30,8 +30,9 @@ FIRST_WINDOW = 1024
 GROWTH = 8
 VALUE_STARTS = frozenset('[{"-0123456789tfn')
 # A window's last characters may hold a value cut in two that still reads, or fails, as
-# another: ``1.5`` as ``1`` (``1.``), ``true`` as an error (``tr``), ``\u00e9`` as an error.
-EDGE = len("\\uXXXX")
+# another: ``1.5`` as ``1`` (``1.``), ``true`` as an error (``tr``), ``\u00e9`` as an error;
+# the longest is ``-Infinity``, an error of its own once whole.
+EDGE = len("-Infinity")
 
 
 def json_calls(

@@ -199,3 +199,14 @@ def test_a_body_of_few_commas_but_many_values_is_walked() -> None:
     with mock.patch.object(batch_json, "walk_calls", return_value={"calls": []}) as walk:
         json_calls(body, limit=LIMIT, allowed=ALLOWED, max_calls=10, entry_limit=LIMIT)
     walk.assert_called_once()
+
+
+@pytest.mark.parametrize("constant", ["-Infinity", "Infinity", "NaN", "true", "1.5e-7"])
+def test_a_word_cut_by_a_window_s_edge_reads_as_it_does_whole(constant: str) -> None:
+    # Real windows: the word placed across the first edge at every offset.
+    for at in range(batch_json.FIRST_WINDOW - 12, batch_json.FIRST_WINDOW + 2):
+        head = '{"tool": "t", "args": {"x": "'
+        call = head + "a" * (at - len(head) - len('", "y": ')) + f'", "y": {constant}}}}}'
+        assert call.index(constant) == at
+        body = f'{{"calls": [{call}, {{"tool": "u"}}]}}'.encode()
+        assert read_walking(body) == read_whole(body), at
