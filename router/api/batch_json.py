@@ -72,6 +72,8 @@ class _Walk:
 
     def body(self) -> dict[str, Any]:
         text = self.text
+        if text.startswith("\ufeff"):  # as ``json.loads`` says it, not "Expecting value"
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
         at = self.space(0)
         if not text.startswith("{", at):
             if text[at : at + 1] in VALUE_STARTS:

@@ -210,3 +210,9 @@ def test_a_word_cut_by_a_window_s_edge_reads_as_it_does_whole(constant: str) -> 
         assert call.index(constant) == at
         body = f'{{"calls": [{call}, {{"tool": "u"}}]}}'.encode()
         assert read_walking(body) == read_whole(body), at
+
+
+def test_a_byte_order_mark_is_refused_in_json_s_words_whichever_way_read() -> None:
+    body = b"\xef\xbb\xbf" + b'{"calls": [{"tool": "t"}]}'
+    assert read_walking(body) == read_whole(body)
+    assert "BOM" in read_whole(body)[1]
