@@ -1,6 +1,7 @@
 """Request bodies over their route's limit are refused before they are read: from
 ``Content-Length`` when the client declares it, else as soon as the stream passes the
-limit. Nothing larger than the limit is ever held in memory.
+limit. Nothing larger than the limit is ever held in memory. A compressed body is refused
+too (415): it would be read as text it is not, and answered "not valid UTF-8".
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import PayloadTooLarge
+from ..names import echo_name
 from .responses import AsciiJSONResponse
+
+IDENTITY = ("", "identity")
 
 
 class BodyLimit:
@@ -22,6 +26,11 @@ class BodyLimit:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        encoding = _header(scope, b"content-encoding").decode("latin-1").strip().lower()
+        if encoding not in IDENTITY:
+            refused = f"Content-Encoding {echo_name(encoding)} is not accepted: send the body as is"
+            await _refuse(scope, receive, send, refused, status_code=415)
             return
         limit = self.limit_for(str(scope.get("path", "")))
         declared = _content_length(scope)
@@ -65,17 +74,23 @@ class BodyLimit:
 
 
 def _content_length(scope: Scope) -> int | None:
+    try:
+        return int(_header(scope, b"content-length") or b"-")
+    except ValueError:
+        return None
+
+
+def _header(scope: Scope, wanted: bytes) -> bytes:
     for name, value in scope.get("headers", ()):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
+        if name == wanted:
+            return bytes(value)
+    return b""
 
 
-async def _refuse(scope: Scope, receive: Receive, send: Send, error: str) -> None:
+async def _refuse(
+    scope: Scope, receive: Receive, send: Send, error: str, *, status_code: int = 413
+) -> None:
     refusal = AsciiJSONResponse(
-        {"ok": False, "error": error}, status_code=413, headers={"connection": "close"}
+        {"ok": False, "error": error}, status_code=status_code, headers={"connection": "close"}
     )
     await refusal(scope, receive, send)

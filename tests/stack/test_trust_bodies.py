@@ -6,6 +6,7 @@ Each test prints one line of what happened, for the closing note.
 
 from __future__ import annotations
 
+import gzip
 import json
 import select
 import socket
@@ -170,3 +171,26 @@ def test_a_request_no_parser_takes_is_answered_in_json(stack: Stack, what: str) 
     with stack.client("agent") as http:
         assert http.get("/healthz").status_code == 200
     print(f"\n[{backend_of(stack)}] {what} -> {status} {body.decode()}")
+
+
+def test_a_compressed_body_is_refused_for_what_it_is(stack: Stack) -> None:
+    # Read as text, a gzip body was "not valid UTF-8 (byte 1)": true, and no help.
+    calls = json.dumps({"calls": [{"tool": "echo", "args": {}}]}).encode()
+    with stack.client("agent") as http:
+        for path, body in (("/v1/batches", calls), ("/v1/calls", b'{"tool": "echo"}')):
+            packed = http.post(
+                path,
+                content=gzip.compress(body),
+                headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+            )
+            assert packed.status_code == 415, packed.text
+            assert packed.json() == {
+                "ok": False,
+                "error": "Content-Encoding gzip is not accepted: send the body as is",
+            }
+            plain = http.post(
+                path,
+                content=body,
+                headers={"Content-Type": "application/json", "Content-Encoding": "identity"},
+            )
+            assert plain.status_code == 200, plain.text
