@@ -88,12 +88,7 @@ class Checks:
                 requested_by, tool.name, AuditEvent.INVALID, f"invalid arguments: {problem}"
             )
         assert canonical is not None
-        if idempotency_key is not None and (
-            not idempotency_key
-            or len(idempotency_key) > IDEMPOTENCY_KEY_MAX
-            # A NUL or lone surrogate no database stores; every entrance refuses them alike.
-            or not idempotency_key.isprintable()
-        ):
+        if idempotency_key is not None and not valid_key(idempotency_key):
             return Refused(
                 bad_request(
                     f"idempotency key must be 1-{IDEMPOTENCY_KEY_MAX} printable characters",
@@ -137,6 +132,12 @@ class Checks:
             if size > self.max_args_bytes:
                 return f"{TOO_LARGE}{size} bytes, over the limit of {self.max_args_bytes}", None
         return tool.argument_errors(args), canonical
+
+
+def valid_key(key: str) -> bool:
+    """Whether an idempotency key may be stored and looked up: 1 to ``IDEMPOTENCY_KEY_MAX``
+    printable characters (a NUL or lone surrogate no database stores)."""
+    return 0 < len(key) <= IDEMPOTENCY_KEY_MAX and key.isprintable()
 
 
 def replay_of(existing: CallRow, checked: Checked) -> CallResult:

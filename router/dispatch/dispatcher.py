@@ -32,7 +32,7 @@ from ..results import CallResult, internal_error, unavailable
 from ..status import AuditEvent
 from ..tools.registry import ToolRegistry
 from ..trust.keyring import KeyRing
-from .checks import Checked, Checks, Refused, rejection, replay_of
+from .checks import Checked, Checks, Refused, rejection, replay_of, valid_key
 from .new_call import NewCall, new_call
 from .submission import Submission, told_later
 
@@ -315,10 +315,28 @@ class Dispatcher:
     ) -> CallResult:
         """A call by capability: the best-ranked tool that takes these arguments runs it,
         the rest of the ranking (ungated tools only) is its fallback chain. Never raises."""
+        try:
+            ranked = self.keyed_first(requested_by, ranked, idempotency_key)
+        except Unavailable as exc:
+            return unavailable(str(exc), tool=f"capability:{echo_name(capability)}")
         chosen = self.choose_by_capability(requested_by, capability, ranked, args)
         if isinstance(chosen, Refused):
             return self._refuse(chosen)
         return self.submit(requested_by, chosen.tool, args, idempotency_key, chain=chosen.chain)
+
+    def keyed_first(
+        self, requested_by: str, ranked: Sequence[str], idempotency_key: str | None
+    ) -> list[str]:
+        """``ranked`` with the tool of the call already under the key first: a retry of a
+        call by capability finds its call even after success rates have reordered the
+        ranking, rather than a 409 for the very request that made it."""
+        if idempotency_key is None or not valid_key(idempotency_key):
+            return list(ranked)  # a malformed key is refused by ``submit``, unread
+        with self.store.reading() as conn:
+            existing = self.store.find_by_idempotency_key(conn, requested_by, idempotency_key)
+        if existing is None or existing.tool not in ranked:
+            return list(ranked)
+        return [existing.tool, *(name for name in ranked if name != existing.tool)]
 
     def choose_by_capability(
         self, requested_by: str, capability: str, ranked: Sequence[str], args: object

@@ -67,9 +67,10 @@ class Explainer:
         """The explanation of a call by capability, with the ranking it is chosen from."""
 
         def run() -> dict[str, Any]:
-            chosen = self.dispatcher.choose_by_capability(
-                requested_by, capability, [c.tool for c in ranked], args
+            keyed = self.dispatcher.keyed_first(
+                requested_by, [c.tool for c in ranked], idempotency_key
             )
+            chosen = self.dispatcher.choose_by_capability(requested_by, capability, keyed, args)
             usable = chosen.usable if isinstance(chosen, Choice) else ()
             about = {
                 "name": capability,
