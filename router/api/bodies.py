@@ -99,7 +99,13 @@ def idempotency_key(body: dict[str, Any], header: str | None) -> str | None:
     key = optional_string(body, "idempotency_key", max_len=256)
     if header is None:
         return key
-    header_key = optional_string({"Idempotency-Key": header}, "Idempotency-Key", max_len=256)
+    try:
+        # The server hands header bytes over as Latin-1; a key is text, sent as UTF-8, so
+        # a header key and the same body key are one key (and one call).
+        text = header.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        raise BadRequest("the Idempotency-Key header must be UTF-8 text") from None
+    header_key = optional_string({"Idempotency-Key": text}, "Idempotency-Key", max_len=256)
     if key is not None and key != header_key:
         raise BadRequest("idempotency_key and the Idempotency-Key header differ")
     return header_key

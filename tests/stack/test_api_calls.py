@@ -414,6 +414,20 @@ def test_same_idempotency_key_in_header_returns_the_same_call(stack: Stack) -> N
     assert body_field == first.json()
 
 
+def test_a_non_ascii_key_in_the_header_is_the_same_key_as_in_the_body(stack: Stack) -> None:
+    key = unique("commande-é")
+    call = {"tool": "context", "args": {}, "wait_s": WAIT_S}
+    with stack.client() as http:
+        by_header = http.post("/v1/calls", json=call, headers={"Idempotency-Key": key.encode()})
+        by_body = http.post("/v1/calls", json={**call, "idempotency_key": key})
+        latin1 = http.post("/v1/calls", json=call, headers={"Idempotency-Key": b"cl\xe9"})
+    assert by_header.status_code == 200, by_header.text
+    assert by_header.json()["value"]["idempotency_key"] == key
+    assert by_body.json() == by_header.json()
+    assert_error_body(latin1, 422)
+    assert latin1.json()["error"] == "the Idempotency-Key header must be UTF-8 text"
+
+
 @pytest.mark.parametrize("path", ["/v1/calls", "/v1/batches"])
 def test_a_header_key_and_another_body_key_are_422(stack: Stack, path: str) -> None:
     # Two keys for one request: which one the caller meant cannot be guessed.
