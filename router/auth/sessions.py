@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import logging
 import secrets
 import threading
@@ -153,6 +154,21 @@ class SessionStore:
 def _flash_signed(session: str, body: str) -> str:
     # The session's digest, not the session itself: the signed text never holds a secret.
     return f"flash|{hashlib.sha256(session.encode('utf-8', 'replace')).hexdigest()}|{body}"
+
+
+def throttled_as(address: str) -> str:
+    """Whom a sign-in from ``address`` counts against: an IPv6 client holds a whole /64
+    (a fresh address per guess costs it nothing), so its network; an IPv4 address, mapped
+    into IPv6 or not, as itself."""
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.IPv6Network((parsed, 64), strict=False))
+    return str(parsed)
 
 
 # Failed sign-ins of one address, shared by every API process: a sorted set of the Redis

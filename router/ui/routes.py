@@ -20,7 +20,14 @@ from starlette.datastructures import FormData
 
 from ..approval.model import Decision
 from ..auth.principal import Principal
-from ..auth.sessions import COOKIE, FLASH_COOKIE, LoginThrottle, Session, SessionStore
+from ..auth.sessions import (
+    COOKIE,
+    FLASH_COOKIE,
+    LoginThrottle,
+    Session,
+    SessionStore,
+    throttled_as,
+)
 from ..canonical import SHA256_HEX, ascii_json
 from ..constants import LOGIN_FAILURES
 from ..errors import NotAuthenticated, RequestError, Unavailable
@@ -78,7 +85,8 @@ def _same_origin(request: Request) -> bool:
 
 
 def _client(request: Request) -> str:
-    return request.client.host if request.client is not None else "unknown"
+    """The client a sign-in is counted against (an IPv6 client by its /64)."""
+    return throttled_as(request.client.host) if request.client is not None else "unknown"
 
 
 def _page(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
-from router.auth.sessions import LoginThrottle
+from router.auth.sessions import LoginThrottle, throttled_as
 from router.constants import LOGIN_FAILURES
 from router.messaging.namespace import Namespace
 
@@ -208,3 +208,11 @@ def test_with_redis_down_sign_ins_begun_count_in_this_process(free_redis_port: i
     assert throttle.begin(ADDRESS).wait_s == pytest.approx(LoginThrottle.WINDOW_S)
     clock.now += LoginThrottle.WINDOW_S
     assert throttle.begin(ADDRESS).wait_s == 0
+
+
+def test_an_ipv6_client_is_counted_by_its_network_and_an_ipv4_one_by_its_address() -> None:
+    assert throttled_as("2001:db8:1:2::1") == throttled_as("2001:db8:1:2:ffff::9")
+    assert throttled_as("2001:db8:1:2::1") == "2001:db8:1:2::/64"
+    assert throttled_as("2001:db8:1:3::1") != throttled_as("2001:db8:1:2::1")
+    assert throttled_as("::ffff:10.7.7.7") == throttled_as("10.7.7.7") == "10.7.7.7"
+    assert throttled_as("unknown") == "unknown"

@@ -72,6 +72,37 @@ def test_behind_a_trusted_proxy_sign_ins_are_counted_by_the_forwarded_address(
     assert (blocked, other_client) == (429, 303)
 
 
+def test_fresh_ipv6_addresses_of_one_network_share_one_sign_in_count(
+    stack: Stack, tmp_path: Path, redis_base: str
+) -> None:
+    """One IPv6 client holds a whole /64: a new address per guess is still one client."""
+    allowed = stack.settings.ui_login_failures_per_minute
+    own_redis_url = f"{redis_base}/{TRUST_REDIS_DB}"
+    forget_counts(own_redis_url, stack.settings)
+    try:
+        with second_api(
+            stack,
+            tmp_path / "api.log",
+            TOOLROUTER_REDIS_URL=own_redis_url,
+            TOOLROUTER_TRUSTED_PROXIES="127.0.0.1",
+        ) as base_url:
+            answers = [
+                sign_in(
+                    base_url, f"trk_guess-{i}", {"X-Forwarded-For": f"2001:db8:1:2::{i + 1:x}"}
+                ).status_code
+                for i in range(allowed + 2)
+            ]
+            mapped = sign_in(base_url, "trk_guess-v4", {"X-Forwarded-For": "::ffff:10.7.7.7"})
+            other_network = sign_in(
+                base_url, "trk_guess-other", {"X-Forwarded-For": "2001:db8:1:3::1"}
+            ).status_code
+    finally:
+        forget_counts(own_redis_url, stack.settings)
+    assert answers == [401] * allowed + [429, 429]
+    assert (mapped.status_code, other_network) == (401, 401)
+    print(f"[{backend_of(stack)}] guesses from fresh addresses of one /64 -> {answers}")
+
+
 def test_over_https_the_inbox_cookies_are_secure_and_a_flash_shows_in_its_session_only(
     stack: Stack, tmp_path: Path
 ) -> None:
