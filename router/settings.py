@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -50,10 +50,10 @@ class Settings(BaseSettings):
     flower_host: str = "127.0.0.1"
     # Port Flower listens on.
     flower_port: int = 5555
-    # Flower's basic-auth user.
+    # Flower's basic-auth user; no comma (Flower would check only the part before it).
     flower_user: str = "admin"
-    # Flower's basic-auth password; empty: one is generated on first use and kept in the
-    # state directory (`toolrouter up` prints it).
+    # Flower's basic-auth password, no comma either; empty: one is generated on first use
+    # and kept in the state directory (`toolrouter up` prints it).
     flower_password: str = ""
     # On Ctrl-C, how long `toolrouter up` lets running handlers finish before it kills
     # them (a second Ctrl-C kills at once); calls still queued stay queued either way.
@@ -169,6 +169,14 @@ class Settings(BaseSettings):
     route_llm_concurrency: int = Field(default=4, ge=1, le=64)
     # How many of the default ranking's best candidates the model chooses among.
     route_llm_shortlist: int = Field(default=20, ge=2, le=100)
+
+    @field_validator("flower_user", "flower_password")
+    @classmethod
+    def _no_comma_for_flower(cls, value: str) -> str:
+        # Flower splits its basic-auth setting at commas: only the part before one would count.
+        if "," in value:
+            raise ValueError("Flower cannot check a login with a comma in it: choose one without")
+        return value
 
     @model_validator(mode="after")
     def _sentinel_needs_a_master(self) -> Settings:
