@@ -31,7 +31,8 @@ class LiveCollector:
                 self.runtime.redis_url, socket_timeout=2, socket_connect_timeout=2
             )
             for queue, count in self.runtime.namespace.queue_depths(client, ALL_QUEUES).items():
-                depth.add_metric([queue], float(count))
+                if count is not None:  # a key that is not a list: no depth to tell
+                    depth.add_metric([queue], float(count))
             client.close()
         except Exception:
             log.debug("queue depths not read", exc_info=True)

@@ -59,9 +59,10 @@ def gather(settings: Settings) -> dict[str, Any]:
             else {"ok": False, "error": "Redis does not answer"}
         )
         workers = report["workers"].get("by_queue", {})
+        depths = report["redis"].get("queue_depths", {})
         report["healthy"] = all(
             part["ok"] for part in (report["api"], report["database"], report["redis"])
-        ) and all(workers.get(queue) for queue in _queues())
+        ) and all(workers.get(queue) and depths.get(queue) is not None for queue in _queues())
     finally:
         runtime.close()
     return report
@@ -176,9 +177,13 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"DOWN workers   {workers['error']}")
     for queue in _queues():
         consumers = workers.get("by_queue", {}).get(queue, [])
+        depth = depths.get(queue, "?")
         state = mark(bool(consumers)) if workers["ok"] else "    "
+        if depth is None:
+            # A worker that waits on such a key stops: this queue is down whoever consumes it.
+            state, depth = mark(False), "? (a key of it in Redis is not a list)"
         lines.append(
-            f"{state} {queue:<13} {depths.get(queue, '?')} waiting, "
+            f"{state} {queue:<13} {depth} waiting, "
             f"{len(consumers)} worker(s) {', '.join(consumers)}".rstrip()
         )
     if "pending_approvals" in report["database"]:

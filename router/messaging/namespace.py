@@ -67,15 +67,21 @@ class Namespace:
             for step in PRIORITY_STEPS
         )
 
-    def queue_depths(self, client: Any, queues: Sequence[str]) -> dict[str, int]:
+    def queue_depths(self, client: Any, queues: Sequence[str]) -> dict[str, int | None]:
         """The messages waiting in each of ``queues``, read through the redis-py ``client``
-        in one round trip."""
+        in one round trip; None for a queue one of whose keys is not a list (anyone who can
+        write to Redis can put a string there), so the other queues are still read."""
         with client.pipeline(transaction=False) as pipe:
             for queue in queues:
                 for key in self.queue_keys(queue):
                     pipe.llen(key)
-            lengths = iter(pipe.execute())
-        return {queue: sum(next(lengths) for _ in PRIORITY_STEPS) for queue in queues}
+            lengths = iter(pipe.execute(raise_on_error=False))
+        depths: dict[str, int | None] = {}
+        for queue in queues:
+            counts = [next(lengths) for _ in PRIORITY_STEPS]
+            readable = all(isinstance(count, int) for count in counts)
+            depths[queue] = sum(counts) if readable else None
+        return depths
 
     @classmethod
     def of(cls, settings: Settings) -> Namespace:
