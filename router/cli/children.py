@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING
 from ..canonical import shown_as_text
 from ..files import private_dir, private_file
 from ..tools.unreachable import MARK as UNREACHABLE_MARK
+from .bound import bound_to_this_process
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -53,7 +54,8 @@ class Child:
 
     def start(self, env: dict[str, str], echo_width: int | None) -> None:
         self.process = subprocess.Popen(
-            self.argv,
+            # Stopped with `up` even when `up` is killed and cannot stop it.
+            bound_to_this_process(self.argv),
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

@@ -14,6 +14,7 @@ from pathlib import Path
 import redis
 
 from ..files import private_dir
+from .bound import bound_to_this_process
 
 
 def redis_answers(url: str, timeout: float = 0.5) -> bool:
@@ -59,7 +60,10 @@ def start_private_redis(state_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
         "noeviction",
     ]
     process = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
+        bound_to_this_process(argv),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     url = f"redis://127.0.0.1:{port}/0"
     deadline = time.monotonic() + 10
