@@ -185,6 +185,9 @@ class DecisionClient:
             self.app.send_task(
                 DECIDE_TASK,
                 args=[asdict(message)],
+                # What Flower shows of it: edited arguments and reasons stay out of its pages.
+                argsrepr=repr([{"request_id": request_id, "decision": str(decision)}]),
+                kwargsrepr="{}",
                 queue=APPROVALS_QUEUE,
                 routing_key=APPROVALS_QUEUE,
                 expires=self.timeout_s,

@@ -11,13 +11,16 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+import httpx
+import pytest
+
 from router.canonical import args_digest
 from router.messaging.decisions import DecisionMessage
 from router.messaging.namespace import Namespace
 from router.trust.keyring import Purpose
 
 from ..support.audit import audit_rows
-from ..support.calls import decide, result, submit_pending
+from ..support.calls import decide, result, submit, submit_pending
 from ..support.stack import Stack
 from .test_approvals_cli import cli, stack_cli_env
 from .test_trust_messages import (
@@ -26,6 +29,7 @@ from .test_trust_messages import (
     canary_approval,
     real_keyring,
     request_detail,
+    running_flower,
     send_decision,
 )
 
@@ -283,3 +287,36 @@ def test_an_approval_of_arguments_read_before_an_edit_is_refused(stack: Stack) -
     )
     assert approved.returncode == 0, approved.stdout + approved.stderr
     assert json.loads(approved.stdout)["value"] == edited
+
+
+def flower_tasks(http: httpx.Client, auth: tuple[str, str], name: str) -> list[dict[str, Any]]:
+    tasks = http.get("/api/tasks", params={"taskname": name}, auth=auth).json()
+    return list(tasks.values())
+
+
+@pytest.mark.timeout(300)
+def test_flower_shows_a_decision_without_its_edited_arguments_or_reason(stack: Stack) -> None:
+    secret_payee, secret_reason = "payee-only-approvers-read", "reason-only-approvers-read"
+    with running_flower(stack) as (base, auth), httpx.Client(base_url=base, timeout=30) as http:
+        # Flower switches task events on when it starts: shown once a call of ours is.
+        deadline = time.monotonic() + 60
+        while not flower_tasks(http, auth, "toolrouter.run_call"):
+            assert time.monotonic() < deadline, "Flower shows no task"
+            with stack.client() as api:
+                submit(api, "echo", {"n": 1}, wait_s=10)
+            time.sleep(1)
+        call = pending_wire(stack, 5000)
+        edited = {"amount": 4000, "to": secret_payee}
+        response = decide(stack, call["request_id"], args=edited, reason=secret_reason, wait_s=30)
+        assert response.status_code == 200, response.text
+        shown: list[dict[str, Any]] = []
+        while not shown and time.monotonic() < deadline + 30:
+            decisions = flower_tasks(http, auth, "toolrouter.decide")
+            shown = [task for task in decisions if call["request_id"] in str(task.get("args"))]
+            time.sleep(0.5)
+        page = http.get("/tasks/datatable", params={"length": 100}, auth=auth).text
+    assert len(shown) == 1, shown
+    text = json.dumps(shown) + page
+    assert secret_payee not in text and secret_reason not in text, shown
+    assert "approve" in str(shown[0]["args"])
+    print(f"Flower shows the decision as {shown[0]['args']} {shown[0]['kwargs']}")
