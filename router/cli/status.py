@@ -134,11 +134,15 @@ def processes_of_up(settings: Settings) -> dict[str, Any] | None:
         return None
     try:
         recorded = json.loads(running_file(settings).read_text(encoding="utf-8"))
+        processes = recorded.get("processes", {}) if isinstance(recorded, dict) else None
     except (OSError, ValueError):
         return None
+    if not isinstance(processes, dict):
+        return None  # not what `up` writes (the state directory is not trusted)
     return {
         name: {"pid": pid, "running": _alive(pid)}
-        for name, pid in sorted(recorded.get("processes", {}).items())
+        for name, pid in sorted(processes.items())
+        if type(pid) is int
     }
 
 

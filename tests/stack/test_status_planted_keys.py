@@ -1,6 +1,7 @@
 """A key planted in Redis at a queue's name (Redis is not trusted) blinds neither `/metrics`
 nor `toolrouter status` to the other queues, and status names the queue rather than say
-Redis is down: a real API, a real worker and a real `toolrouter status`.
+Redis is down: a real API, a real worker and a real `toolrouter status`. Nor does an
+`up.json` that `up` did not write (the state directory is not trusted) stop status.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import httpx
 import pytest
 import redis
 
+from router.cli.preflight import hold_state_dir
 from router.messaging.namespace import Namespace
 
 from ..support.launcher import REPO
@@ -91,3 +93,20 @@ def test_a_string_at_a_queues_key_leaves_the_other_queues_reported(stack: Stack)
         f"a string at {PLANTED_QUEUE}'s key: /metrics depths for {sorted(depths)}; status "
         f"redis ok={redis_part['ok']} workers ok={workers['ok']} exit={code}; {shown.strip()}"
     )
+
+
+@pytest.mark.parametrize(
+    "planted", ["[]", '{"processes": []}', '{"processes": {"api": "1", "beat": 2.5}}']
+)
+def test_a_planted_up_json_leaves_status_whole(stack: Stack, planted: str) -> None:
+    lock = hold_state_dir(stack.settings)  # as a running `up` holds it
+    try:
+        (stack.state_dir / "up.json").write_text(planted, encoding="utf-8")
+        done = status(stack, "--json")
+    finally:
+        (stack.state_dir / "up.json").unlink(missing_ok=True)
+        lock.release()
+    assert "Traceback" not in done.stderr, done.stderr
+    report = json.loads(done.stdout)
+    assert report["up"] in (None, {}), report["up"]
+    assert report["redis"]["ok"] and report["database"]["ok"], report
