@@ -144,7 +144,7 @@ class Gate:
                 return refusal(404, f"unknown request: {request_id}")
             if request.status == RequestStatus.EXPIRED or request.expires_at <= now:
                 return refusal(409, f"expired request: {request_id}")
-            who = principal_named(conn, actor)
+            who = principal_named(conn, actor, self.keyring)
             if who is None:
                 return refusal(403, f"key {actor} is unknown or revoked")
             problem = self._unbound(conn, request)
@@ -321,7 +321,7 @@ class Gate:
             metrics.tampered(Tampered.APPROVAL_DECISION)
             log.error("request %s has decisions this worker did not seal; ignored", request.id)
         approvers = {d["approver"] for d in sealed if d["decision"] == Decision.APPROVE}
-        return sum(1 for name in approvers if pending.counts_now(conn, request, name))
+        return sum(1 for name in approvers if pending.counts_now(conn, request, name, self.keyring))
 
     def _close(
         self,

@@ -41,6 +41,8 @@ class Tampered(StrEnum):
     CALL = "call"
     APPROVAL_REQUEST = "approval_request"
     APPROVAL_DECISION = "approval_decision"
+    API_KEY = "api_key"
+    UI_SESSION = "ui_session"
 
 
 def metrics_dir(settings: Settings) -> Path:

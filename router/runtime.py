@@ -264,6 +264,7 @@ class Runtime:
         roles = frozenset(role for tool in self.registry for role in tool.spec.approvers)
         return ApprovalsView(
             self.store,
+            self.keyring,
             escalations_of=escalation.recorded,
             clock=self.clock,
             escalate_to=groups,
@@ -274,6 +275,7 @@ class Runtime:
     def keys(self) -> KeyStore:
         return KeyStore(
             self.store,
+            self.keyring,
             clock=self.clock,
             announce=self._announce_keys_changed,
             cache=self.key_cache,
@@ -316,7 +318,9 @@ class Runtime:
         if check_tools:
             # Every tool is built now, so a bad tool config stops the start-up.
             _ = self.registry
-        ensure_schema(self.engine)
+        # With the key, so an upgrade seals the rows it has to (checked against the
+        # database's key before it does).
+        ensure_schema(self.engine, load_keyring(self.settings, self.namespace.name))
         # The key, checked against the database's: a wrong key stops the start-up too.
         _ = self.keyring
 

@@ -341,10 +341,10 @@ def edit(
     return edited, forgotten
 
 
-def counts_now(conn: Connection, request: ApprovalRequest, approver: str) -> bool:
+def counts_now(conn: Connection, request: ApprovalRequest, approver: str, keyring: KeyRing) -> bool:
     """Whether ``approver``'s approval of ``request`` counts now: its key is not revoked
     and may still decide it (its roles as they are now)."""
-    who = principal_named(conn, approver)
+    who = principal_named(conn, approver, keyring)
     return who is not None and request.may_decide(approver, who.roles)
 
 

@@ -18,6 +18,7 @@ from ..clock import Clock, wall_clock_ms
 from ..db.store import Store
 from ..errors import BadRequest, Conflict, Forbidden, NotFound
 from ..names import echo_name
+from ..trust.keyring import KeyRing
 from . import requests as pending
 from .model import Decision
 from .requests import ApprovalRequest, RequestStatus
@@ -39,13 +40,14 @@ class ApprovalsView:
     def __init__(
         self,
         store: Store,
+        keyring: KeyRing,
         *,
         escalations_of: EscalationsOf,
         clock: Clock = wall_clock_ms,
         escalate_to: Mapping[str, EscalateTo] | None = None,
         approver_roles: frozenset[str] = frozenset(),
     ) -> None:
-        self.store, self.clock = store, clock
+        self.store, self.keyring, self.clock = store, keyring, clock
         self.escalations_of = escalations_of
         # Each tool's escalation group, to say whom an escalated request was told to.
         self.escalate_to = escalate_to or {}
@@ -79,7 +81,7 @@ class ApprovalsView:
             visible = list(itertools.islice(mine, limit))
             decided = pending.decisions_of(conn, [r.id for r in visible])
             if open_only:
-                _mark_uncounted(conn, visible, decided)
+                _mark_uncounted(conn, visible, decided, self.keyring)
             args = pending.args_of(conn, [r.call_id for r in visible])
             escalated = self.escalations_of(conn, [r.id for r in visible])
         return [
@@ -115,7 +117,7 @@ class ApprovalsView:
             args = pending.args_of(conn, [request.call_id]).get(request.call_id)
             decided = pending.decisions(conn, request_id)
             if request.status == RequestStatus.PENDING:
-                _mark_uncounted(conn, [request], {request_id: decided})
+                _mark_uncounted(conn, [request], {request_id: decided}, self.keyring)
             escalated = self.escalations_of(conn, [request_id])
         body = pending.to_public(request, args=args, decided=decided, now=self.clock())
         return self._escalation(body, request, escalated)
@@ -203,11 +205,14 @@ class ApprovalsView:
 
 
 def _mark_uncounted(
-    conn: Any, requests: Sequence[ApprovalRequest], decided: Mapping[str, list[dict[str, Any]]]
+    conn: Any,
+    requests: Sequence[ApprovalRequest],
+    decided: Mapping[str, list[dict[str, Any]]],
+    keyring: KeyRing,
 ) -> None:
     """Mark ``"counts": false`` on the approvals of pending ``requests`` that the approval
     worker would not count now: their key was revoked, or lost its approver role, since."""
     for request in requests:
         for decision in decided[request.id]:
-            if not pending.counts_now(conn, request, decision["approver"]):
+            if not pending.counts_now(conn, request, decision["approver"], keyring):
                 decision["counts"] = False

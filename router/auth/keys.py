@@ -1,26 +1,37 @@
-"""API keys: random bearer tokens stored only as SHA-256 hashes, each with roles (SPEC §9)."""
+"""API keys: random bearer tokens stored only as SHA-256 hashes, each with roles (SPEC §9).
+
+Each row is sealed with the secret key (name, token hash, roles, revocation): a row written
+into the database without it, or one whose roles or revocation were changed there, is no
+key, wherever a key is looked up.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import json
+import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from .. import metrics
 from ..clock import Clock, wall_clock_ms
 from ..db.schema import api_keys, ui_sessions
 from ..db.store import Store
 from ..errors import Conflict, NotAuthenticated, NotFound
 from ..ids import new_token
+from ..trust.keyring import KeyRing
+from ..trust.row_seals import key_row_seal
 from .principal import Principal
 
 if TYPE_CHECKING:
     from .key_cache import PrincipalCache
+
+log = logging.getLogger(__name__)
 
 KEY_NAME_MAX = 128
 # Every request runs this; built once (see ``router.db.store``).
@@ -30,14 +41,23 @@ _BY_HASH = select(api_keys).where(api_keys.c.token_hash == bindparam("digest"))
 _BY_NAME = select(api_keys).where(api_keys.c.name == bindparam("name"))
 
 
-def principal_named(conn: Connection, name: str) -> Principal | None:
+def principal_named(conn: Connection, name: str, keyring: KeyRing) -> Principal | None:
     """The key called ``name`` with its current roles, read from the database now; None when
-    there is no such key or it is revoked. Who decides is always settled this way, never
-    from what a message says about them."""
+    there is no such key, it is revoked, or its row is not sealed. Who decides is always
+    settled this way, never from what a message says about them."""
     row = conn.execute(_BY_NAME, {"name": name}).first()
-    if row is None or row.revoked_at is not None:
+    if row is None or row.revoked_at is not None or not sealed(keyring, row):
         return None
     return Principal(name=row.name, roles=frozenset(json.loads(row.roles)))
+
+
+def sealed(keyring: KeyRing, row: Any) -> bool:
+    """Whether ``row`` of ``api_keys`` is as toolrouter wrote it; counted when it is not."""
+    if row.seal is not None and hmac.compare_digest(key_row_seal(keyring, row._mapping), row.seal):
+        return True
+    log.warning("api key %r is not sealed with this deployment's key: refused", row.name)
+    metrics.tampered(metrics.Tampered.API_KEY)
+    return False
 
 
 def token_hash(token: str) -> str:
@@ -55,12 +75,14 @@ class KeyStore:
     def __init__(
         self,
         store: Store,
+        keyring: KeyRing,
         clock: Clock = wall_clock_ms,
         *,
         announce: Callable[[], None] | None = None,
         cache: PrincipalCache | None = None,
     ) -> None:
-        self.store, self.clock, self.announce, self.cache = store, clock, announce, cache
+        self.store, self.keyring, self.clock = store, keyring, clock
+        self.announce, self.cache = announce, cache
 
     def create(self, name: str, roles: list[str]) -> str:
         """Store a new key and return its token: the only time the token is ever seen."""
@@ -69,12 +91,14 @@ class KeyStore:
         if not roles:
             raise ValueError("a key needs at least one role")
         token = new_token()
-        row = {
+        row: dict[str, Any] = {
             "name": name,
             "token_hash": token_hash(token),
             "roles": json.dumps(sorted(set(roles))),
             "created_at": self.clock(),
+            "revoked_at": None,
         }
+        row["seal"] = key_row_seal(self.keyring, row)
         try:
             with self.store.transaction() as conn:
                 conn.execute(api_keys.insert(), [row])
@@ -86,10 +110,16 @@ class KeyStore:
         """Revoke the key and end its inbox sessions."""
         now = self.clock()
         with self.store.transaction() as conn:
+            row = conn.execute(_BY_NAME, {"name": name}).first()
+            revoked = {**row._mapping, "revoked_at": now} if row is not None else None
             result = conn.execute(
                 update(api_keys)
                 .where(api_keys.c.name == name, api_keys.c.revoked_at.is_(None))
-                .values(revoked_at=now)
+                .values(
+                    revoked_at=now,
+                    # Sealed revoked: setting revoked_at back to NULL unseals the row.
+                    seal=key_row_seal(self.keyring, revoked) if revoked is not None else None,
+                )
             )
             conn.execute(
                 update(ui_sessions)
@@ -138,6 +168,8 @@ class KeyStore:
             raise NotAuthenticated("invalid key")
         if row.revoked_at is not None:
             raise NotAuthenticated("key revoked")
+        if not sealed(self.keyring, row):
+            raise NotAuthenticated("invalid key")
         who = Principal(name=row.name, roles=frozenset(json.loads(row.roles)))
         if cache is not None:
             cache.put(digest, who, generation=generation)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import ipaddress
 import logging
 import secrets
@@ -20,14 +21,17 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import redis
 from sqlalchemy import and_, select, update
 
+from .. import metrics
 from ..clock import Clock
 from ..db.schema import ui_sessions
 from ..db.store import Store
 from ..trust.keyring import KeyRing, Purpose
+from ..trust.row_seals import session_row_seal
 from .keys import Principal, principal_named
 
 log = logging.getLogger(__name__)
@@ -72,6 +76,7 @@ class SessionStore:
                         "created_at": now,
                         "expires_at": session.expires_ms,
                         "ended_at": None,
+                        "seal": self._seal(session.id_hash, who.name),
                     }
                 ],
             )
@@ -105,10 +110,26 @@ class SessionStore:
                     )
                 )
             ).first()
-            who = principal_named(conn, row.key_name) if row is not None else None
+            if row is not None and not self._sealed(row):
+                row = None
+            who = principal_named(conn, row.key_name, self.keyring) if row is not None else None
         if row is None or who is None:
             return None
         return Session(row.id_hash, row.key_name, row.expires_at), who
+
+    def _seal(self, id_hash: str, key_name: str) -> str:
+        return session_row_seal(self.keyring, id_hash, key_name)
+
+    def _sealed(self, row: Any) -> bool:
+        """A session row written without the secret key, or pointed at another key in the
+        database, is no session (sessions of before the seal end with it)."""
+        if row.seal is not None and hmac.compare_digest(
+            self._seal(row.id_hash, row.key_name), row.seal
+        ):
+            return True
+        log.warning("an inbox session of %r is not sealed with this deployment's key", row.key_name)
+        metrics.tampered(metrics.Tampered.UI_SESSION)
+        return False
 
     def end(self, cookie: str | None) -> None:
         if not cookie or len(cookie) > 128:

@@ -17,10 +17,11 @@ def db() -> None:
 def db_upgrade() -> None:
     """Bring the schema up to date (Alembic)."""
     from ..db.migrate import head_revision, upgrade
+    from ..trust.keyring import load_keyring
 
     rt = runtime(prepare=False)
     try:
-        upgrade(rt.engine)
+        upgrade(rt.engine, load_keyring(rt.settings, rt.namespace.name))
     except Unavailable as exc:
         fail(str(exc))
     click.echo(f"schema at {head_revision()}")

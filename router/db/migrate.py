@@ -9,6 +9,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 from ..errors import SchemaOutdated
+from ..trust.keyring import KeyRing
 from .engine import translate_errors
 
 
@@ -27,18 +28,20 @@ def current_revision(engine: Engine) -> str | None:
         return MigrationContext.configure(conn).get_current_revision()
 
 
-def upgrade(engine: Engine) -> None:
-    """Bring the schema to head (``toolrouter db upgrade``)."""
+def upgrade(engine: Engine, keyring: KeyRing | None = None) -> None:
+    """Bring the schema to head (``toolrouter db upgrade``). With the deployment's
+    ``keyring``, migrations that seal rows seal those already there."""
     config = alembic_config()
     with translate_errors(), engine.begin() as conn:
         config.attributes["connection"] = conn
+        config.attributes["keyring"] = keyring
         command.upgrade(config, "head")
 
 
-def ensure_schema(engine: Engine) -> None:
+def ensure_schema(engine: Engine, keyring: KeyRing | None = None) -> None:
     """SQLite upgrades itself; any other database must already be at head."""
     if engine.dialect.name == "sqlite":
-        upgrade(engine)
+        upgrade(engine, keyring)
         return
     current, head = current_revision(engine), head_revision()
     if current != head:

@@ -96,6 +96,9 @@ api_keys = Table(
     Column("roles", Text, nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("revoked_at", BigInteger, nullable=True),
+    # Tag of the row with the secret key (migration 0016): a row written without it, or
+    # roles or a revocation changed in the database, is no key.
+    Column("seal", String(64), nullable=True),
 )
 
 # The pending table: one row per gated call, bound at issue time to the call, its tool,
@@ -178,6 +181,8 @@ ui_sessions = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("expires_at", BigInteger, nullable=False),
     Column("ended_at", BigInteger, nullable=True),
+    # Tag of the session id's hash and its key's name (migration 0016).
+    Column("seal", String(64), nullable=True),
     Index("ix_ui_sessions_key_name", "key_name"),
 )
 

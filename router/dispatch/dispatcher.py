@@ -128,7 +128,7 @@ class Dispatcher:
     def roles_of(self, name: str) -> frozenset[str]:
         """The key's current roles, for a tool whose rules read ``roles``; read only then."""
         with self.store.reading() as conn:
-            who = principal_named(conn, name)
+            who = principal_named(conn, name, self.keyring)
         return who.roles if who is not None else frozenset()
 
     def check(

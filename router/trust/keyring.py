@@ -40,6 +40,7 @@ class Purpose(StrEnum):
     AUDIT_HEAD = "audit-head"  # signed heads, archival checkpoints, the keyed boundary
     COMPLETION = "completion"  # results riding on completion wake-ups; cached results
     KEYS = "keys"  # acknowledgements of a key revocation
+    KEY_ROW = "key-row"  # API key rows (name, token hash, roles, revocation), inbox sessions
     SESSION = "session"  # inbox CSRF tokens
     FINGERPRINT = "fingerprint"  # names the key without revealing it
 

@@ -11,9 +11,13 @@ from alembic import command
 from sqlalchemy import column, insert, inspect, select, table
 from sqlalchemy.exc import IntegrityError
 
+from router.auth.keys import KeyStore, token_hash
 from router.db.engine import make_engine
 from router.db.migrate import alembic_config, upgrade
 from router.db.schema import metadata
+from router.db.store import Store
+from router.errors import NotAuthenticated
+from router.trust.keyring import KeyRing
 
 # The columns of the tables as migration 0012 leaves them that these tests write.
 CALL_COLUMNS = (
@@ -21,6 +25,7 @@ CALL_COLUMNS = (
     "created_at", "updated_at", "batch_id", "batch_index",
 )  # fmt: skip
 calls = table("calls", *(column(name) for name in CALL_COLUMNS))
+KEY_COLUMNS = ("name", "token_hash", "roles", "created_at", "revoked_at")
 batches = table(
     "batches",
     *(column(n) for n in ("id", "requested_by", "created_at", "updated_at", "submitted")),
@@ -124,6 +129,38 @@ def test_a_batch_s_next_index_starts_after_its_calls_and_its_count(database_url:
                 ).all()
             )
         assert ends == {"batch_x": 5, "batch_y": 5, "batch_z": 0}
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("given_the_key", [True, False])
+def test_keys_of_before_the_seal_are_sealed_by_an_upgrade_given_the_key(
+    database_url: str, given_the_key: bool
+) -> None:
+    """Migration 0016 seals the keys there are with the deployment's key, when it has it;
+    without it they stay unsealed, and refused."""
+    engine = make_engine(database_url)
+    config = alembic_config()
+    keyring = KeyRing(b"k" * 32)
+    token = "t" * 43
+    try:
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0015")
+            conn.execute(
+                insert(table("api_keys", *(column(n) for n in KEY_COLUMNS))),
+                [
+                    {"name": "old", "token_hash": token_hash(token), "roles": '["agent"]'}
+                    | {"created_at": 1, "revoked_at": None}
+                ],
+            )
+        upgrade(engine, keyring if given_the_key else None)
+        keys = KeyStore(Store(engine), keyring)
+        if given_the_key:
+            assert keys.authenticate(token).roles == frozenset({"agent"})
+        else:
+            with pytest.raises(NotAuthenticated):
+                keys.authenticate(token)
     finally:
         engine.dispose()
 

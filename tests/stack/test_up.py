@@ -289,7 +289,7 @@ def test_up_runs_every_process_serves_a_call_and_stops_cleanly_on_ctrl_c(
     # The demo keys were stored in the state directory's database: any command sees them.
     runtime = Runtime(Settings(state_dir=state_dir, database_url="", redis_url=up_redis_url))
     try:
-        keys = KeyStore(runtime.store)
+        keys = KeyStore(runtime.store, runtime.keyring)
         assert keys.authenticate(agent_key).roles == {"agent"}
         assert keys.authenticate(approver_key).roles == {"approver"}
         with runtime.store.reading() as conn:

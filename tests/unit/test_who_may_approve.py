@@ -9,6 +9,7 @@ from router.approval.view import ApprovalsView
 from router.auth.principal import Principal
 from router.db.store import Store
 from router.notify.escalation import recorded
+from router.trust.keyring import KeyRing
 
 
 def key(*roles: str) -> Principal:
@@ -23,12 +24,18 @@ def test_approver_roles_are_every_role_but_agent_operator_and_admin() -> None:
 
 def test_a_role_a_tool_names_among_its_approvers_may_approve() -> None:
     view = ApprovalsView(
-        cast(Store, None), escalations_of=recorded, approver_roles=frozenset({"approver", "agent"})
+        cast(Store, None),
+        KeyRing(b"k" * 32),
+        escalations_of=recorded,
+        approver_roles=frozenset({"approver", "agent"}),
     )
     assert view.may_approve(key("agent"))
     assert view.may_approve(key("finance"))
     assert not view.may_approve(key("operator"))
     plain = ApprovalsView(
-        cast(Store, None), escalations_of=recorded, approver_roles=frozenset({"approver"})
+        cast(Store, None),
+        KeyRing(b"k" * 32),
+        escalations_of=recorded,
+        approver_roles=frozenset({"approver"}),
     )
     assert not plain.may_approve(key("agent"))

@@ -32,6 +32,7 @@ from router.results import CallResult
 from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 from router.tools.registry import Tool
+from router.trust.keyring import KeyRing
 
 from ..call_limits import KERNEL_MARGIN_S
 from ..handlers import Outcome
@@ -166,7 +167,9 @@ class Ledger:
         if tool is not None and tool.rules is not None and row.request_id is None:
             # Rules over arguments read again: a row written without a request runs only if
             # they still let this call run ungated (keys' roles as they are now).
-            ruling = rule_on(tool, json.loads(row.args), row.requested_by, _roles_in(conn))
+            ruling = rule_on(
+                tool, json.loads(row.args), row.requested_by, _roles_in(conn, self.runtime.keyring)
+            )
             gated = ruling.gate is not None or ruling.denial is not None
         request = pending.get(conn, row.request_id) if row.request_id is not None else None
         refused = run_refusal(self.runtime.keyring, row, request, gated=gated)
@@ -184,7 +187,7 @@ class Ledger:
         and a fallback has no approval of its own."""
         if tool.rules is None:
             return None
-        ruling = rule_on(tool, args, requested_by, _roles_in(conn))
+        ruling = rule_on(tool, args, requested_by, _roles_in(conn, self.runtime.keyring))
         if ruling.denial is not None:
             return RunRefusal("Denied", ruling.denial)
         if ruling.gate is not None:
@@ -275,9 +278,9 @@ class Ledger:
             )
 
 
-def _roles_in(conn: Connection) -> RolesOf:
+def _roles_in(conn: Connection, keyring: KeyRing) -> RolesOf:
     def roles_of(name: str) -> frozenset[str]:
-        who = principal_named(conn, name)
+        who = principal_named(conn, name, keyring)
         return who.roles if who is not None else frozenset()
 
     return roles_of
