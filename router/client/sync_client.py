@@ -72,7 +72,7 @@ class Client:
             raise RuntimeError("the client is closed")
         options: dict[str, Any] = {
             "body": request.body,
-            "headers": request.headers,
+            "headers": _wire_headers(request.headers),
             "timeout": request.timeout,  # to connect, and for each wait for the server
             "pool_timeout": request.timeout,  # a float, whatever urllib3's hint says
             "retries": False,  # nothing is sent twice
@@ -254,3 +254,11 @@ def _pool_manager(api: api_requests.Api) -> urllib3.PoolManager:
         manager = urllib3.ProxyManager(api.proxy, proxy_headers=headers, **options)
     manager.pool_classes_by_scheme = {"http": _Pool, "https": _TLSPool}
     return manager
+
+
+def _wire_headers(headers: Mapping[str, str]) -> Mapping[str, str]:
+    """``headers`` as ``http.client`` writes them, in Latin-1: a value beyond ASCII (an
+    idempotency key) goes as its UTF-8 bytes, as the API reads it and ``aiohttp`` sends it."""
+    if all(value.isascii() for value in headers.values()):
+        return headers
+    return {name: value.encode("utf-8").decode("latin-1") for name, value in headers.items()}

@@ -153,6 +153,23 @@ def test_batch_status_and_streamed_results(stack: Stack) -> None:
         list(other.batch_results(receipt.batch_id))
 
 
+def test_a_batch_key_beyond_ascii_names_one_batch_through_both_clients(stack: Stack) -> None:
+    # NDJSON carries the key in a header, which HTTP libraries write as Latin-1.
+    key = f"lot-é-✓-{uuid.uuid4().hex}"
+    lines = [json.dumps({"tool": "echo", "args": {"i": 0}})]
+    with client(stack) as agent:
+        first = agent.batch_lines(lines, idempotency_key=key, offset=0)
+        again = agent.batch([{"tool": "echo", "args": {"i": 0}}], idempotency_key=key, offset=0)
+
+    async def from_async() -> str:
+        async with AsyncClient(stack.base_url, stack.keys["agent"]) as agent:
+            receipt = await agent.batch_lines(lines, idempotency_key=key, offset=0)
+            return receipt.batch_id
+
+    assert again.batch_id == first.batch_id and again.replayed == 1
+    assert asyncio.run(from_async()) == first.batch_id
+
+
 def test_async_client_does_the_same(stack: Stack) -> None:
     async def scenario() -> None:
         async with (
