@@ -7,6 +7,7 @@ key, wherever a key is looked up.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -52,12 +53,23 @@ def principal_named(conn: Connection, name: str, keyring: KeyRing) -> Principal 
 
 
 def sealed(keyring: KeyRing, row: Any) -> bool:
-    """Whether ``row`` of ``api_keys`` is as toolrouter wrote it; counted when it is not."""
-    if row.seal is not None and hmac.compare_digest(key_row_seal(keyring, row._mapping), row.seal):
+    """Whether ``row`` of ``api_keys`` is as toolrouter wrote it; reported when it is not."""
+    if verifies(keyring, row):
         return True
-    log.warning("api key %r is not sealed with this deployment's key: refused", row.name)
-    metrics.tampered(metrics.Tampered.API_KEY)
+    _report_unsealed(row.name, row.seal)
     return False
+
+
+def verifies(keyring: KeyRing, row: Any) -> bool:
+    seal = key_row_seal(keyring, row._mapping)
+    return row.seal is not None and hmac.compare_digest(seal, row.seal)
+
+
+@functools.lru_cache(maxsize=1024)
+def _report_unsealed(name: str, seal: str | None) -> None:
+    """Once per row as found, not at every lookup of it."""
+    log.warning("api key %r is not sealed with this deployment's key: refused", name)
+    metrics.tampered(metrics.Tampered.API_KEY)
 
 
 def token_hash(token: str) -> str:
@@ -111,6 +123,8 @@ class KeyStore:
         now = self.clock()
         with self.store.transaction() as conn:
             row = conn.execute(_BY_NAME, {"name": name}).first()
+            if row is not None:
+                sealed(self.keyring, row)  # a forged row, revoked, is reported first
             revoked = {**row._mapping, "revoked_at": now} if row is not None else None
             result = conn.execute(
                 update(api_keys)
@@ -140,6 +154,8 @@ class KeyStore:
                 "roles": json.loads(r.roles),
                 "created_at": r.created_at,
                 "revoked": r.revoked_at is not None,
+                # Refused wherever it is used: written or changed outside toolrouter.
+                "sealed": verifies(self.keyring, r),
             }
             for r in rows
         ]

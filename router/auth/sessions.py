@@ -10,6 +10,7 @@ sign-ins are throttled per client address.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -44,6 +45,13 @@ FLASH_BYTES = 2400
 MAX_SESSIONS_PER_KEY = 20
 
 
+@functools.lru_cache(maxsize=1024)
+def _report_unsealed(id_hash: str, key_name: str) -> None:
+    """Once per row, not at every request that names it."""
+    log.warning("an inbox session of %r is not sealed with this deployment's key", key_name)
+    metrics.tampered(metrics.Tampered.UI_SESSION)
+
+
 def _digest(session_id: str) -> str:
     return hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -76,7 +84,9 @@ class SessionStore:
                         "created_at": now,
                         "expires_at": session.expires_ms,
                         "ended_at": None,
-                        "seal": self._seal(session.id_hash, who.name),
+                        "seal": session_row_seal(
+                            self.keyring, session.id_hash, who.name, session.expires_ms
+                        ),
                     }
                 ],
             )
@@ -117,18 +127,14 @@ class SessionStore:
             return None
         return Session(row.id_hash, row.key_name, row.expires_at), who
 
-    def _seal(self, id_hash: str, key_name: str) -> str:
-        return session_row_seal(self.keyring, id_hash, key_name)
-
     def _sealed(self, row: Any) -> bool:
         """A session row written without the secret key, or pointed at another key in the
         database, is no session (sessions of before the seal end with it)."""
         if row.seal is not None and hmac.compare_digest(
-            self._seal(row.id_hash, row.key_name), row.seal
+            session_row_seal(self.keyring, row.id_hash, row.key_name, row.expires_at), row.seal
         ):
             return True
-        log.warning("an inbox session of %r is not sealed with this deployment's key", row.key_name)
-        metrics.tampered(metrics.Tampered.UI_SESSION)
+        _report_unsealed(row.id_hash, row.key_name)
         return False
 
     def end(self, cookie: str | None) -> None:

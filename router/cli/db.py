@@ -17,11 +17,11 @@ def db() -> None:
 def db_upgrade() -> None:
     """Bring the schema up to date (Alembic)."""
     from ..db.migrate import head_revision, upgrade
-    from ..trust.keyring import load_keyring
+    from ..trust.keyring import existing_keyring
 
     rt = runtime(prepare=False)
     try:
-        upgrade(rt.engine, load_keyring(rt.settings, rt.namespace.name))
+        upgrade(rt.engine, existing_keyring(rt.settings, rt.namespace.name))
     except Unavailable as exc:
         fail(str(exc))
     click.echo(f"schema at {head_revision()}")

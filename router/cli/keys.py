@@ -58,4 +58,6 @@ def keys_list(as_json: bool) -> None:
         return
     for key in found:
         state = "revoked" if key["revoked"] else "active"
+        if not key["sealed"]:
+            state += " (refused: not sealed with this deployment's key)"
         click.echo(f"{key['name']}\t{','.join(key['roles'])}\t{state}")  # type: ignore[arg-type]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -9,8 +11,10 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 from ..errors import SchemaOutdated
-from ..trust.keyring import KeyRing
 from .engine import translate_errors
+
+if TYPE_CHECKING:
+    from ..trust.keyring import KeyRing
 
 
 def alembic_config() -> Config:

@@ -99,6 +99,14 @@ def load_keyring(settings: Settings, namespace: str) -> KeyRing:
     return KeyRing(text.encode("utf-8"), source=str(path))
 
 
+def existing_keyring(settings: Settings, namespace: str) -> KeyRing | None:
+    """``load_keyring`` where the deployment has a key already; None where it has none
+    (nothing is made: an upgrade run away from the deployment must not invent one)."""
+    if settings.secret_key.get_secret_value() or key_file(settings, namespace).exists():
+        return load_keyring(settings, namespace)
+    return None
+
+
 def _create_key_file(path: Path) -> None:
     """Write a new key beside ``path`` and link it into place, so a process starting at
     the same moment reads either no file or the whole key, never half of it."""

@@ -20,6 +20,9 @@ def key_row_seal(keyring: KeyRing, row: Mapping[str, Any]) -> str:
     return keyring.sign(Purpose.KEY_ROW, canonical_json(["api_key", *fields]))
 
 
-def session_row_seal(keyring: KeyRing, id_hash: str, key_name: str) -> str:
-    """A ``ui_sessions`` row's seal: the hash of its id and the key it signs in as."""
-    return keyring.sign(Purpose.KEY_ROW, canonical_json(["ui_session", id_hash, key_name]))
+def session_row_seal(keyring: KeyRing, id_hash: str, key_name: str, expires_ms: int) -> str:
+    """A ``ui_sessions`` row's seal: the hash of its id, the key it signs in as, and its
+    expiry (its end, set later, is not sealed: reviving an ended session needs its cookie,
+    and the key is checked at every request anyway)."""
+    fields = ["ui_session", id_hash, key_name, expires_ms]
+    return keyring.sign(Purpose.KEY_ROW, canonical_json(fields))

@@ -71,6 +71,9 @@ def test_a_key_written_into_the_database_is_no_key(stack: Stack, rt: Runtime) ->
         assert http.get("/v1/approvals").status_code == 401
         approve = http.post(f"/v1/approvals/{call['request_id']}/approve", json={})
     assert approve.status_code == 401, approve.text
+    # An operator sees it for what it is.
+    listed = {key["name"]: key for key in rt.keys.list()}
+    assert listed[name]["sealed"] is False and listed["approver"]["sealed"] is True
     with stack.client("agent") as http:
         assert http.get(f"/v1/calls/{call['call_id']}").json()["status"] == "pending"
 
