@@ -11,8 +11,8 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import IO, Any
 
 import pytest
 
@@ -83,64 +83,20 @@ def test_a_receiver_s_endless_body_is_not_read_once_its_status_is_known() -> Non
 
 
 @contextlib.contextmanager
-def greeting_line_by_line() -> Iterator[int]:
-    """A mail server on loopback whose greeting is a continued line every 0.2 s (for 6 s,
-    then it falls silent); its port."""
-    server = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-
-    def serve() -> None:
-        conn, _ = server.accept()
-        with conn, contextlib.suppress(OSError):
-            for _ in range(30):
-                if stop.wait(0.2):
-                    return
-                conn.sendall(b"220-still greeting\r\n")
-            stop.wait()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield server.getsockname()[1]
-    finally:
-        stop.set()
-        thread.join(5)
-        server.close()
-
-
-def test_a_mail_server_answering_a_line_at_a_time_is_cut_off_at_the_timeout() -> None:
-    with greeting_line_by_line() as port:
-        channel = EmailChannel(
-            type="email", host="127.0.0.1", port=port, from_addr="tr@example.com", to=("a@x.io",)
-        )
-        started = time.monotonic()
-        with pytest.raises(AttemptFailed) as failed:
-            send(channel, NOTICE, timeout_s=1, now_s=0)
-        assert time.monotonic() - started < 3
-    assert failed.value.reason == "timed out after 1 s"
-    assert failed.value.retryable
-
-
-@contextlib.contextmanager
-def handshake_byte_by_byte() -> Iterator[int]:
-    """A mail server on loopback that offers STARTTLS, then answers the TLS handshake with a
-    record header and a byte of it every 0.2 s (for 6 s, then falls silent); its port."""
+def mail_server(opening: Callable[[socket.socket, IO[bytes]], None], drip: bytes) -> Iterator[int]:
+    """A mail server on loopback that says its ``opening``, then sends ``drip`` every 0.2 s
+    (for 6 s, then falls silent); its port."""
     server = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
 
     def serve() -> None:
         conn, _ = server.accept()
         with conn, contextlib.suppress(OSError), conn.makefile("rb") as lines:
-            conn.sendall(b"220 mail.example ESMTP\r\n")
-            lines.readline()  # EHLO
-            conn.sendall(b"250-mail.example\r\n250 STARTTLS\r\n")
-            lines.readline()  # STARTTLS
-            conn.sendall(b"220 go ahead\r\n")
-            conn.sendall(b"\x16\x03\x03\x40\x00")  # a handshake record of 16 KiB follows
+            opening(conn, lines)
             for _ in range(30):
                 if stop.wait(0.2):
                     return
-                conn.sendall(b"\x02")
+                conn.sendall(drip)
             stop.wait()
 
     thread = threading.Thread(target=serve, daemon=True)
@@ -153,15 +109,37 @@ def handshake_byte_by_byte() -> Iterator[int]:
         server.close()
 
 
-def test_a_mail_server_trickling_its_tls_handshake_is_cut_off_at_the_timeout() -> None:
-    with handshake_byte_by_byte() as port:
+def greeting_line_by_line() -> contextlib.AbstractContextManager[int]:
+    """A greeting continued a line at a time."""
+    return mail_server(lambda conn, lines: None, b"220-still greeting\r\n")
+
+
+def handshake_byte_by_byte() -> contextlib.AbstractContextManager[int]:
+    """STARTTLS offered, then the TLS handshake's first record a byte at a time."""
+
+    def opening(conn: socket.socket, lines: IO[bytes]) -> None:
+        conn.sendall(b"220 mail.example ESMTP\r\n")
+        lines.readline()  # EHLO
+        conn.sendall(b"250-mail.example\r\n250 STARTTLS\r\n")
+        lines.readline()  # STARTTLS
+        conn.sendall(b"220 go ahead\r\n")
+        conn.sendall(b"\x16\x03\x03\x40\x00")  # a handshake record of 16 KiB follows
+
+    return mail_server(opening, b"\x02")
+
+
+@pytest.mark.parametrize("server", [greeting_line_by_line, handshake_byte_by_byte])
+def test_a_mail_server_answering_a_little_at_a_time_is_cut_off_at_the_timeout(
+    server: Callable[[], contextlib.AbstractContextManager[int]],
+) -> None:
+    with server() as port:
         channel = EmailChannel(
             type="email",
             host="127.0.0.1",
             port=port,
             from_addr="tr@example.com",
             to=("a@x.io",),
-            starttls=True,
+            starttls=server is handshake_byte_by_byte,
         )
         started = time.monotonic()
         with pytest.raises(AttemptFailed) as failed:

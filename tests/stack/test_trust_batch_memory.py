@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
+
 from ..support.stack import Stack
 
-NDJSON = {"Content-Type": "application/x-ndjson"}
 # Peak growth allowed to the API while it reads one of these bodies: a few times the body's
 # own size, where building it whole costs some twenty-five times.
 GROWTH_MIB = 250
@@ -32,24 +33,24 @@ def tiny_values(count: int) -> bytes:
     return b"[" + b",".join([b"[]"] * count) + b"]"
 
 
-def test_one_call_written_in_millions_of_tiny_values_is_refused_unbuilt(stack: Stack) -> None:
-    # One call of 24 MiB, in a body with room for many calls: too large to be a call, so it
-    # is never built, and no call after it is read.
-    entry_limit = stack.settings.max_args_bytes + 16 * 1024
-    body = b'{"calls": [{"tool": "echo", "args": {"x": ' + tiny_values(8_000_000) + b"}}]}"
+def posted(stack: Stack, body: bytes, content_type: str) -> tuple[httpx.Response, int]:
+    """The API's answer to ``body`` and how far its peak resident memory grew, in MiB."""
     api = stack.processes["api"].pid
     before = reset_peak(api)
     with stack.client() as http:
-        response = http.post(
-            "/v1/batches", content=body, headers={"Content-Type": "application/json"}
-        )
+        response = http.post("/v1/batches", content=body, headers={"Content-Type": content_type})
     grown = rss_mib(api, "VmHWM") - before
     print(f"API peak RSS grew {grown} MiB for a {len(body) >> 20} MiB body")
+    return response, grown
+
+
+def test_one_call_written_in_millions_of_tiny_values_is_refused_unbuilt(stack: Stack) -> None:
+    # One call of 24 MiB, in a body with room for many calls: too large to be a call, so it
+    # is never built, and no call after it is read.
+    body = b'{"calls": [{"tool": "echo", "args": {"x": ' + tiny_values(8_000_000) + b"}}]}"
+    response, grown = posted(stack, body, "application/json")
     assert response.status_code == 413, response.text
-    assert response.json() == {
-        "ok": False,
-        "error": f"call 0 is written in more than {entry_limit} characters",
-    }
+    assert response.json() == {"ok": False, "error": too_long(stack)}
     assert grown < GROWTH_MIB, grown
 
 
@@ -59,13 +60,7 @@ def test_calls_of_tiny_values_each_within_the_limits_are_read_a_chunk_at_a_time(
     # 120 lines of 200 KiB each: every call within the size limit, the body within its own.
     # The tool is unknown, so each call is read, refused and audited: nothing runs.
     line = b'{"tool": "no_such_tool", "args": {"x": ' + tiny_values(68_000) + b"}}"
-    body = b"\n".join([line] * 120)
-    api = stack.processes["api"].pid
-    before = reset_peak(api)
-    with stack.client() as http:
-        response = http.post("/v1/batches", content=body, headers=NDJSON)
-    grown = rss_mib(api, "VmHWM") - before
-    print(f"API peak RSS grew {grown} MiB for a {len(body) >> 20} MiB body")
+    response, grown = posted(stack, b"\n".join([line] * 120), "application/x-ndjson")
     assert response.status_code == 200, response.text
     receipt = response.json()
     assert (receipt["total"], receipt["accepted"]) == (120, 0), receipt
@@ -79,15 +74,11 @@ def test_a_body_of_few_commas_but_deep_nesting_is_read_a_call_at_a_time(stack: S
     chain = b"[" * 300 + b"]" * 300
     args = b"[" + b",".join([chain] * 20_000) + b"]"
     body = b'{"calls": [{"tool": "echo", "args": {"x": ' + args + b"}}]}"
-    entry_limit = stack.settings.max_args_bytes + 16 * 1024
-    api = stack.processes["api"].pid
-    before = reset_peak(api)
-    with stack.client() as http:
-        response = http.post(
-            "/v1/batches", content=body, headers={"Content-Type": "application/json"}
-        )
-    grown = rss_mib(api, "VmHWM") - before
-    print(f"API peak RSS grew {grown} MiB for a {len(body) >> 20} MiB body")
+    response, grown = posted(stack, body, "application/json")
     assert response.status_code == 413, response.text
-    assert response.json()["error"] == f"call 0 is written in more than {entry_limit} characters"
+    assert response.json()["error"] == too_long(stack)
     assert grown < GROWTH_MIB, grown
+
+
+def too_long(stack: Stack) -> str:
+    return f"call 0 is written in more than {stack.settings.max_args_bytes + 16 * 1024} characters"
