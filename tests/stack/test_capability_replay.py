@@ -43,7 +43,7 @@ def ranked_stack(
 def test_a_keyed_call_by_capability_replays_after_the_ranking_moves(
     ranked_stack: Stack,
 ) -> None:
-    body = {"capability": "cap.x", "args": {"q": 1}, "idempotency_key": "k-1", "wait_s": 20}
+    body = {"capability": "cap.x", "args": {"q": 1}, "idempotency_key": "k-1", "wait_s": 60}
     with ranked_stack.client() as http:
         first = http.post("/v1/calls", json=body).json()
         assert first["tool"] == "alpha" and first["answered_by"] == "beta", first
@@ -53,7 +53,7 @@ def test_a_keyed_call_by_capability_replays_after_the_ranking_moves(
             ranking = http.post("/v1/calls", json=dry).json()["capability"]["ranking"]
             return ranking[0]["tool"] == "beta"
 
-        wait_for(best, 15, "alpha's failure reordering the ranking")
+        wait_for(best, 60, "alpha's failure reordering the ranking")
         again = http.post("/v1/calls", json=body)
         assert again.status_code == 200, again.text
         assert again.json() == first

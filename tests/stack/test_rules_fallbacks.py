@@ -39,7 +39,7 @@ def stack(
 
 def pay(stack: Stack, tool: str, args: dict[str, Any]) -> dict[str, Any]:
     with stack.client() as http:
-        return submit(http, tool, args, wait_s=20)
+        return submit(http, tool, args, wait_s=60)
 
 
 def test_a_fallback_whose_deny_if_holds_does_not_run(stack: Stack) -> None:
