@@ -18,6 +18,11 @@ def too_large(size: int, limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"body is {size} bytes, over the limit of {limit}")
 
 
+def past_limit(limit: int) -> PayloadTooLarge:
+    """``too_large`` of a body refused as it streams in, before its size is known."""
+    return PayloadTooLarge(f"body is over the limit of {limit} bytes")
+
+
 def parse_json(raw: bytes, *, limit: int) -> Any:
     """Decode a JSON body, refusing what JSON does not allow and what would hurt."""
     if len(raw) > limit:

@@ -71,8 +71,13 @@ class Runtime:
         return Namespace.of(self.settings)
 
     @cached_property
+    def _loaded_keyring(self) -> KeyRing:
+        """The deployment's key as configured, not yet checked against the database's."""
+        return load_keyring(self.settings, self.namespace.name)
+
+    @cached_property
     def _trust(self) -> tuple[KeyRing, Deployment]:
-        keyring = load_keyring(self.settings, self.namespace.name)
+        keyring = self._loaded_keyring
         return keyring, register(self.store, keyring, self.clock)
 
     @property
@@ -320,7 +325,7 @@ class Runtime:
             _ = self.registry
         # With the key, so an upgrade seals the rows it has to (checked against the
         # database's key before it does).
-        ensure_schema(self.engine, load_keyring(self.settings, self.namespace.name))
+        ensure_schema(self.engine, self._loaded_keyring)
         # The key, checked against the database's: a wrong key stops the start-up too.
         _ = self.keyring
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import PayloadTooLarge
+from ..json_input import past_limit, too_large
 from ..names import echo_name
 from .responses import AsciiJSONResponse
 
@@ -35,9 +36,7 @@ class BodyLimit:
         limit = self.limit_for(str(scope.get("path", "")))
         declared = _content_length(scope)
         if declared is not None and declared > limit:
-            await _refuse(
-                scope, receive, send, f"body is {declared} bytes, over the limit of {limit}"
-            )
+            await _refuse(scope, receive, send, str(too_large(declared, limit)))
             return
         received = 0
         started = over = False
@@ -50,7 +49,7 @@ class BodyLimit:
                 if received > limit:
                     over = True
                     # Raised into whoever reads the body; the API's error table answers 413.
-                    raise PayloadTooLarge(f"body is over the limit of {limit} bytes")
+                    raise past_limit(limit)
             return message
 
         async def watching_send(message: Message) -> None:

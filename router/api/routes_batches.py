@@ -14,7 +14,7 @@ from ..auth.principal import Principal
 from ..dispatch.batch_entries import Malformed, Unread
 from ..dispatch.batches import BatchService
 from ..errors import BadRequest, Forbidden, PayloadTooLarge
-from ..json_input import too_large
+from ..json_input import past_limit, too_large
 from ..status import Role
 from .batch_json import json_calls
 from .bodies import call_body_bytes, idempotency_key
@@ -50,12 +50,12 @@ async def read_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it passes ``limit`` (not after reading it all)."""
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(f"body is {declared} bytes, over the limit of {limit}")
+        raise too_large(int(declared), limit)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise PayloadTooLarge(f"body is over the limit of {limit} bytes")
+            raise past_limit(limit)
         chunks.append(chunk)
     return b"".join(chunks)
 
