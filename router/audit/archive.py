@@ -28,6 +28,7 @@ from ..clock import Clock
 from ..db.schema import audit_checkpoints, audit_log
 from ..db.store import Store
 from ..files import private_dir, private_file
+from ..names import echo_name
 from ..trust.keyring import KeyRing, Purpose
 from . import manifest
 from .log import GENESIS_HASH, AuditLog, lock_chain
@@ -129,7 +130,7 @@ def archive(
         ).scalar()
         if last_old is None or last_old <= start:
             return ArchiveResult(0, None, None, _prune(archive_dir, now, archive_days))
-        name = f"audit-{start + 1:012d}-{last_old:012d}.jsonl.gz"
+        name = segment_name(start + 1, last_old)
         path = archive_dir / name
         tmp = path.with_suffix(".tmp")
         count, last_hash, first_prev = 0, GENESIS_HASH, None
@@ -171,6 +172,10 @@ def archive(
     }
     manifest.append(archive_dir, entry, log.keyring)
     return ArchiveResult(count, name, last_old, _prune(archive_dir, now, archive_days))
+
+
+def segment_name(from_seq: int, through_seq: int) -> str:
+    return f"audit-{from_seq:012d}-{through_seq:012d}.jsonl.gz"
 
 
 def _prune(archive_dir: Path, now: int, archive_days: float) -> list[str]:
@@ -242,6 +247,15 @@ def verify_archives(
             problems.append(
                 f"checkpoint through seq {checkpoint.through_seq} has no matching manifest entry"
             )
+        first = checkpoint.through_seq - checkpoint.rows + 1
+        if checkpoint.segment != segment_name(first, checkpoint.through_seq):
+            # Never opened: a name from the database may lead anywhere (``../``, a device).
+            problems.append(
+                f"checkpoint through seq {checkpoint.through_seq} names a segment not its own: "
+                f"{echo_name(checkpoint.segment)}"
+            )
+            prev_hash = checkpoint.last_hash
+            continue
         path = archive_dir / checkpoint.segment
         if path.exists():
             problem = verify_segment(path, checkpoint, prev_hash, log)

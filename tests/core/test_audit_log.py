@@ -344,6 +344,29 @@ def test_a_forged_checkpoint_and_manifest_line_do_not_cover_deleted_rows(
     assert (4, "seq 1-3 missing before it (deleted, or this row inserted)") in found
 
 
+def test_verify_never_opens_a_segment_a_checkpoint_names_outside_its_own(
+    runtime: Runtime,
+) -> None:
+    """A checkpoint's segment name comes from the database: ``../`` would read any file (a
+    device never ends), a control character would reach the operator's terminal."""
+    append(runtime, 3)
+    chain = rows(runtime)
+    runtime.archive_dir.mkdir(parents=True, exist_ok=True)
+    (runtime.archive_dir.parent / "outside.jsonl.gz").write_bytes(b"")
+    for segment in ("../outside.jsonl.gz", "audit-\x1b]0;owned\x07.jsonl.gz"):
+        unguarded(
+            runtime,
+            "DELETE FROM audit_checkpoints",
+            "INSERT INTO audit_checkpoints (through_seq, last_hash, rows, segment,"
+            " segment_sha256, at, mac) VALUES (2, :hash, 2, :segment, 'x', 0, NULL)",
+            params={"hash": chain[1]["hash"], "segment": segment},
+        )
+        found = [reason for _, reason in problems(runtime)]
+        shown = json.dumps(segment)[1:-1]
+        assert f"checkpoint through seq 2 names a segment not its own: {shown}" in found
+        assert not any("file digest" in reason or "\x1b" in reason for reason in found)
+
+
 def test_verify_reports_a_missing_segment_within_retention(
     runtime: Runtime, clock: FakeClock, tmp_path: Path
 ) -> None:
