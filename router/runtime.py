@@ -20,7 +20,7 @@ from .audit.head import head_file
 from .audit.head import read as read_head
 from .audit.log import AuditLog
 from .audit.verify import Evidence, Report, verify
-from .auth.key_cache import PrincipalCache
+from .auth.key_cache import Acknowledged, PrincipalCache
 from .auth.keys import KeyStore
 from .auth.sessions import SessionStore
 from .clock import Clock, wall_clock_ms
@@ -290,10 +290,10 @@ class Runtime:
         """A new notifier (each process keeps its own: workers' are made after the fork)."""
         return Notifier(self.redis_url, self.namespace, self.keyring)
 
-    def _announce_keys_changed(self) -> None:
+    def _announce_keys_changed(self) -> Acknowledged:
         notifier = self.notifier()
         try:
-            notifier.keys_changed()
+            return notifier.keys_changed()
         finally:
             notifier.client.close()
 

@@ -20,11 +20,25 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .principal import Principal
 
 TTL_S = 5.0
 MAX_ENTRIES = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledged:
+    """How a revocation was heard: ``listening`` API processes (None where Redis could
+    not be told), ``heard`` of them confirmed within the wait."""
+
+    listening: int | None
+    heard: int
+
+    @property
+    def unconfirmed(self) -> int | None:
+        return None if self.listening is None else self.listening - self.heard
 
 
 class PrincipalCache:

@@ -13,7 +13,7 @@ import hmac
 import json
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.engine import Connection
@@ -27,10 +27,8 @@ from ..errors import Conflict, NotAuthenticated, NotFound
 from ..ids import new_token
 from ..trust.keyring import KeyRing
 from ..trust.row_seals import key_row_seal
+from .key_cache import Acknowledged, PrincipalCache
 from .principal import Principal
-
-if TYPE_CHECKING:
-    from .key_cache import PrincipalCache
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +88,7 @@ class KeyStore:
         keyring: KeyRing,
         clock: Clock = wall_clock_ms,
         *,
-        announce: Callable[[], None] | None = None,
+        announce: Callable[[], Acknowledged] | None = None,
         cache: PrincipalCache | None = None,
     ) -> None:
         self.store, self.keyring, self.clock = store, keyring, clock
@@ -118,8 +116,9 @@ class KeyStore:
             raise Conflict(f"a key named {name!r} already exists") from None
         return token
 
-    def revoke(self, name: str) -> None:
-        """Revoke the key and end its inbox sessions."""
+    def revoke(self, name: str) -> Acknowledged | None:
+        """Revoke the key and end its inbox sessions; how the API processes heard it (None
+        where nothing announces revocations)."""
         now = self.clock()
         with self.store.transaction() as conn:
             row = conn.execute(_BY_NAME, {"name": name}).first()
@@ -142,8 +141,7 @@ class KeyStore:
             )
         if result.rowcount != 1:
             raise NotFound(f"unknown key: {name}")
-        if self.announce is not None:
-            self.announce()
+        return self.announce() if self.announce is not None else None
 
     def list(self) -> list[dict[str, object]]:
         with self.store.reading() as conn:

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from ..auth.key_cache import TTL_S
 from ..errors import ToolrouterError
 from .common import fail, runtime
 
@@ -42,10 +43,18 @@ def keys_revoke(name: str) -> None:
     """Revoke a key by name."""
     rt = runtime(tools=False)
     try:
-        rt.keys.revoke(name)
+        heard = rt.keys.revoke(name)
     except ToolrouterError as exc:
         fail(str(exc))
     click.echo(f"revoked key {name!r}")
+    if heard is not None and heard.unconfirmed != 0:
+        # Committed either way; what is left is how soon every API process refuses it.
+        whom = (
+            "the API processes could not be told (Redis)"
+            if heard.unconfirmed is None
+            else f"{heard.unconfirmed} of {heard.listening} API processes did not confirm"
+        )
+        click.echo(f"warning: {whom}; each refuses the key within {TTL_S:g} s", err=True)
 
 
 @keys.command("list")

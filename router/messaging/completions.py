@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from .. import metrics
+from ..auth.key_cache import Acknowledged
 from ..constants import CALL_DONE_CHANNEL, KEYS_CHANGED_CHANNEL
 from ..metrics import Untrusted
 from ..results import CallResult, content_blocks
@@ -141,9 +142,9 @@ class Notifier:
             ids = ", ".join(call_id for call_id, _ in done)
             log.warning("could not announce completion of %s: %s", ids, exc)
 
-    def keys_changed(self, *, ack_timeout_s: float = KEYS_ACK_TIMEOUT_S) -> int:
+    def keys_changed(self, *, ack_timeout_s: float = KEYS_ACK_TIMEOUT_S) -> Acknowledged:
         """``revocations.announce``: tell the API processes a key was revoked, and wait for
-        them to say they forgot their keys. Returns how many acknowledged."""
+        them to say they forgot their keys."""
         return revocations.announce(
             self.client, self.namespace, self.keyring, ack_timeout_s=ack_timeout_s
         )

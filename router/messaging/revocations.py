@@ -15,6 +15,7 @@ import redis
 import redis.asyncio as aioredis
 
 from .. import metrics
+from ..auth.key_cache import Acknowledged
 from ..constants import KEYS_ACK, KEYS_CHANGED_CHANNEL
 from ..metrics import Untrusted
 from ..trust.keyring import KeyRing, Purpose
@@ -33,10 +34,10 @@ def announce(
     keyring: KeyRing,
     *,
     ack_timeout_s: float = KEYS_ACK_TIMEOUT_S,
-) -> int:
+) -> Acknowledged:
     """Tell the API processes to forget the principals they keep (a key was revoked),
     and wait until each one that heard it says it has: once this returns, no new
-    request gets in with the revoked key. Returns how many acknowledged."""
+    request gets in with the revoked key, unless some did not confirm."""
     # Best effort: a process that misses this forgets within ``key_cache.TTL_S``.
     nonce = secrets.token_hex(8)
     acks = namespace.key(KEYS_ACK, nonce)
@@ -56,12 +57,8 @@ def announce(
         client.delete(acks)
     except redis.RedisError as exc:
         log.warning("could not announce a key revocation: %s", exc)
-        return 0
-    if heard < listening:
-        log.warning(
-            "%d of %d API processes did not confirm a key revocation", listening - heard, listening
-        )
-    return heard
+        return Acknowledged(None, 0)
+    return Acknowledged(listening, heard)  # the caller says what was not confirmed
 
 
 async def acknowledge(

@@ -12,10 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from router.audit.log import AuditEntry
+from router.auth.key_cache import TTL_S
+from router.constants import KEYS_CHANGED_CHANNEL
 from router.db.migrate import head_revision
 from router.errors import NotAuthenticated
+from router.messaging.namespace import Namespace
 from router.runtime import Runtime
 from router.settings import Settings
 from router.status import AuditEvent
@@ -146,6 +150,30 @@ def test_keys_revoke_makes_the_token_refused(home: Home) -> None:
     assert token not in listed and keep not in listed  # tokens are never shown again
     states = dict(line.split("\t")[0::2] for line in listed.splitlines())
     assert states == {"leaving": "revoked", "staying": "active"}
+
+
+def test_keys_revoke_says_when_an_api_process_did_not_confirm(
+    tmp_path: Path, redis_base: str
+) -> None:
+    """A listener on the revocation channel that never acknowledges (an API process stalled
+    or gone): the revocation stands, and the operator learns how soon it holds everywhere."""
+    redis_url = f"{redis_base}/{CLI_REDIS_DB}"
+    home = Home(tmp_path, TOOLROUTER_REDIS_URL=redis_url)
+    ok(home.run("keys", "create", "--name", "leaving", "--role", "agent"))
+    alone = home.run("keys", "revoke", "leaving")
+    assert (ok(alone), alone.stderr) == ("revoked key 'leaving'\n", "")  # no API listening
+    token = ok(home.run("keys", "create", "--name", "second", "--role", "agent")).splitlines()[-1]
+    channel = Namespace.of(home.settings()).key(KEYS_CHANGED_CHANNEL)
+    with redis.Redis.from_url(redis_url) as client, client.pubsub() as stalled:
+        stalled.subscribe(channel)
+        stalled.get_message(timeout=30)  # the subscription stands
+        result = home.run("keys", "revoke", "second")
+    assert ok(result) == "revoked key 'second'\n"
+    assert result.stderr == (
+        f"warning: 1 of 1 API processes did not confirm; each refuses the key within {TTL_S:g} s\n"
+    )
+    with pytest.raises(NotAuthenticated):
+        authenticate(home.settings(), token)
 
 
 def test_keys_revoke_of_an_unknown_name_fails_clearly(home: Home) -> None:

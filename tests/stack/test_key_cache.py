@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import httpx
 from sqlalchemy import update
 
-from router.auth.key_cache import PrincipalCache
+from router.auth.key_cache import Acknowledged, PrincipalCache
 from router.auth.principal import Principal
 from router.db.schema import api_keys
 from router.runtime import Runtime
@@ -109,7 +109,7 @@ def test_every_listening_api_process_acknowledges(stack: Stack) -> None:
     notifier = runtime.notifier()
     try:
         # This stack's API; other deployments on this Redis have their own channel and key.
-        assert notifier.keys_changed() == 1
+        assert notifier.keys_changed() == Acknowledged(listening=1, heard=1)
     finally:
         notifier.client.close()
         runtime.close()
@@ -127,7 +127,7 @@ def test_a_known_key_is_answered_from_the_cache_until_it_is_emptied(stack: Stack
                     update(api_keys).where(api_keys.c.name == name).values(token_hash="0" * 64)
                 )
             assert http.get("/v1/tools").status_code == 200
-            assert notifier.keys_changed() >= 1
+            assert notifier.keys_changed().heard >= 1
             response = http.get("/v1/tools")
             assert response.status_code == 401
             assert response.json() == {"ok": False, "error": "invalid key"}

@@ -624,7 +624,7 @@ def test_two_deployments_share_one_redis_db_without_crossing(
         ):
             notifier = Notifier(redis_url, namespace, keyring)
             try:
-                acks[label] = notifier.keys_changed()
+                acks[label] = notifier.keys_changed().heard
             finally:
                 notifier.client.close()
         assert acks == {"B": 1, "A": 1, "B's channel, A's key": 0}
