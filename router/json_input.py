@@ -3,11 +3,15 @@ message, never a 500 (a 10,000-deep nesting, an invalid UTF-8 byte) and never ``
 
 from __future__ import annotations
 
+import codecs
 import json
 import sys
 from typing import Any
 
 from .errors import BadRequest, PayloadTooLarge
+
+# Bodies are checked for UTF-8 in blocks of this size, never held decoded whole.
+UTF8_BLOCK = 1 << 20
 
 
 def no_constants(name: str) -> Any:
@@ -40,12 +44,37 @@ def decode_json(raw: bytes) -> Any:
 
 def text_of(raw: bytes) -> str:
     """The body as text: refused when empty or not UTF-8."""
-    if not raw.strip():
-        raise BadRequest("malformed body: empty; expected a JSON object")
+    refuse_empty(raw)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BadRequest(f"malformed body: not valid UTF-8 (byte {exc.start})") from None
+        raise not_utf8(exc.start) from None
+
+
+def check_utf8(raw: bytes) -> None:
+    """``text_of``'s refusals, without holding the text: checked a block at a time."""
+    refuse_empty(raw)
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for start in range(0, len(raw), UTF8_BLOCK):
+        try:
+            decoder.decode(raw[start : start + UTF8_BLOCK], final=start + UTF8_BLOCK >= len(raw))
+        except UnicodeDecodeError as exc:
+            # The decoder keeps a character cut at a block's end for the next block.
+            raise not_utf8(start - len(decoder.getstate()[0]) + exc.start) from None
+
+
+def refuse_empty(raw: bytes) -> None:
+    if not raw.strip():
+        raise BadRequest("malformed body: empty; expected a JSON object")
+
+
+def not_utf8(byte: int) -> BadRequest:
+    return BadRequest(f"malformed body: not valid UTF-8 (byte {byte})")
+
+
+def malformed_at(message: str, line: int, column: int) -> BadRequest:
+    """``json``'s error where it found it (counted in characters, from 1)."""
+    return BadRequest(f"malformed body: {message} at line {line} column {column}")
 
 
 def malformed(exc: RecursionError | ValueError) -> BadRequest:
@@ -54,7 +83,7 @@ def malformed(exc: RecursionError | ValueError) -> BadRequest:
     if isinstance(exc, RecursionError):
         return BadRequest("malformed body: nested too deeply")
     if isinstance(exc, json.JSONDecodeError):
-        return BadRequest(f"malformed body: {exc.msg} at line {exc.lineno} column {exc.colno}")
+        return malformed_at(exc.msg, exc.lineno, exc.colno)
     if "integer string conversion" in str(exc):  # Python's own advice is not ours
         limit_digits = sys.get_int_max_str_digits()
         return BadRequest(f"malformed body: an integer of more than {limit_digits} digits")

@@ -16,11 +16,11 @@ from typing import Any
 
 from ..dispatch.batch_entries import Unread
 from ..errors import BadRequest, PayloadTooLarge
-from ..json_input import malformed, no_constants, text_of
+from ..json_input import check_utf8, malformed, malformed_at, no_constants
 from ..names import echo_name
 from .bodies import check_fields, object_body
 
-SPACE = re.compile(r"[ \t\n\r]*")
+SPACE = re.compile(rb"[ \t\n\r]*")
 # The decoder's scanner reads one value at an index (``raw_decode`` without its checks).
 SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(
     parse_constant=no_constants
@@ -28,18 +28,19 @@ SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder(
 # Where a value is first looked for: most calls are small; a window grows by this factor.
 FIRST_WINDOW = 1024
 GROWTH = 8
-VALUE_STARTS = frozenset('[{"-0123456789tfn')
+VALUE_STARTS = frozenset(b'[{"-0123456789tfn')
 # A window's last characters may hold a value cut in two that still reads, or fails, as
 # another: ``1.5`` as ``1`` (``1.``), ``true`` as an error (``tr``), ``\u00e9`` as an error;
 # the longest is ``-Infinity``, an error of its own once whole.
 EDGE = len("-Infinity")
+BOM = "\ufeff".encode()
 
 
 def json_calls(
     raw: bytes, *, limit: int, allowed: frozenset[str], max_calls: int, entry_limit: int
 ) -> dict[str, Any]:
     """The body as ``object_body`` reads it, but a ``calls`` list of more than
-    ``max_calls`` entries, or a value of more than ``entry_limit`` characters, is refused
+    ``max_calls`` entries, or a value of more than ``entry_limit`` bytes, is refused
     before it is built; the calls of a long list come as ``Unread``."""
     if values_at_most(raw) <= max_calls:  # fewer values than calls allowed: built at little cost
         return object_body(raw, limit=limit, allowed=allowed)
@@ -56,78 +57,86 @@ def walk_calls(
     raw: bytes, *, allowed: frozenset[str], max_calls: int, entry_limit: int
 ) -> dict[str, Any]:
     """``json_calls`` of a body whose size is checked already, read an entry at a time."""
-    text = text_of(raw)
+    check_utf8(raw)
     try:
-        return _Walk(text, max_calls, entry_limit, allowed).body()
+        return _Walk(raw, max_calls, entry_limit, allowed).body()
     except RecursionError as exc:
         raise malformed(exc) from None
-    except ValueError as exc:  # a JSONDecodeError placed in the whole text, NaN, long integers
+    except ValueError as exc:  # NaN, long integers
         raise malformed(exc) from None
 
 
 class _Walk:
-    def __init__(self, text: str, max_calls: int, entry_limit: int, allowed: frozenset[str]):
-        self.text, self.max_calls, self.entry_limit = text, max_calls, entry_limit
+    """The body's bytes, walked: each window is read as Latin-1, one character a byte, so
+    places are byte offsets, the text is never held decoded (one character beyond ASCII
+    would make it up to four bytes a character), and JSON's syntax, all ASCII, reads the
+    same. A call's text is kept as its bytes; other values are decoded as UTF-8."""
+
+    def __init__(self, raw: bytes, max_calls: int, entry_limit: int, allowed: frozenset[str]):
+        self.raw, self.max_calls, self.entry_limit = raw, max_calls, entry_limit
         self.allowed = allowed
 
     def body(self) -> dict[str, Any]:
-        text = self.text
-        if text.startswith("\ufeff"):  # as ``json.loads`` says it, not "Expecting value"
-            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        raw = self.raw
+        if raw.startswith(BOM):  # as ``json.loads`` says it, not "Expecting value"
+            raise self.error("Unexpected UTF-8 BOM (decode using utf-8-sig)", 0)
         at = self.space(0)
-        if not text.startswith("{", at):
-            if text[at : at + 1] in VALUE_STARTS:
+        if not raw.startswith(b"{", at):
+            if raw[at : at + 1] and raw[at] in VALUE_STARTS:
                 raise BadRequest("malformed body: expected a JSON object")
-            raise json.JSONDecodeError("Expecting value", text, at)
+            raise self.error("Expecting value", at)
         body: dict[str, Any] = {}
         at = self.space(at + 1)
-        if not text.startswith("}", at):
+        if not raw.startswith(b"}", at):
             while True:
-                if not text.startswith('"', at):
-                    raise json.JSONDecodeError(
-                        "Expecting property name enclosed in double quotes", text, at
-                    )
-                name, at = SCAN(text, at)
-                at = self.expect(at, ":")
-                if name == "calls" and text.startswith("[", at):
+                if not raw.startswith(b'"', at):
+                    raise self.error("Expecting property name enclosed in double quotes", at)
+                name, at = self.decoded(at, "a field's name")
+                at = self.expect(at, b":")
+                if name == "calls" and raw.startswith(b"[", at):
                     body[name], at = self.calls(at + 1)
                 else:
-                    body[name], at = self.value(at, echo_name(name))
+                    body[name], at = self.decoded(at, echo_name(name))
                 at = self.space(at)
-                if text.startswith("}", at):
+                if raw.startswith(b"}", at):
                     break
-                at = self.expect(at, ",")
+                at = self.expect(at, b",")
         at = self.space(at + 1)
-        if at != len(text):
-            raise json.JSONDecodeError("Extra data", text, at)
+        if at != len(raw):
+            raise self.error("Extra data", at)
         return check_fields(body, self.allowed)
 
     def calls(self, at: int) -> tuple[list[object], int]:
         items: list[object] = []
         at = self.space(at)
-        if self.text.startswith("]", at):
+        if self.raw.startswith(b"]", at):
             return items, at + 1
         while True:
             if len(items) == self.max_calls:  # one more entry: too many, however many follow
                 raise PayloadTooLarge(f"too many calls: over the limit of {self.max_calls}")
-            end = self.value(at, f"call {len(items)}")[1]
-            items.append(Unread(self.text[at:end].encode("utf-8")))
+            end = self.end_of_value(at, f"call {len(items)}")
+            items.append(Unread(self.raw[at:end]))
             at = self.space(end)
-            if self.text.startswith("]", at):
+            if self.raw.startswith(b"]", at):
                 return items, at + 1
-            at = self.expect(at, ",")
+            at = self.expect(at, b",")
 
-    def value(self, at: int, what: str) -> tuple[Any, int]:
-        """The value at ``at`` and where it ends, read in windows of growing size: a value
-        longer than ``entry_limit`` is refused without being built."""
+    def decoded(self, at: int, what: str) -> tuple[Any, int]:
+        """The value at ``at``, read as UTF-8, and where it ends."""
+        end = self.end_of_value(at, what)
+        return SCAN(self.raw[at:end].decode("utf-8"), 0)[0], end
+
+    def end_of_value(self, at: int, what: str) -> int:
+        """Where the value at ``at`` ends, read in windows of growing size: a value longer
+        than ``entry_limit`` bytes is refused without being built."""
         window = FIRST_WINDOW
         while True:
             window = min(window, self.entry_limit + EDGE)
-            piece = self.text[at : at + window]
-            cut = at + window < len(self.text)
+            piece = self.raw[at : at + window].decode("latin-1")
+            cut = at + window < len(self.raw)
             error: json.JSONDecodeError | None = None
             try:
-                found, end = SCAN(piece, 0)
+                end = SCAN(piece, 0)[1]
             except StopIteration as stop:
                 error = json.JSONDecodeError("Expecting value", piece, stop.value)
             except json.JSONDecodeError as exc:
@@ -136,22 +145,32 @@ class _Walk:
                 if end > self.entry_limit:
                     break
                 if not cut or end <= window - EDGE:
-                    return found, at + end
+                    return at + end
             if error is not None and not (cut and _maybe_cut_short(error, window)):
-                raise json.JSONDecodeError(error.msg, self.text, at + error.pos)
+                raise self.error(error.msg, at + error.pos)
             if window >= self.entry_limit + EDGE:
                 break
             window *= GROWTH
-        raise PayloadTooLarge(f"{what} is written in more than {self.entry_limit} characters")
+        raise PayloadTooLarge(f"{what} is written in more than {self.entry_limit} bytes")
 
-    def expect(self, at: int, char: str) -> int:
+    def expect(self, at: int, char: bytes) -> int:
         at = self.space(at)
-        if not self.text.startswith(char, at):
-            raise json.JSONDecodeError(f"Expecting {char!r} delimiter", self.text, at)
+        if not self.raw.startswith(char, at):
+            raise self.error(f"Expecting {char.decode()!r} delimiter", at)
         return self.space(at + 1)
 
     def space(self, at: int) -> int:
-        return SPACE.match(self.text, at).end()  # type: ignore[union-attr]
+        return SPACE.match(self.raw, at).end()  # type: ignore[union-attr]
+
+    def error(self, message: str, at: int) -> BadRequest:
+        """``json``'s error at byte ``at``, placed by line and character as it places it."""
+        line_start = self.raw.rfind(b"\n", 0, at) + 1
+        column = len(self.raw[line_start:at].translate(None, CONTINUATION_BYTES)) + 1
+        return malformed_at(message, self.raw.count(b"\n", 0, at) + 1, column)
+
+
+# The bytes that continue a character in UTF-8: left out, bytes count characters.
+CONTINUATION_BYTES = bytes(range(0x80, 0xC0))
 
 
 def _maybe_cut_short(error: json.JSONDecodeError, window: int) -> bool:

@@ -80,5 +80,17 @@ def test_a_body_of_few_commas_but_deep_nesting_is_read_a_call_at_a_time(stack: S
     assert grown < GROWTH_MIB, grown
 
 
+def test_one_character_beyond_ascii_does_not_widen_the_body_held(stack: Stack) -> None:
+    # Decoded whole, one emoji would make the text four bytes a character (240 MiB for this
+    # 60 MiB body); read as its bytes, it costs what an ASCII body costs.
+    emoji = "\U0001f600".encode()
+    args = b'{"note": "' + emoji + b'", "x": ' + tiny_values(20_000_000) + b"}"
+    body = b'{"calls": [{"tool": "echo", "args": ' + args + b"}]}"
+    response, grown = posted(stack, body, "application/json")
+    assert response.status_code == 413, response.text
+    assert response.json()["error"] == too_long(stack)
+    assert grown < GROWTH_MIB, grown
+
+
 def too_long(stack: Stack) -> str:
-    return f"call 0 is written in more than {stack.settings.max_args_bytes + 16 * 1024} characters"
+    return f"call 0 is written in more than {stack.settings.max_args_bytes + 16 * 1024} bytes"

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from router import json_input
 from router.api import batch_json
 from router.api.batch_json import json_calls, values_at_most, walk_calls
 from router.api.bodies import object_body
@@ -95,6 +96,29 @@ def test_walking_reads_what_json_loads_reads(
         assert read_walking(raw) == whole
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(alphabet=st.sampled_from("a{é€\U0001f600"), max_size=12),
+    bad=st.sampled_from([b"\xff", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80"]),
+    at=st.integers(min_value=0, max_value=40),
+    block=st.integers(min_value=1, max_value=5),
+)
+def test_utf8_checked_in_blocks_is_refused_at_the_byte_decoding_whole_names(
+    text: str, bad: bytes, at: int, block: int
+) -> None:
+    """A character cut between two blocks is whole, and a bad byte is named where a decoder
+    of the whole body names it, whatever the blocks."""
+    raw = text.encode("utf-8")
+    raw = raw[: min(at, len(raw))] + bad + raw[min(at, len(raw)) :]
+    with pytest.raises(BadRequest) as whole:
+        json_input.text_of(b"{" + raw)
+    with mock.patch.object(json_input, "UTF8_BLOCK", block), pytest.raises(BadRequest) as blocks:
+        json_input.check_utf8(b"{" + raw)
+    assert str(blocks.value) == str(whole.value)
+    with mock.patch.object(json_input, "UTF8_BLOCK", block):
+        json_input.check_utf8(b"{" + text.encode("utf-8"))
+
+
 def test_a_value_longer_than_a_call_is_refused_by_its_place() -> None:
     entry = json.dumps({"tool": "t", "args": {"x": [[]] * 40}})
     body = f'{{"calls": [{{"tool": "t"}}, {entry}, {{"tool": "u"}}]}}'.encode()
@@ -105,12 +129,12 @@ def test_a_value_longer_than_a_call_is_refused_by_its_place() -> None:
         )
         assert read_walking(body, entry_limit=len(entry) - 1) == (
             "PayloadTooLarge",
-            f"call 1 is written in more than {len(entry) - 1} characters",
+            f"call 1 is written in more than {len(entry) - 1} bytes",
         )
         key = b'{"idempotency_key": "' + b"k" * 200 + b'", "calls": []}'
         assert read_walking(key, entry_limit=100) == (
             "PayloadTooLarge",
-            "idempotency_key is written in more than 100 characters",
+            "idempotency_key is written in more than 100 bytes",
         )
 
 
