@@ -6,7 +6,8 @@ count for nothing (a real API process, both databases):
 - a role added to a real key in the database makes that key refused, not stronger;
 - a revoked key set back to unrevoked stays refused;
 - an inbox session row inserted by hand, or a real one pointed at another key, opens
-  nothing.
+  nothing;
+- a real inbox session given a later expiry in the database opens nothing.
 """
 
 from __future__ import annotations
@@ -126,3 +127,22 @@ def test_a_session_written_into_the_database_opens_nothing(stack: Stack, rt: Run
         id_hash=sha256(mine),
     )
     assert is_login_page(inbox_page(stack.base_url, mine))
+
+
+def test_a_session_given_a_later_expiry_in_the_database_opens_nothing(
+    stack: Stack, rt: Runtime
+) -> None:
+    stretched = session_cookie(sign_in(stack.base_url, stack.keys["approver2"]))
+    untouched = session_cookie(sign_in(stack.base_url, stack.keys["approver2"]))
+    for cookie in (stretched, untouched):
+        assert is_inbox_of(inbox_page(stack.base_url, cookie), "approver2")
+    # An attacker with the database keeps a stolen session alive: the seal stays as it was.
+    write(
+        rt,
+        "UPDATE ui_sessions SET expires_at = expires_at + :more WHERE id_hash = :id_hash",
+        more=365 * 24 * 3_600_000,
+        id_hash=sha256(stretched),
+    )
+    assert is_login_page(inbox_page(stack.base_url, stretched))
+    # The same key's other session still opens the inbox: only the changed row is refused.
+    assert is_inbox_of(inbox_page(stack.base_url, untouched), "approver2")
