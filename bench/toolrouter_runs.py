@@ -156,9 +156,14 @@ def throughput(
     return runs, cpu_ms_per_call(before, after, calls)
 
 
+def noop_batch(count: int) -> list[dict[str, Any]]:
+    """The calls of one measured batch (a test holds its body to ``json.loads``' path)."""
+    return [{"tool": "noop", "args": {"i": i}} for i in range(count)]
+
+
 def _batch(agent: Client, count: int) -> tuple[float, float]:
     """One batch of ``count`` no-op calls: (submission rate, rate until all finished)."""
-    calls = [{"tool": "noop", "args": {"i": i}} for i in range(count)]
+    calls = noop_batch(count)
     started = time.perf_counter()
     receipt = agent.batch(calls)
     elapsed = time.perf_counter() - started

@@ -13,13 +13,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.params import FULL
+from bench.toolrouter_runs import noop_batch
 from router import json_input
 from router.api import batch_json
 from router.api.batch_json import json_calls, values_at_most, walk_calls
 from router.api.bodies import object_body
 from router.api.routes_batches import ndjson_calls
+from router.client.api_requests import Api
 from router.dispatch.batch_entries import Malformed, Unread, chunks, parse_call
 from router.errors import BadRequest, PayloadTooLarge, RequestError
+from router.settings import Settings
 
 ALLOWED = frozenset({"calls", "idempotency_key"})
 LIMIT = 10**6
@@ -240,3 +244,14 @@ def test_a_byte_order_mark_is_refused_in_json_s_words_whichever_way_read() -> No
     body = b"\xef\xbb\xbf" + b'{"calls": [{"tool": "t"}]}'
     assert read_walking(body) == read_whole(body)
     assert "BOM" in read_whole(body)[1]
+
+
+def test_the_benchmarks_batch_is_read_whole_at_the_default_limit() -> None:
+    # The bench measures the common path: its body must not fall to the entry-by-entry walk.
+    body = (
+        Api("http://127.0.0.1:8000", "trk_bench", 60.0)
+        .batch(noop_batch(FULL.batch_calls), None, None)
+        .body
+    )
+    assert body is not None
+    assert values_at_most(body) <= Settings.model_fields["max_batch_calls"].default
