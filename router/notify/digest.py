@@ -16,7 +16,19 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 
 from ..tools.notify_config import ChannelType
-from .content import HEADLINES, Notice, compose_email, shortened, slack_escape, slack_message
+from .content import (
+    HEADLINES,
+    Element,
+    Notice,
+    compose_email,
+    link,
+    on_lines,
+    plain,
+    rich_text,
+    shortened,
+    slack_escape,
+    slack_message,
+)
 from .model import NotifyEvent
 
 # Fewer requests than this in one announcement are told one message each.
@@ -27,7 +39,7 @@ LISTED = 10
 LINE_SUMMARY_CHARS = 100
 # Deliveries one message carries at most: a batch chunk's (``router.dispatch.batches``).
 PER_MESSAGE = 1000
-# Slack refuses a section whose text is longer: lines past it are counted, not listed.
+# Slack caps a block's text (a section's at this): lines past it are counted, not listed.
 SLACK_SECTION_CHARS = 3000
 # Channel types read by people; a webhook's receiver wants each request on its own.
 FOR_PEOPLE = frozenset({ChannelType.SLACK, ChannelType.EMAIL})
@@ -100,16 +112,19 @@ class Digest:
 
 def slack_digest(digest: Digest) -> bytes:
     """One Slack message for the whole digest: a line per listed request, linked."""
-    headline = slack_escape(digest.headline)
-    listed: list[str] = []
-    for text, link in digest.lines():
-        line = f"• <{link}|{slack_escape(text)}>"
-        if sum(len(one) + 1 for one in listed) + len(line) > SLACK_SECTION_CHARS:
+    listed: list[list[Element]] = []
+    chars = 0
+    for text, url in digest.lines():
+        chars += len(f"• {text}\n")
+        if chars > SLACK_SECTION_CHARS:
             break
-        listed.append(line)
-    inbox = f"<{digest.inbox}|Open the inbox>"
-    footer = f"{slack_escape(digest.footer(len(listed)))}: {inbox}"
-    return slack_message(f"{headline} {inbox}", [f"*{headline}*", "\n".join(listed), footer])
+        listed.append([plain("• "), link(url, text)])
+    footer = rich_text(
+        plain(f"{digest.footer(len(listed))}: "), link(digest.inbox, "Open the inbox")
+    )
+    headline = rich_text(plain(digest.headline, bold=True))
+    text = f"{slack_escape(digest.headline)} <{digest.inbox}|Open the inbox>"
+    return slack_message(text, [headline, rich_text(*on_lines(listed)), footer])
 
 
 def email_digest(digest: Digest, *, sender: str, to: tuple[str, ...]) -> EmailMessage:

@@ -1,10 +1,13 @@
-"""Digests: which deliveries share a message, and what a digest says on Slack and by email."""
+"""Digests: which deliveries share a message, and what a digest says on Slack and by email;
+and that on Slack an agent's values are shown as written, never as markup."""
 
 from __future__ import annotations
 
 import json
 
-from router.notify.content import Notice
+import pytest
+
+from router.notify.content import Notice, slack_body
 from router.notify.digest import (
     LISTED,
     PER_MESSAGE,
@@ -17,6 +20,8 @@ from router.notify.digest import (
 )
 from router.notify.model import NotifyEvent
 
+from ..support.slack_blocks import links, objects, parsed, shown
+
 INBOX = "https://inbox.example.test/ui/"
 
 
@@ -24,13 +29,15 @@ def planned(i: int, channel: str, kind: str, event: str = "pending") -> Planned:
     return Planned(f"ntf_{i}", channel, kind, event)
 
 
-def notice(i: int, tool: str = "wire", summary: str = '{"to": "bob"}') -> Notice:
+def notice(
+    i: int, tool: str = "wire", summary: str = '{"to": "bob"}', by: str = "agent-7"
+) -> Notice:
     return Notice(
         event=NotifyEvent.PENDING,
         request_id=f"req-{i}",
         call_id=f"call_{i}",
         tool=tool,
-        requested_by="agent-7",
+        requested_by=by,
         approvers=("approver",),
         approvals_required=1,
         args_sha256="0" * 64,
@@ -78,14 +85,16 @@ def test_the_headline_counts_the_requests_and_names_at_most_three_tools() -> Non
 def test_slack_digest_keeps_markup_in_arguments_inert_and_links_each_request() -> None:
     digest = Digest((notice(1, summary='{"to": "<@channel> & co"}'), notice(2), notice(3)), INBOX)
     message = json.loads(slack_digest(digest))
-    text = json.dumps(message)
-    assert "<@channel>" not in text and "&lt;@channel&gt; &amp; co" in text
-    listed = message["blocks"][1]["text"]["text"]
-    assert listed.count(f"<{INBOX}#req-") == 3
-    assert (
-        message["blocks"][2]["text"]["text"]
-        == f"Every one is in the inbox: <{INBOX}|Open the inbox>"
-    )
+    assert not any("<@channel>" in text for text in parsed(message))
+    listed = message["blocks"][1]
+    assert shown(listed).splitlines() == [
+        '• wire by agent-7 (req-1): {"to": "<@channel> & co"}',
+        '• wire by agent-7 (req-2): {"to": "bob"}',
+        '• wire by agent-7 (req-3): {"to": "bob"}',
+    ]
+    assert links(message) == {INBOX, *(f"{INBOX}#req-{i}" for i in (1, 2, 3))}
+    assert shown(message["blocks"][2]) == "Every one is in the inbox: Open the inbox"
+    assert message["text"] == f"Approval needed: 3 requests (wire) <{INBOX}|Open the inbox>"
 
 
 def test_a_long_summary_is_cut_in_a_digest_line() -> None:
@@ -105,17 +114,55 @@ def test_email_digest_escapes_every_value_in_its_html() -> None:
     assert f"Every one is in the inbox: {INBOX}" in plain.get_content()
 
 
-def test_a_slack_digest_lists_no_more_than_a_section_holds_and_counts_the_rest() -> None:
-    """Markup escaped grows five times: ten lines of it would pass Slack's limit, and Slack
+def test_a_slack_digest_lists_no_more_than_a_block_holds_and_counts_the_rest() -> None:
+    """Ten lines of the longest tool and key names would pass Slack's limit, and Slack
     would refuse the whole message (no approver told of any of these requests)."""
-    notices = tuple(notice(i, tool="t" * 64, summary="&" * 300) for i in range(12))
+    notices = tuple(notice(i, "t" * 64, "x" * 300, by="k" * 128) for i in range(12))
     message = json.loads(slack_digest(Digest(notices, INBOX)))
-    listed = message["blocks"][1]["text"]["text"]
-    shown = listed.count(f"<{INBOX}#req-")
-    assert 0 < shown < LISTED and len(listed) <= SLACK_SECTION_CHARS
-    footer = message["blocks"][2]["text"]["text"]
-    assert footer.startswith(f"{12 - shown} more not listed.")
-    assert all(len(block["text"]["text"]) <= SLACK_SECTION_CHARS for block in message["blocks"])
+    listed = shown(message["blocks"][1])
+    count = listed.count("• ")
+    assert 0 < count < LISTED and len(listed) <= SLACK_SECTION_CHARS
+    assert shown(message["blocks"][2]).startswith(f"{12 - count} more not listed.")
+
+
+MARKUP = "*bold* _it_ ~strike~ `code` :smile: <@channel> & <http://x|y>"
+
+
+@pytest.mark.parametrize("kind", ["notice", "digest"])
+def test_an_agents_markup_is_shown_as_written_and_never_parsed(kind: str) -> None:
+    """Slack's mrkdwn cannot escape ``*``, ``_``, ``~`` or backticks: in it an agent could
+    strike out or embolden parts of its own arguments in the approver's message."""
+    summary = json.dumps({"memo": MARKUP})
+    notices = (notice(1, summary=summary), notice(2), notice(3))
+    body = slack_body(notices[0]) if kind == "notice" else slack_digest(Digest(notices, INBOX))
+    message = json.loads(body)
+    texts = [o for o in objects(message["blocks"]) if o.get("type") in ("text", "link")]
+    assert any(summary in element["text"] for element in texts)
+    assert not any("memo" in o["text"] for o in objects(message) if "style" in o)
+    assert all(text.find(marker) < 0 for text in parsed(message) for marker in MARKUP.split())
+    assert not any(o.get("type") in ("mrkdwn", "section") for o in objects(message))
+    inbox = {f"{INBOX}#req-{i}" for i in (1, 2, 3)} | {INBOX}
+    assert links(message) <= inbox and f"{INBOX}#req-1" in links(message)
+
+
+def test_a_slack_notice_reads_as_its_facts_each_on_its_line_label_bold() -> None:
+    message = json.loads(slack_body(notice(1, summary='{"to": "*bob*"}')))
+    headline, facts, link = message["blocks"]
+    assert shown(headline) == "Approval needed: wire (req-1)"
+    assert headline["elements"][0]["elements"][0]["style"] == {"bold": True}
+    assert shown(facts).splitlines() == [
+        "Tool: wire",
+        "Requested by: agent-7",
+        'Arguments: {"to": "*bob*"}',
+        "Approvers: approver (1 needed)",
+        "Expires in: 1 h 0 min",
+    ]
+    bold = [e["text"] for e in facts["elements"][0]["elements"] if "style" in e]
+    assert bold == ["Tool: ", "Requested by: ", "Arguments: ", "Approvers: ", "Expires in: "]
+    assert link["elements"][0]["elements"] == [
+        {"type": "link", "url": f"{INBOX}#req-1", "text": "Open in the inbox"}
+    ]
+    assert message["text"] == f"Approval needed: wire (req-1) <{INBOX}#req-1|Open in the inbox>"
 
 
 def test_a_group_past_what_one_message_carries_goes_as_several() -> None:
