@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import re
 import sys
 from typing import Any
 
@@ -12,6 +13,8 @@ from .errors import BadRequest, PayloadTooLarge
 
 # Bodies are checked for UTF-8 in blocks of this size, never held decoded whole.
 UTF8_BLOCK = 1 << 20
+# What ``bytes.strip`` strips.
+BLANK = re.compile(rb"[ \t\n\r\x0b\x0c]*")
 
 
 def no_constants(name: str) -> Any:
@@ -64,7 +67,7 @@ def check_utf8(raw: bytes) -> None:
 
 
 def refuse_empty(raw: bytes) -> None:
-    if not raw.strip():
+    if BLANK.fullmatch(raw):  # ``raw.strip()`` would copy the body
         raise BadRequest("malformed body: empty; expected a JSON object")
 
 

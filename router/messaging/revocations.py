@@ -41,10 +41,11 @@ def announce(
     # Best effort: a process that misses this forgets within ``key_cache.TTL_S``.
     nonce = secrets.token_hex(8)
     acks = namespace.key(KEYS_ACK, nonce)
+    listening: int | None = None
+    heard = 0
     try:
         listening = int(client.publish(namespace.key(KEYS_CHANGED_CHANNEL), nonce))
         deadline = time.monotonic() + ack_timeout_s
-        heard = 0
         while heard < listening and (left := deadline - time.monotonic()) > 0:
             popped = client.blpop([acks], timeout=max(left, 0.01))
             if popped is None:
@@ -56,8 +57,8 @@ def announce(
                 metrics.untrusted(Untrusted.KEY_ACK)
         client.delete(acks)
     except redis.RedisError as exc:
+        # Told, when the publish went through: only the confirmations are unknown past it.
         log.warning("could not announce a key revocation: %s", exc)
-        return Acknowledged(None, 0)
     return Acknowledged(listening, heard)  # the caller says what was not confirmed
 
 

@@ -81,8 +81,8 @@ def test_a_body_of_few_commas_but_deep_nesting_is_read_a_call_at_a_time(stack: S
 
 
 def test_one_character_beyond_ascii_does_not_widen_the_body_held(stack: Stack) -> None:
-    # Decoded whole, one emoji would make the text four bytes a character (240 MiB for this
-    # 60 MiB body); read as its bytes, it costs what an ASCII body costs.
+    # Decoded whole, one emoji would make the text four bytes a character, four times the
+    # body; read as its bytes, it costs what an ASCII body costs.
     emoji = "\U0001f600".encode()
     args = b'{"note": "' + emoji + b'", "x": ' + tiny_values(20_000_000) + b"}"
     body = b'{"calls": [{"tool": "echo", "args": ' + args + b"}]}"

@@ -4,6 +4,7 @@ and error for error; its entries are checked in chunks bounded by count and by s
 from __future__ import annotations
 
 import json
+import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -54,6 +55,7 @@ def small_windows() -> Iterator[None]:
     with (
         mock.patch.object(batch_json, "FIRST_WINDOW", 1),
         mock.patch.object(batch_json, "GROWTH", 2),
+        mock.patch.object(batch_json, "UTF8_BLOCK", 3),  # an error's column counted in blocks
     ):
         yield
 
@@ -152,8 +154,18 @@ def test_a_value_longer_than_a_call_is_refused_by_its_place() -> None:
         (b'{"calls": [{"tool": "t\\q"}, {"tool": "u"}]}', "Invalid \\escape"),
         (b'{"calls": [{"tool": "t"}, NaN]}', "NaN is not valid JSON"),
         (b'{"calls": [' + b"[" * 5000 + b"]" * 5000 + b"]}", "nested too deeply"),
+        # Cut short, its digits read as an integer Python refuses to make; whole, a float.
+        (b'{"calls": [{"tool": "t", "args": {"v": ' + b"1" * 9000 + b".5}}, 1]}", None),
     ],
-    ids=["long number", "missing comma", "cut literal", "bad escape", "NaN", "deep"],
+    ids=[
+        "long number",
+        "missing comma",
+        "cut literal",
+        "bad escape",
+        "NaN",
+        "deep",
+        "float past the digit limit",
+    ],
 )
 def test_an_error_inside_a_window_is_json_s_own(body: bytes, error: str | None) -> None:
     with small_windows():
@@ -164,6 +176,23 @@ def test_an_error_inside_a_window_is_json_s_own(body: bytes, error: str | None) 
         assert walked[0] == "BadRequest" and error in walked[1], walked
         if "nested" not in error:
             assert walked == read_whole(body)
+
+
+def test_an_error_at_the_end_of_a_long_line_is_placed_without_copying_the_body() -> None:
+    entry = b'{"tool": "t", "args": {"x": "' + "é".encode() * 4000 + b'"}}'
+    body = b'{"calls": [' + b", ".join([entry] * 1000) + b'], "x": tru}'
+    tracemalloc.start()
+    try:
+        with pytest.raises(BadRequest) as walked:
+            walk_calls(body, allowed=ALLOWED, max_calls=1000, entry_limit=len(entry))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    with pytest.raises(BadRequest) as whole:
+        object_body(body, limit=len(body), allowed=ALLOWED)
+    assert str(walked.value) == str(whole.value)
+    # The calls' text is held (about the body); a copy of the line would double it.
+    assert peak < 1.5 * len(body), (peak, len(body))
 
 
 def test_an_unknown_field_or_too_many_calls_is_refused_before_reading_on() -> None:
