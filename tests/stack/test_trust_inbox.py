@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -51,23 +53,15 @@ def test_behind_a_trusted_proxy_sign_ins_are_counted_by_the_forwarded_address(
 ) -> None:
     allowed = stack.settings.ui_login_failures_per_minute
     _, token = new_key(stack, "approver")
-    own_redis_url = f"{redis_base}/{TRUST_REDIS_DB}"
-    forget_counts(own_redis_url, stack.settings)
     guesser, approver = {"X-Forwarded-For": "10.9.9.9"}, {"X-Forwarded-For": "10.8.8.8"}
-    try:
-        with second_api(
-            stack,
-            tmp_path / "api.log",
-            TOOLROUTER_REDIS_URL=own_redis_url,
-            TOOLROUTER_TRUSTED_PROXIES="127.0.0.1",
-        ) as base_url:
-            failures = [
-                sign_in(base_url, f"trk_guess-{i}", guesser).status_code for i in range(allowed)
-            ]
-            blocked = sign_in(base_url, token, guesser).status_code
-            other_client = sign_in(base_url, token, approver).status_code
-    finally:
-        forget_counts(own_redis_url, stack.settings)
+    with throttling_api(
+        stack, tmp_path, redis_base, TOOLROUTER_TRUSTED_PROXIES="127.0.0.1"
+    ) as base_url:
+        failures = [
+            sign_in(base_url, f"trk_guess-{i}", guesser).status_code for i in range(allowed)
+        ]
+        blocked = sign_in(base_url, token, guesser).status_code
+        other_client = sign_in(base_url, token, approver).status_code
     assert failures == [401] * allowed
     assert (blocked, other_client) == (429, 303)
 
@@ -77,27 +71,19 @@ def test_fresh_ipv6_addresses_of_one_network_share_one_sign_in_count(
 ) -> None:
     """One IPv6 client holds a whole /64: a new address per guess is still one client."""
     allowed = stack.settings.ui_login_failures_per_minute
-    own_redis_url = f"{redis_base}/{TRUST_REDIS_DB}"
-    forget_counts(own_redis_url, stack.settings)
-    try:
-        with second_api(
-            stack,
-            tmp_path / "api.log",
-            TOOLROUTER_REDIS_URL=own_redis_url,
-            TOOLROUTER_TRUSTED_PROXIES="127.0.0.1",
-        ) as base_url:
-            answers = [
-                sign_in(
-                    base_url, f"trk_guess-{i}", {"X-Forwarded-For": f"2001:db8:1:2::{i + 1:x}"}
-                ).status_code
-                for i in range(allowed + 2)
-            ]
-            mapped = sign_in(base_url, "trk_guess-v4", {"X-Forwarded-For": "::ffff:10.7.7.7"})
-            other_network = sign_in(
-                base_url, "trk_guess-other", {"X-Forwarded-For": "2001:db8:1:3::1"}
+    with throttling_api(
+        stack, tmp_path, redis_base, TOOLROUTER_TRUSTED_PROXIES="127.0.0.1"
+    ) as base_url:
+        answers = [
+            sign_in(
+                base_url, f"trk_guess-{i}", {"X-Forwarded-For": f"2001:db8:1:2::{i + 1:x}"}
             ).status_code
-    finally:
-        forget_counts(own_redis_url, stack.settings)
+            for i in range(allowed + 2)
+        ]
+        mapped = sign_in(base_url, "trk_guess-v4", {"X-Forwarded-For": "::ffff:10.7.7.7"})
+        other_network = sign_in(
+            base_url, "trk_guess-other", {"X-Forwarded-For": "2001:db8:1:3::1"}
+        ).status_code
     assert answers == [401] * allowed + [429, 429]
     assert (mapped.status_code, other_network) == (401, 401)
     print(f"[{backend_of(stack)}] guesses from fresh addresses of one /64 -> {answers}")
@@ -281,30 +267,21 @@ def test_repeated_failed_sign_ins_from_one_address_are_throttled(
     backend = backend_of(stack)
     allowed = stack.settings.ui_login_failures_per_minute
     _, token = new_key(stack, "approver")
-    # An API process of its own on a Redis db of its own (API processes share the count
-    # through Redis), so the throttle it fills is nobody else's.
-    own_redis_url = f"{redis_base}/{TRUST_REDIS_DB}"
-    forget_counts(own_redis_url, stack.settings)
-    try:
-        with second_api(
-            stack, tmp_path / "api.log", TOOLROUTER_REDIS_URL=own_redis_url
-        ) as base_url:
-            failures = [sign_in(base_url, f"trk_guess-{i}").status_code for i in range(allowed)]
-            blocked = sign_in(base_url, token)
-            blocked_bad = sign_in(base_url, "trk_guess-more")
-            # A client naming another address is still the address it connects from.
-            spoofed = [
-                sign_in(base_url, key, {"X-Forwarded-For": f"10.1.1.{i}"}).status_code
-                for i, key in enumerate((token, "trk_guess-spoofed"))
-            ]
-            # A refused origin is not a failed sign-in and is answered as before.
-            with httpx.Client(base_url=base_url, timeout=30) as http:
-                no_origin = http.post("/ui/login", data={"key": token}).status_code
-            api_still = httpx.get(
-                f"{base_url}/v1/tools", headers={"Authorization": f"Bearer {token}"}, timeout=30
-            ).status_code
-    finally:
-        forget_counts(own_redis_url, stack.settings)
+    with throttling_api(stack, tmp_path, redis_base) as base_url:
+        failures = [sign_in(base_url, f"trk_guess-{i}").status_code for i in range(allowed)]
+        blocked = sign_in(base_url, token)
+        blocked_bad = sign_in(base_url, "trk_guess-more")
+        # A client naming another address is still the address it connects from.
+        spoofed = [
+            sign_in(base_url, key, {"X-Forwarded-For": f"10.1.1.{i}"}).status_code
+            for i, key in enumerate((token, "trk_guess-spoofed"))
+        ]
+        # A refused origin is not a failed sign-in and is answered as before.
+        with httpx.Client(base_url=base_url, timeout=30) as http:
+            no_origin = http.post("/ui/login", data={"key": token}).status_code
+        api_still = httpx.get(
+            f"{base_url}/v1/tools", headers={"Authorization": f"Bearer {token}"}, timeout=30
+        ).status_code
     assert failures == [401] * allowed
     assert blocked.status_code == 429 and SESSION_COOKIE not in blocked.cookies
     assert "Too many failed sign-ins" in blocked.text
@@ -320,6 +297,22 @@ def test_repeated_failed_sign_ins_from_one_address_are_throttled(
         f"-> {blocked.status_code}, a wrong one -> {blocked_bad.status_code}; /v1 with the key "
         f"-> {api_still}"
     )
+
+
+@contextmanager
+def throttling_api(stack: Stack, tmp_path: Path, redis_base: str, **env: str) -> Iterator[str]:
+    """A second API process on a Redis db of its own (API processes share the count through
+    Redis), its sign-in counts forgotten before and after: the throttle it fills is nobody
+    else's. Yields its base URL."""
+    own_redis_url = f"{redis_base}/{TRUST_REDIS_DB}"
+    forget_counts(own_redis_url, stack.settings)
+    try:
+        with second_api(
+            stack, tmp_path / "api.log", TOOLROUTER_REDIS_URL=own_redis_url, **env
+        ) as base_url:
+            yield base_url
+    finally:
+        forget_counts(own_redis_url, stack.settings)
 
 
 def forget_counts(redis_url: str, settings: Settings) -> None:

@@ -51,6 +51,22 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def up_env(cwd: Path, state_dir: Path, redis_url: str, **extra: str) -> dict[str, str]:
+    """The environment of an `up` started in ``cwd`` (made here), with a state directory,
+    Redis and two free ports of its own."""
+    cwd.mkdir()
+    api_port, flower_port = free_port(), free_port()
+    while flower_port == api_port:
+        flower_port = free_port()
+    return clean_env(
+        TOOLROUTER_STATE_DIR=str(state_dir),
+        TOOLROUTER_REDIS_URL=redis_url,
+        TOOLROUTER_API_PORT=str(api_port),
+        TOOLROUTER_FLOWER_PORT=str(flower_port),
+        **extra,
+    )
+
+
 class Up:
     """`toolrouter up` as a subprocess whose output is collected line by line."""
 
@@ -181,19 +197,10 @@ def test_up_runs_every_process_serves_a_call_and_stops_cleanly_on_ctrl_c(
     tmp_path: Path, up_redis_url: str
 ) -> None:
     cwd, state_dir = tmp_path / "cwd", tmp_path / "state"
-    cwd.mkdir()
+    # The running call below must finish within the grace (it sleeps 8 s).
+    env = up_env(cwd, state_dir, up_redis_url, TOOLROUTER_STOP_GRACE_S="60")
+    api_port, flower_port = int(env["TOOLROUTER_API_PORT"]), int(env["TOOLROUTER_FLOWER_PORT"])
     assert not (cwd / "toolrouter.yaml").exists()  # the built-in example config is served
-    api_port, flower_port = free_port(), free_port()
-    while flower_port == api_port:
-        flower_port = free_port()
-    env = clean_env(
-        TOOLROUTER_STATE_DIR=str(state_dir),
-        TOOLROUTER_REDIS_URL=up_redis_url,
-        TOOLROUTER_API_PORT=str(api_port),
-        TOOLROUTER_FLOWER_PORT=str(flower_port),
-        # The running call below must finish within it (it sleeps 8 s).
-        TOOLROUTER_STOP_GRACE_S="60",
-    )
     names = set(procfile_commands())
     workers = {name for name, argv in procfile_commands().items() if argv[1:2] == ["worker"]}
     workers.add("approvals")

@@ -12,8 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from ..support.launcher import free_port
-from .test_up import START_TIMEOUT_S, Up, alive, clean_env, kill_all, up_redis_url
+from .test_up import START_TIMEOUT_S, Up, alive, kill_all, up_env, up_redis_url
 
 __all__ = ["up_redis_url"]  # the fixture, shared with test_up
 
@@ -24,17 +23,7 @@ STOPPED_WITHIN_S = 60
 @pytest.mark.timeout(300)
 def test_processes_of_a_killed_up_stop(tmp_path: Path, up_redis_url: str) -> None:
     cwd, state_dir = tmp_path / "cwd", tmp_path / "state"
-    cwd.mkdir()
-    api_port, flower_port = free_port(), free_port()
-    while flower_port == api_port:
-        flower_port = free_port()
-    env = clean_env(
-        TOOLROUTER_STATE_DIR=str(state_dir),
-        TOOLROUTER_REDIS_URL=up_redis_url,
-        TOOLROUTER_API_PORT=str(api_port),
-        TOOLROUTER_FLOWER_PORT=str(flower_port),
-    )
-    up = Up(env, cwd)
+    up = Up(up_env(cwd, state_dir, up_redis_url), cwd)
     started: list[psutil.Process] = []
     try:
         up.wait_for(
