@@ -10,7 +10,13 @@ from dataclasses import dataclass, replace
 
 from ..audit import entries
 from ..audit.log import AuditEntry
-from ..canonical import canonical_json, nested_deeper_than, sha256_hex, too_deep_message
+from ..canonical import (
+    args_digest,
+    canonical_json,
+    nested_deeper_than,
+    sha256_hex,
+    too_deep_message,
+)
 from ..db.rows import CallRow
 from ..names import echo_name
 from ..results import CallResult, bad_request, conflict, error_message, rejected
@@ -138,6 +144,17 @@ def valid_key(key: str) -> bool:
     """Whether an idempotency key may be stored and looked up: 1 to ``IDEMPOTENCY_KEY_MAX``
     printable characters (a NUL or lone surrogate no database stores)."""
     return 0 < len(key) <= IDEMPOTENCY_KEY_MAX and key.isprintable()
+
+
+def digest_of(args: object, max_nesting: int) -> str | None:
+    """The argument digest a stored call of ``args`` carries; None where no call of them
+    could have been stored (not an object, too deep, not JSON)."""
+    if not isinstance(args, dict) or nested_deeper_than(args, max_nesting):
+        return None
+    try:
+        return args_digest(args)
+    except (TypeError, ValueError):
+        return None
 
 
 def replay_of(existing: CallRow, checked: Checked) -> CallResult:

@@ -32,7 +32,8 @@ from ..results import CallResult, internal_error, unavailable
 from ..status import AuditEvent
 from ..tools.registry import ToolRegistry
 from ..trust.keyring import KeyRing
-from .checks import Checked, Checks, Refused, rejection, replay_of, valid_key
+from .checks import Checked, Checks, Refused, rejection
+from .keyed import KeyedCalls
 from .new_call import NewCall, new_call
 from .submission import Submission, told_later
 
@@ -70,6 +71,7 @@ class Dispatcher:
         self.audit, self.keyring = audit, keyring
         self.clock = clock
         self.max_nesting = max_nesting
+        self.keyed = KeyedCalls(store, max_nesting)
         self.checks = Checks(
             registry,
             max_args_bytes=max_args_bytes,
@@ -105,13 +107,16 @@ class Dispatcher:
     ) -> CallResult:
         checked = self.check(requested_by, name, args, idempotency_key)
         if isinstance(checked, Refused):
+            stored = self.keyed.retry_of_refused(requested_by, name, args, idempotency_key, checked)
+            if stored is not None:
+                return stored
             if checked.audit is not None:
                 # Rejected calls are not stored as calls, but the attempt is audited.
                 with self.store.transaction() as conn:
                     self.audit.append(conn, [checked.audit], at=self.clock())
             return checked.result
         if idempotency_key is not None:
-            replay = self.replay(requested_by, checked)
+            replay = self.keyed.replay(requested_by, checked)
             if replay is not None:
                 return replay
         try:
@@ -120,7 +125,7 @@ class Dispatcher:
             # Two submissions with one idempotency key raced; the other one won.
             if idempotency_key is None:
                 raise
-            replay = self.replay(requested_by, checked)
+            replay = self.keyed.replay(requested_by, checked)
             if replay is None:
                 raise
             return replay
@@ -155,15 +160,6 @@ class Dispatcher:
             batch_id=batch_id,
             batch_index=batch_index,
         )
-
-    def replay(self, requested_by: str, checked: Checked) -> CallResult | None:
-        """The answer for a key already used by ``requested_by`` (the call, or a 409)."""
-        assert checked.idempotency_key is not None
-        with self.store.reading() as conn:
-            existing = self.store.find_by_idempotency_key(
-                conn, requested_by, checked.idempotency_key
-            )
-        return None if existing is None else replay_of(existing, checked)
 
     def store_new(
         self, conn: Connection, new: Sequence[NewCall], entries: Sequence[AuditEntry], *, at: int
@@ -316,27 +312,15 @@ class Dispatcher:
         """A call by capability: the best-ranked tool that takes these arguments runs it,
         the rest of the ranking (ungated tools only) is its fallback chain. Never raises."""
         try:
-            ranked = self.keyed_first(requested_by, ranked, idempotency_key)
+            ordered = self.keyed.capability_order(requested_by, ranked, args, idempotency_key)
         except Unavailable as exc:
             return unavailable(str(exc), tool=f"capability:{echo_name(capability)}")
-        chosen = self.choose_by_capability(requested_by, capability, ranked, args)
+        if isinstance(ordered, CallResult):
+            return ordered
+        chosen = self.choose_by_capability(requested_by, capability, ordered, args)
         if isinstance(chosen, Refused):
             return self._refuse(chosen)
         return self.submit(requested_by, chosen.tool, args, idempotency_key, chain=chosen.chain)
-
-    def keyed_first(
-        self, requested_by: str, ranked: Sequence[str], idempotency_key: str | None
-    ) -> list[str]:
-        """``ranked`` with the tool of the call already under the key first: a retry of a
-        call by capability finds its call even after success rates have reordered the
-        ranking, rather than a 409 for the very request that made it."""
-        if idempotency_key is None or not valid_key(idempotency_key):
-            return list(ranked)  # a malformed key is refused by ``submit``, unread
-        with self.store.reading() as conn:
-            existing = self.store.find_by_idempotency_key(conn, requested_by, idempotency_key)
-        if existing is None or existing.tool not in ranked:
-            return list(ranked)
-        return [existing.tool, *(name for name in ranked if name != existing.tool)]
 
     def choose_by_capability(
         self, requested_by: str, capability: str, ranked: Sequence[str], args: object

@@ -67,10 +67,13 @@ class Explainer:
         """The explanation of a call by capability, with the ranking it is chosen from."""
 
         def run() -> dict[str, Any]:
-            keyed = self.dispatcher.keyed_first(
-                requested_by, [c.tool for c in ranked], idempotency_key
+            ordered = self.dispatcher.keyed.capability_order(
+                requested_by, [c.tool for c in ranked], args, idempotency_key
             )
-            chosen = self.dispatcher.choose_by_capability(requested_by, capability, keyed, args)
+            if isinstance(ordered, CallResult):
+                about = {"name": capability, "ranking": [c.to_dict() for c in ranked]}
+                return {**_replayed(ordered), "capability": about}
+            chosen = self.dispatcher.choose_by_capability(requested_by, capability, ordered, args)
             usable = chosen.usable if isinstance(chosen, Choice) else ()
             about = {
                 "name": capability,
@@ -108,14 +111,18 @@ class Explainer:
     ) -> dict[str, Any]:
         checked = self.dispatcher.check(requested_by, name, args, idempotency_key)
         if isinstance(checked, Refused):
+            replay = self.dispatcher.keyed.retry_of_refused(
+                requested_by, name, args, idempotency_key, checked
+            )
             # Its audit entry is dropped: a dry run is not an attempt on the tool.
-            return _refused(checked.result.tool, checked.result)
+            refused = checked.result if replay is None else replay
+            return _replayed(refused) if refused.call_id else _refused(refused.tool, refused)
         if idempotency_key is not None:
-            replay = self.dispatcher.replay(requested_by, checked)
+            replay = self.dispatcher.keyed.replay(requested_by, checked)
             if replay is not None and replay.call_id is None:
                 return _refused(checked.tool.name, replay)  # a key reused with other arguments
             if replay is not None:
-                return {**_blank(checked.tool.name, Outcome.REPLAYED), "replay": replay.to_dict()}
+                return _replayed(replay)
         return self._would_accept(checked, chain)
 
     def _would_accept(self, checked: Checked, chain: Sequence[str]) -> dict[str, Any]:
@@ -162,6 +169,10 @@ def _blank(tool: str | None, outcome: Outcome) -> dict[str, Any]:
         "cache": None,
         "fallbacks": [],
     }
+
+
+def _replayed(stored: CallResult) -> dict[str, Any]:
+    return {**_blank(stored.tool, Outcome.REPLAYED), "replay": stored.to_dict()}
 
 
 def _refused(tool: str | None, result: CallResult) -> dict[str, Any]:

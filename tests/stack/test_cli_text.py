@@ -36,15 +36,12 @@ WIPE = "\r\x1b[2K  line 9: approved"
 def stack(
     redis_base: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Stack]:
-    state_dir = tmp_path_factory.mktemp("cli-text")
-    config = state_dir / "tools.yaml"
-    config.write_text(CONFIG, encoding="utf-8")
     with own_stack(
-        state_dir,
+        tmp_path_factory.mktemp("cli-text"),
         f"{redis_base}/{REDIS_DB}",
         request,
         keys={"agent": ["agent"]},
-        TOOLROUTER_CONFIG=str(config),
+        tools=CONFIG,
     ) as stack:
         stack.start_api()
         yield stack

@@ -33,15 +33,12 @@ mcp_servers:
 
 @pytest.fixture
 def slow_stack(redis_base: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Stack]:
-    config = tmp_path / "toolrouter.yaml"
-    config.write_text(CONFIG, encoding="utf-8")
-    (tmp_path / "state").mkdir()
     with own_stack(
-        tmp_path / "state",
+        tmp_path,
         f"{redis_base}/{REDIS_DB}",
         request,
         keys={"agent": ["agent"], "approver": ["approver"]},
-        TOOLROUTER_CONFIG=str(config),
+        tools=CONFIG,
         PYTHON=sys.executable,
         REPO=str(REPO),
     ) as stack:

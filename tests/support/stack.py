@@ -169,11 +169,17 @@ def own_stack(
     *,
     keys: Mapping[str, list[str]],
     backend: str = "sqlite",
+    tools: str | None = None,
     **env: str,
 ) -> Iterator[Stack]:
     """A stack of a test's own, none of its processes started yet: a fresh database, a
     flushed Redis database and ``keys`` (name to roles) made in it, and ``env`` on top of
-    ``stack_env``. Its processes are stopped, Redis flushed and the database dropped after."""
+    ``stack_env``; ``tools``, the text of its config file, written into ``state_dir``. Its
+    processes are stopped, Redis flushed and the database dropped after."""
+    if tools is not None:
+        config = state_dir / "toolrouter.yaml"
+        config.write_text(tools, encoding="utf-8")
+        env = {**env, "TOOLROUTER_CONFIG": str(config)}
     databases = services.database_for(backend, state_dir, request)
     services.flush(redis_url)
     env = stack_env(database_url=next(databases), redis_url=redis_url, state_dir=state_dir, **env)
