@@ -33,11 +33,12 @@ from ..db.store import Store
 from ..errors import BrokerUnavailable, Conflict, NotFound
 from ..ids import new_batch_id
 from ..names import echo_name
-from ..results import Refusal, internal_error
+from ..results import internal_error
 from ..status import ACTIVE_STATES, CallStatus
 from .batch_entries import chunks, parse_call
-from .checks import Checked, Refused, replay_of
+from .checks import Checked, Refused
 from .dispatcher import Dispatcher
+from .keyed import REUSED, RefusedRetry, refused_retry, settle_in_batch
 from .new_call import NewCall
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ class BatchService:
         sent_before: bool,
     ) -> None:
         # Checks first, outside any transaction: they need no database.
-        slots: list[tuple[int, Checked | AuditEntry]] = []
+        slots: list[tuple[int, Checked | AuditEntry | RefusedRetry]] = []
         refused: list[Rejection] = []
         for index in indexes:
             parsed = parse_call(items[index])
@@ -197,6 +198,12 @@ class BatchService:
                 refused.append(Rejection(index, f"unavailable: {internal_error(exc)}"))
                 continue
             if isinstance(checked, Refused):
+                retry = refused_retry(
+                    *parsed, checked, self.dispatcher.max_nesting, in_batch_sent_again=sent_before
+                )
+                if retry is not None:
+                    slots.append((index, retry))  # settled against the calls stored
+                    continue
                 refused.append(Rejection(index, str(checked.result.error)))
                 if checked.audit is not None:
                     slots.append((index, checked.audit))
@@ -204,7 +211,7 @@ class BatchService:
             slots.append((index, checked))
         for attempt in range(CHUNK_TRIES):
             try:
-                new, replayed, conflicts = self._store_chunk(
+                new, replayed, rejected = self._store_chunk(
                     requested_by, slots, batch_id, start, len(refused), sent_before=sent_before
                 )
                 break
@@ -216,7 +223,7 @@ class BatchService:
                     raise Conflict(BATCH_BUSY) from None
         receipt.accepted += len(new)
         receipt.replayed += replayed
-        receipt.rejected.extend(sorted(refused + conflicts, key=lambda r: r.index))
+        receipt.rejected.extend(sorted(refused + rejected, key=lambda r: r.index))
         self.dispatcher.announce_pending(new)
         # Enqueue after commit, all of the chunk's messages through one producer.
         messages = [item.message for item in new if item.message is not None]
@@ -231,7 +238,7 @@ class BatchService:
     def _store_chunk(
         self,
         requested_by: str,
-        slots: list[tuple[int, Checked | AuditEntry]],
+        slots: list[tuple[int, Checked | AuditEntry | RefusedRetry]],
         batch_id: str,
         start: int,
         refused: int,
@@ -240,14 +247,15 @@ class BatchService:
     ) -> tuple[list[NewCall], int, list[Rejection]]:
         """``sent_before``: the batch has a key, so these indexes may hold calls already
         (the request is sent again): a call there is a replay of the same one, a conflict
-        for another, as for a call's own key."""
+        for another, as for a call's own key. Returns the new calls, the count of replays
+        and the rejections settled here (rejected, and refused calls that are no retry)."""
         now = self.clock()
         new: list[NewCall] = []
         entries: list[AuditEntry] = []
-        conflicts: list[Rejection] = []
+        rejected: list[Rejection] = []
         replayed = 0
         with self.store.transaction() as conn:
-            keys = [s.idempotency_key for _, s in slots if isinstance(s, Checked)]
+            keys = [s.idempotency_key for _, s in slots if not isinstance(s, AuditEntry)]
             existing = self.store.find_by_idempotency_keys(
                 conn, requested_by, [k for k in keys if k is not None]
             )
@@ -260,20 +268,32 @@ class BatchService:
                 if isinstance(slot, AuditEntry):
                     entries.append(slot)
                     continue
+                if isinstance(slot, RefusedRetry):
+                    there = placed.get(start + index)
+                    stored = existing.get(slot.idempotency_key or "")
+                    if there is None and stored is None:  # no retry: refused as a new call
+                        rejected.append(Rejection(index, str(slot.refused.result.error)))
+                        entries.extend([slot.refused.audit] if slot.refused.audit else [])
+                    elif slot.retries(there, stored):
+                        replayed += 1
+                    else:
+                        other = REUSED if there is None else f"{OTHER_CALL_AT} {start + index}"
+                        rejected.append(Rejection(index, other))
+                    continue
                 there = placed.get(start + index)
                 if there is not None:
                     if there == (slot.tool.name, slot.digest):
                         replayed += 1
                     else:
-                        conflicts.append(Rejection(index, f"{OTHER_CALL_AT} {start + index}"))
+                        rejected.append(Rejection(index, f"{OTHER_CALL_AT} {start + index}"))
                     continue
                 key = slot.idempotency_key
                 if key is not None and (key in existing or key in fresh):
-                    answer = _replay(existing.get(key), fresh.get(key), slot)
+                    answer = settle_in_batch(existing.get(key), fresh.get(key), slot)
                     if answer is None:
                         replayed += 1
                     else:
-                        conflicts.append(Rejection(index, answer))
+                        rejected.append(Rejection(index, answer))
                     continue
                 if key is not None:
                     fresh[key] = slot
@@ -282,15 +302,15 @@ class BatchService:
                 )
                 new.append(item)
                 entries.append(item.audit)
-            if refused or conflicts:
+            if refused or rejected:
                 conn.execute(
                     update(batches)
                     .where(batches.c.id == batch_id)
-                    .values(rejected=batches.c.rejected + refused + len(conflicts))
+                    .values(rejected=batches.c.rejected + refused + len(rejected))
                 )
             # Last: its audit append takes the chain's lock (see ``audit.append``).
             self.dispatcher.store_new(conn, new, entries, at=now)
-        return new, replayed, conflicts
+        return new, replayed, rejected
 
     # -- reading -----------------------------------------------------------------------
 
@@ -365,17 +385,6 @@ def _end_after(offset: int | None, count: int) -> ColumnElement[int]:
     if offset is None:
         return batches.c.next_index + count
     return case((batches.c.next_index < offset + count, offset + count), else_=batches.c.next_index)
-
-
-def _replay(stored: CallRow | None, earlier: Checked | None, checked: Checked) -> str | None:
-    """None when a call with this key is the same call; else the conflict's message."""
-    if stored is not None:
-        answer = replay_of(stored, checked)
-        return answer.error if answer.status == Refusal.CONFLICT else None
-    assert earlier is not None
-    if earlier.tool.name != checked.tool.name or earlier.digest != checked.digest:
-        return "idempotency key reused with different arguments"
-    return None
 
 
 def _ndjson(value: Any) -> bytes:

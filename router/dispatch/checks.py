@@ -25,6 +25,7 @@ from ..tools.registry import Tool, ToolRegistry
 from .gate import RolesOf, Ruling, rule_on
 
 IDEMPOTENCY_KEY_MAX = 256
+REUSED = "idempotency key reused with different arguments"
 TOO_LARGE = "arguments too large: "
 
 
@@ -160,7 +161,7 @@ def digest_of(args: object, max_nesting: int) -> str | None:
 def replay_of(existing: CallRow, checked: Checked) -> CallResult:
     """The answer to a call whose idempotency key is already taken by ``existing``."""
     if existing.tool != checked.tool.name or existing.args_sha256 != checked.digest:
-        return conflict("idempotency key reused with different arguments", tool=checked.tool.name)
+        return conflict(REUSED, tool=checked.tool.name)
     return existing.result()
 
 

@@ -8,12 +8,69 @@ ranking, and its stored answer even where the config would now refuse it as a ne
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..db.rows import CallRow
 from ..db.store import Store
 from ..names import echo_name
-from ..results import CallResult, conflict
-from .checks import Checked, Refused, digest_of, replay_of, valid_key
+from ..results import CallResult, Refusal, conflict
+from .checks import REUSED, Checked, Refused, digest_of, replay_of, valid_key
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedRetry:
+    """A call the checks refuse that may be a retry of a stored call: its key is taken, or
+    (in a batch sent again) its index holds a call."""
+
+    tool: str
+    digest: str
+    idempotency_key: str | None
+    refused: Refused
+
+    def same_as(self, tool: str, digest: str) -> bool:
+        return (self.tool, self.digest) == (tool, digest)
+
+    def retries(self, at_index: tuple[str, str] | None, under_key: CallRow | None) -> bool:
+        """Whether this is the call stored at its batch index (its tool and digest), or
+        else the one stored under its key."""
+        if at_index is not None:
+            return self.same_as(*at_index)
+        return under_key is not None and self.same_as(under_key.tool, under_key.args_sha256)
+
+
+def refused_retry(
+    name: object,
+    args: object,
+    idempotency_key: str | None,
+    refused: Refused,
+    max_nesting: int,
+    *,
+    in_batch_sent_again: bool = False,
+) -> RefusedRetry | None:
+    """``refused`` as a possible retry; None where it cannot be one (no key to look up,
+    a malformed one, arguments no stored call has, or too large to have been read)."""
+    if not isinstance(name, str) or refused.result.http_status == 413:
+        return None
+    if idempotency_key is None and not in_batch_sent_again:
+        return None
+    if idempotency_key is not None and not valid_key(idempotency_key):
+        return None
+    digest = digest_of(args, max_nesting)
+    return None if digest is None else RefusedRetry(name, digest, idempotency_key, refused)
+
+
+def settle_in_batch(
+    stored: CallRow | None, earlier: Checked | None, checked: Checked
+) -> str | None:
+    """None when a batch's call with a key already used is that same call; else the
+    conflict's message. ``earlier``: the call that took the key earlier in the chunk."""
+    if stored is not None:
+        answer = replay_of(stored, checked)
+        return answer.error if answer.status == Refusal.CONFLICT else None
+    assert earlier is not None
+    if earlier.tool.name != checked.tool.name or earlier.digest != checked.digest:
+        return REUSED
+    return None
 
 
 class KeyedCalls:
@@ -43,19 +100,15 @@ class KeyedCalls:
         """The answer to a keyed call the checks refuse when its key is already taken: the
         stored call for a retry of it (its tool may have left the config, its schema or its
         rules changed since it was accepted), a 409 for another call; else None."""
-        if (
-            idempotency_key is None
-            or not valid_key(idempotency_key)
-            or not isinstance(name, str)
-            or refused.result.http_status == 413
-        ):
+        retry = refused_retry(name, args, idempotency_key, refused, self.max_nesting)
+        if retry is None or retry.idempotency_key is None:
             return None
-        existing = self.stored(requested_by, idempotency_key)
+        existing = self.stored(requested_by, retry.idempotency_key)
         if existing is None:
             return None
-        if existing.tool == name and existing.args_sha256 == digest_of(args, self.max_nesting):
+        if retry.retries(None, existing):
             return existing.result()
-        return conflict("idempotency key reused with different arguments", tool=echo_name(name))
+        return conflict(REUSED, tool=echo_name(name))
 
     def capability_order(
         self,

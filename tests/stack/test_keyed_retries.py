@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from ..support.stack import Stack, own_stack
@@ -92,10 +94,16 @@ def test_a_keyed_retry_is_its_call_after_the_config_changed(changing_stack: Stac
     retired = {"tool": "retired", "args": {"n": 2}, "idempotency_key": "r-1", "wait_s": 60}
     strict = {"tool": "strict", "args": {"n": 2}, "idempotency_key": "s-1", "wait_s": 60}
     by_capability = {"capability": "cap.y", "args": {"n": 3}, "idempotency_key": "c-1"}
+    batch = [
+        {"tool": "retired", "args": {"n": 5}},
+        {"tool": "strict", "args": {"n": 6}, "idempotency_key": "s-b"},
+    ]
     with stack.client() as http:
         made = [http.post("/v1/calls", json=body).json() for body in (retired, strict)]
         made.append(http.post("/v1/calls", json={**by_capability, "wait_s": 60}).json())
+        sent = batch_of(http, batch, "b-1")
     assert [call["status"] for call in made] == ["succeeded"] * 3, made
+    assert (sent["accepted"], sent["rejected"]) == (2, []), sent
     stack.stop("api")
     Path(stack.env["TOOLROUTER_CONFIG"]).write_text(AFTER, encoding="utf-8")
     stack.start_api()
@@ -119,3 +127,27 @@ def test_a_keyed_retry_is_its_call_after_the_config_changed(changing_stack: Stac
         assert other.status_code == 409, other.text
         moved = http.post("/v1/calls", json={**by_capability, "idempotency_key": "c-2"})
         assert moved.json()["tool"] == "other", moved.text
+        # A batch sent again under its key, and calls under their own keys in another.
+        again_batch = batch_of(http, batch, "b-1")
+        assert again_batch["batch_id"] == sent["batch_id"], again_batch
+        assert (again_batch["accepted"], again_batch["replayed"]) == (0, 2), again_batch
+        assert again_batch["rejected"] == [], again_batch
+        elsewhere = batch_of(
+            http,
+            [*batch, {**batch[1], "args": {"n": 7}}, {**batch[1], "idempotency_key": "s-3"}],
+            None,
+        )
+        assert (elsewhere["accepted"], elsewhere["replayed"]) == (0, 1), elsewhere
+        assert elsewhere["rejected"] == [
+            {"index": 0, "error": "unknown tool: retired"},
+            {"index": 2, "error": "idempotency key reused with different arguments"},
+            {"index": 3, "error": "denied by rule deny_if: n is capped at 1"},
+        ], elsewhere
+
+
+def batch_of(http: httpx.Client, calls: list[dict[str, object]], key: str | None) -> Any:
+    headers = {"Idempotency-Key": key} if key else {}
+    params = {"offset": 0} if key else {}
+    response = http.post("/v1/batches", json={"calls": calls}, headers=headers, params=params)
+    assert response.status_code == 200, response.text
+    return response.json()
