@@ -21,6 +21,21 @@ class Fence:
 
 
 @dataclass(frozen=True, slots=True)
+class CallMade:
+    """What a stored call is a call of: its tool and its arguments' digest, and the
+    requester's own digest where an approver edited the arguments."""
+
+    tool: str
+    args_sha256: str
+    original_args_sha256: str | None = None
+
+    def is_call(self, tool: str, digest: str | None) -> bool:
+        """Whether ``tool`` with arguments of ``digest`` is this call sent again, with the
+        requester's arguments or the approver's edit of them."""
+        return tool == self.tool and digest in (self.args_sha256, self.original_args_sha256)
+
+
+@dataclass(frozen=True, slots=True)
 class CallRow:
     """A stored call, as read from the database."""
 
@@ -60,6 +75,10 @@ class CallRow:
     @classmethod
     def from_mapping(cls, row: dict[str, Any] | None) -> CallRow | None:
         return cls(**row) if row is not None else None
+
+    @property
+    def made(self) -> CallMade:
+        return CallMade(self.tool, self.args_sha256, self.original_args_sha256)
 
     @property
     def fence(self) -> Fence:

@@ -19,7 +19,7 @@ from .direct import execute_direct, execute_direct_many, insert_rows
 from .durability import commit_early, flush_earlier_commits
 from .engine import translate_errors
 from .kept import KeptConnections
-from .rows import AttemptOutcome, CallRow, Fence
+from .rows import AttemptOutcome, CallMade, CallRow, Fence
 from .schema import calls
 
 # The hot path's statements, built once: building a Core statement and its cache key
@@ -149,15 +149,15 @@ class Store:
 
     def batch_calls_at(
         self, conn: Connection, batch_id: str, first: int, last: int
-    ) -> dict[int, tuple[str, str]]:
-        """The tool and argument hash of the batch's calls at indexes ``first`` to ``last``,
-        by index."""
+    ) -> dict[int, CallMade]:
+        """What the batch's calls at indexes ``first`` to ``last`` are calls of, by index."""
+        made = (calls.c.tool, calls.c.args_sha256, calls.c.original_args_sha256)
         rows = conn.execute(
-            select(calls.c.batch_index, calls.c.tool, calls.c.args_sha256).where(
+            select(calls.c.batch_index, *made).where(
                 and_(calls.c.batch_id == batch_id, calls.c.batch_index.between(first, last))
             )
         )
-        return {int(index): (tool, digest) for index, tool, digest in rows}
+        return {int(index): CallMade(*call) for index, *call in rows}
 
     def stale_queued(
         self, conn: Connection, *, published_before: int, limit: int, tools: Collection[str]

@@ -27,7 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from ..audit.log import AuditEntry
 from ..auth.principal import Principal
 from ..clock import Clock, wall_clock_ms
-from ..db.rows import CallRow
+from ..db.rows import CallMade, CallRow
 from ..db.schema import batches, calls
 from ..db.store import Store
 from ..errors import BrokerUnavailable, Conflict, NotFound
@@ -260,7 +260,7 @@ class BatchService:
                 conn, requested_by, [k for k in keys if k is not None]
             )
             fresh: dict[str, Checked] = {}  # keys first used within this chunk
-            placed: dict[int, tuple[str, str]] = {}
+            placed: dict[int, CallMade] = {}
             if sent_before and slots:
                 first, last = start + slots[0][0], start + slots[-1][0]
                 placed = self.store.batch_calls_at(conn, batch_id, first, last)
@@ -282,7 +282,7 @@ class BatchService:
                     continue
                 there = placed.get(start + index)
                 if there is not None:
-                    if there == (slot.tool.name, slot.digest):
+                    if there.is_call(slot.tool.name, slot.digest):
                         replayed += 1
                     else:
                         rejected.append(Rejection(index, f"{OTHER_CALL_AT} {start + index}"))

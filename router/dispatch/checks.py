@@ -160,7 +160,7 @@ def digest_of(args: object, max_nesting: int) -> str | None:
 
 def replay_of(existing: CallRow, checked: Checked) -> CallResult:
     """The answer to a call whose idempotency key is already taken by ``existing``."""
-    if existing.tool != checked.tool.name or existing.args_sha256 != checked.digest:
+    if not existing.made.is_call(checked.tool.name, checked.digest):
         return conflict(REUSED, tool=checked.tool.name)
     return existing.result()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..db.rows import CallRow
+from ..db.rows import CallMade, CallRow
 from ..db.store import Store
 from ..names import echo_name
 from ..results import CallResult, Refusal, conflict
@@ -27,15 +27,11 @@ class RefusedRetry:
     idempotency_key: str | None
     refused: Refused
 
-    def same_as(self, tool: str, digest: str) -> bool:
-        return (self.tool, self.digest) == (tool, digest)
-
-    def retries(self, at_index: tuple[str, str] | None, under_key: CallRow | None) -> bool:
-        """Whether this is the call stored at its batch index (its tool and digest), or
-        else the one stored under its key."""
-        if at_index is not None:
-            return self.same_as(*at_index)
-        return under_key is not None and self.same_as(under_key.tool, under_key.args_sha256)
+    def retries(self, at_index: CallMade | None, under_key: CallRow | None) -> bool:
+        """Whether this is the call stored at its batch index, or else the one stored under
+        its key, sent again."""
+        made = at_index if at_index is not None else under_key.made if under_key else None
+        return made is not None and made.is_call(self.tool, self.digest)
 
 
 def refused_retry(
@@ -120,14 +116,13 @@ class KeyedCalls:
         """``ranked`` with the tool of the call already stored under the key first, so a
         retry of a call by capability finds its call even after success rates have
         reordered the ranking, rather than a 409 for the very request that made it; or that
-        call itself, for a retry of it whose tool has since left the ranking."""
+        call itself, for a retry of it (its tool may no longer take the arguments). A tool
+        the ranking no longer holds made another request's call, as far as can be told."""
         if idempotency_key is None or not valid_key(idempotency_key):
             return list(ranked)  # a malformed key is refused by ``submit``, unread
         existing = self.stored(requested_by, idempotency_key)
-        if existing is None:
+        if existing is None or existing.tool not in ranked:
             return list(ranked)
-        if existing.tool in ranked:
-            return [existing.tool, *(name for name in ranked if name != existing.tool)]
-        if existing.args_sha256 == digest_of(args, self.max_nesting):
+        if existing.made.is_call(existing.tool, digest_of(args, self.max_nesting)):
             return existing.result()
-        return list(ranked)
+        return [existing.tool, *(name for name in ranked if name != existing.tool)]

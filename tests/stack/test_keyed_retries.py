@@ -24,11 +24,13 @@ tools:
 """
 
 
-# The same deployment after a config change: `retired` is gone, `strict` refuses what it ran.
+# The same deployment after a config change: `retired` is gone, `strict` refuses what it
+# ran, `shaped` takes other arguments.
 BEFORE = """
 tools:
-  - {name: retired, handler: "tests.fixture_tools:echo", risk: low, capabilities: [cap.y]}
+  - {name: retired, handler: "tests.fixture_tools:echo", risk: low}
   - {name: strict, handler: "tests.fixture_tools:echo", risk: low}
+  - {name: shaped, handler: "tests.fixture_tools:echo", risk: low, capabilities: [cap.y]}
 """
 AFTER = """
 tools:
@@ -37,6 +39,11 @@ tools:
     risk: low
     deny_if: "args.n > 1"
     deny_reason: "n is capped at 1"
+  - name: shaped
+    handler: "tests.fixture_tools:echo"
+    risk: low
+    capabilities: [cap.y]
+    input_schema: {type: object, required: [m]}
   - {name: other, handler: "tests.fixture_tools:echo", risk: low, capabilities: [cap.y]}
 """
 
