@@ -318,11 +318,16 @@ class Runtime:
         with self.store.reading(snapshot=True) as conn:
             return verify(conn, found, evidence)
 
-    def prepare(self, *, check_tools: bool = True) -> None:
-        """Fail fast at start-up: load the tools and check (or, on SQLite, upgrade) the schema."""
+    def prepare(self, *, check_tools: bool = True, runs_tools: bool = False) -> None:
+        """Fail fast at start-up: load the tools and check (or, on SQLite, upgrade) the schema.
+        ``runs_tools``: this process runs tools (a tool worker's pool process), so the MCP
+        servers their specs were read from stay up for its calls; any other process reads
+        only the specs, and stops the servers it started to list them."""
         if check_tools:
             # Every tool is built now, so a bad tool config stops the start-up.
             _ = self.registry
+            if not runs_tools:
+                self.mcp.close()
         # With the key, so an upgrade seals the rows it has to (checked against the
         # database's key before it does).
         ensure_schema(self.engine, self._loaded_keyring)

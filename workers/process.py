@@ -16,9 +16,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from celery import signals
+from celery import current_app, signals
 
 from router import metrics
+from router.constants import TOOL_QUEUES
 from router.errors import ConfigError
 from router.heap import freeze_start_up_objects
 from router.messaging.completions import Notifier
@@ -55,7 +56,7 @@ def current() -> ProcessState:
             metrics.enable(settings)
             runtime = Runtime(settings)
             try:
-                runtime.prepare()
+                runtime.prepare(runs_tools=_runs_tools())
                 notifier = runtime.notifier()
             except BaseException:
                 # Each try builds anew: a failed one must not leave its MCP servers running.
@@ -68,6 +69,12 @@ def current() -> ProcessState:
             freeze_start_up_objects()
             log.info("pool process %d ready: %d tools", os.getpid(), len(runtime.registry))
         return _state
+
+
+def _runs_tools() -> bool:
+    """Whether this worker takes calls of tools: it consumes a tool queue, as every worker
+    does but the approval worker (Celery counts every queue when none was chosen)."""
+    return any(name in TOOL_QUEUES for name in current_app.amqp.queues.consume_from)
 
 
 def _build_ahead() -> None:

@@ -30,6 +30,7 @@ from ..support.handler_server import serving
 from ..support.launcher import REPO, free_port
 from ..support.services import IN_CI
 from ..support.stack import Stack, stack_env
+from ..support.waiting import wait_for
 
 MCP_BIN = REPO / "tests" / "mcp_servers" / "node_modules" / ".bin"
 CONFIG = REPO / "tests" / "mcp_tools.yaml"
@@ -487,3 +488,37 @@ def test_a_dropped_mcp_session_is_opened_again(mcp_stack: tuple[Stack, Path]) ->
     assert outcomes[-1].get("value") == "Echo: after 1", outcomes
     if not outcomes[0]["ok"]:
         assert outcomes[0]["error_type"] == "ConnectionError"
+
+
+def test_only_the_tool_workers_keep_the_mcp_servers_running(
+    mcp_stack: tuple[Stack, Path],
+) -> None:
+    # The API and the approval worker read the imported tools' specs and run none of them.
+    stack, _ = mcp_stack
+    # Its pool process has built the registry ("pool process N ready: M tools").
+    stack.launcher.wait_for_log("approvals", "ready: ")
+
+    def servers_under(name: str) -> set[str]:
+        under = psutil.Process(stack.processes[name].pid).children(recursive=True)
+        return {
+            server
+            for process in under
+            for server in ("mcp-server-everything", "mcp-server-filesystem")
+            if server in " ".join(_cmdline(process))
+        }
+
+    wait_for(
+        lambda: servers_under("api") == servers_under("approvals") == set(),
+        60,
+        "the API and the approval worker to stop the servers they listed",
+    )
+    both = {"mcp-server-everything", "mcp-server-filesystem"}
+    wait_for(lambda: servers_under("worker") == both, 60, "the tool worker's servers")
+    assert call(stack, "everything.echo", {"message": "still"})["value"] == "Echo: still"
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:  # gone since it was listed
+        return []
