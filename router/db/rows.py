@@ -32,7 +32,9 @@ class CallMade:
     def is_call(self, tool: str, digest: str | None) -> bool:
         """Whether ``tool`` with arguments of ``digest`` is this call sent again, with the
         requester's arguments or the approver's edit of them."""
-        return tool == self.tool and digest in (self.args_sha256, self.original_args_sha256)
+        if digest is None or tool != self.tool:
+            return False
+        return digest in (self.args_sha256, self.original_args_sha256)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select
 
 from router.canonical import args_digest, canonical_json
@@ -15,6 +16,7 @@ from router.dispatch.batches import BatchService
 from router.dispatch.dispatcher import Dispatcher
 from router.runtime import Runtime
 from router.tools.registry import Tool, ToolRegistry
+from router.tools.routing import Candidate
 
 REUSED = "idempotency key reused with different arguments"
 
@@ -85,6 +87,25 @@ def test_a_dry_run_by_capability_does_not_replay_a_direct_call(runtime: Runtime)
     explained = runtime.explainer.explain_by_capability("agent", "no.such", [], {"q": 3}, "k-dry")
     assert isinstance(explained, dict)
     assert explained["outcome"] != "replayed", explained
+
+
+@pytest.mark.parametrize("args", [[1], None, "x"], ids=["list", "null", "string"])
+def test_a_capability_call_of_arguments_no_call_has_is_never_a_replay(
+    runtime: Runtime, args: object
+) -> None:
+    first = runtime.dispatcher.submit_by_capability(
+        "agent", "demo.echo", ["echo"], {"q": 4}, "k-malformed"
+    )
+    assert first.call_id is not None, first.to_dict()
+    again = runtime.dispatcher.submit_by_capability(
+        "agent", "demo.echo", ["echo"], args, "k-malformed"
+    )
+    assert again.call_id is None and again.status == "rejected", again.to_dict()
+    ranked = [Candidate("echo", 1.0, "capability")]
+    explained = runtime.explainer.explain_by_capability(
+        "agent", "demo.echo", ranked, args, "k-malformed"
+    )
+    assert isinstance(explained, dict) and explained["outcome"] == "refused", explained
 
 
 # -- an approver's edit: the requester's retry is the requester's own request ----------
