@@ -101,6 +101,24 @@ class Channel(kombu_redis.Channel):
         except (ValueError, RecursionError):
             log.warning("dropped a message that is not JSON from a queue")
             raise Empty() from None
+        except self.ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                raise
+            self._delete_planted_queue_keys()
+            raise Empty() from None
+
+    def _delete_planted_queue_keys(self) -> None:
+        """A queue's key of another type than a list (Redis is not trusted: anyone who can
+        write to it can set one) fails the whole ``BRPOP`` on every poll, and kombu would let
+        that stop the worker. None of ours is in such a key, so it is deleted."""
+        with self.conn_or_acquire() as client:
+            for queue in self.active_queues:
+                for key in {self._q_for_pri(queue, pri) for pri in self.priority_steps}:
+                    try:
+                        client.llen(key)
+                    except self.ResponseError:
+                        log.warning("deleted the key of queue %s: it was not a list", key)
+                        client.delete(key)
 
     def _receive_one(self, c: Any) -> Any:
         """The same for a broadcast (remote control, events): kombu drops one that is not

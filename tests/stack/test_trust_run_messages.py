@@ -129,3 +129,28 @@ def test_a_queue_message_no_api_process_could_send_is_dropped_without_stopping_i
     done = submit(stack, "echo", {"after": "poison"}, wait_s=30)
     assert (done["status"], done["value"]) == ("succeeded", {"after": "poison"}), done
     canary_approval(stack)
+
+
+@pytest.mark.parametrize(
+    ("queue", "process"), [("tools.low", "worker"), (APPROVALS_QUEUE, "approvals")]
+)
+def test_a_queue_key_of_another_type_is_deleted_without_stopping_its_worker(
+    stack: Stack, queue: str, process: str
+) -> None:
+    # Redis answers a BRPOP over such a key with WRONGTYPE, on every poll of the worker.
+    deleted = f"deleted the key of queue {queue}: it was not a list"
+    deleted_before = stack.log(process).count(deleted)
+    key = Namespace.of(stack.settings).prefix + queue
+    with redis_client(stack) as client:
+        client.set(key, "planted")
+        deadline = time.monotonic() + 60
+        while stack.log(process).count(deleted) <= deleted_before:
+            assert stack.processes[process].poll() is None, stack.log(process)[-3000:]
+            assert time.monotonic() < deadline, stack.log(process)[-3000:]
+            time.sleep(0.1)
+        assert client.type(key) in (b"none", b"list")
+
+    assert stack.processes[process].poll() is None
+    done = submit(stack, "echo", {"after": "planted"}, wait_s=30)
+    assert (done["status"], done["value"]) == ("succeeded", {"after": "planted"}), done
+    canary_approval(stack)
