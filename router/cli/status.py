@@ -184,7 +184,7 @@ def render(report: dict[str, Any]) -> str:
         depth = depths.get(queue, "?")
         state = mark(bool(consumers)) if workers["ok"] else "    "
         if depth is None:
-            # A worker that waits on such a key stops: this queue is down whoever consumes it.
+            # Redis fails every wait on such a key until a worker deletes it: down meanwhile.
             state, depth = mark(False), "? (a key of it in Redis is not a list)"
         lines.append(
             f"{state} {queue:<13} {depth} waiting, "
