@@ -82,7 +82,7 @@ def rule_on(tool: Tool, args: Any, caller: str, roles_of: RolesOf) -> Ruling:
     if rules is None:
         gate = gate_of(tool)
         return Ruling(gate, gate.rules if gate else ())
-    context = context_of(args, caller, roles_of(caller) if rules.uses_roles else ())
+    context = context_of(args, caller, roles_of(caller) if rules.uses_roles else (), rules.reads)
     return _evaluate(tool, rules, context)
 
 

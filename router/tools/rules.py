@@ -90,11 +90,13 @@ Context = dict[str, Any] | RuleError
 
 @dataclass(frozen=True, slots=True)
 class Condition:
-    """One compiled expression and the key it was written under."""
+    """One compiled expression and the key it was written under; ``reads``, the fields of
+    ``args`` it can read (None: all of them)."""
 
     key: str
     text: str
     program: Any
+    reads: frozenset[str] | None = None
 
     def holds(self, context: Context) -> bool:
         """The expression's value in ``context``; ``RuleError`` unless it is a bool, and
@@ -124,16 +126,24 @@ class ToolRules:
     deny: Condition | None
     deny_reason: str | None
     uses_roles: bool
+    # The fields of ``args`` any condition can read (None: all of them); only these are
+    # made CEL values, since converting is the costliest part of a rule on large arguments.
+    reads: frozenset[str] | None = None
 
 
 # Why every condition fails when CEL cannot hold the arguments.
 ARGS_NOT_CEL = "the arguments hold an integer beyond CEL's signed 64 bits"
 
 
-def context_of(args: Any, caller: str, roles: Iterable[str]) -> Context:
-    """The names an expression reads, as CEL values; a ``RuleError`` when CEL cannot hold
-    the arguments, on which every condition fails (and a failed condition is strict):
-    evaluated, ``has()`` would answer false of them rather than fail."""
+def context_of(
+    args: Any, caller: str, roles: Iterable[str], reads: frozenset[str] | None = None
+) -> Context:
+    """The names an expression reads, as CEL values (of ``args``, the fields in ``reads``,
+    or all); a ``RuleError`` when CEL cannot hold them, on which every condition fails (and
+    a failed condition is strict): evaluated, ``has()`` would answer false of them rather
+    than fail."""
+    if reads is not None and isinstance(args, dict):
+        args = {field: args[field] for field in reads if field in args}
     try:
         cel_args = celpy.json_to_cel(args)
     except (ValueError, OverflowError, TypeError):
@@ -172,14 +182,17 @@ def compile_rules(
             for i, b in enumerate(approvals_required)
         )
     deny = _compiled("deny_if", deny_if, file, tool) if deny_if is not None else None
-    texts = [c.text for c in (requires, deny) if c] + [c.text for c, _ in counts]
-    uses_roles = any("roles" in text for text in texts)
-    return ToolRules(requires, counts, deny, deny_reason, uses_roles)
+    conditions = [c for c in (requires, deny) if c] + [c for c, _ in counts]
+    uses_roles = any("roles" in c.text for c in conditions)
+    reads = [c.reads for c in conditions]
+    every = None if None in reads else frozenset().union(*(r for r in reads if r is not None))
+    return ToolRules(requires, counts, deny, deny_reason, uses_roles, every)
 
 
 def _compiled(key: str, text: str, file: str, tool: str) -> Condition:
     try:
-        return Condition(key, text, _program(text))
+        program, reads = _program(text)
+        return Condition(key, text, program, reads)
     except _Mistake as exc:
         raise ConfigError(f"{key}: {exc}", file=file, tool=tool) from None
 
@@ -189,8 +202,9 @@ class _Mistake(Exception):
 
 
 @lru_cache(maxsize=512)
-def _program(text: str) -> Any:
-    """One program per distinct text, shared by every process-local registry built."""
+def _program(text: str) -> tuple[Any, frozenset[str] | None]:
+    """One program per distinct text, shared by every process-local registry built, and
+    the fields of ``args`` it reads (``_fields_read``)."""
     try:
         tree = _ENV.compile(text)
     except celpy.CELParseError as exc:
@@ -211,7 +225,38 @@ def _program(text: str) -> Any:
             name = f"unknown name {node.children[0]} (known: {', '.join(CONTEXT)})"
         if name is not None:
             raise _Mistake(f"line {node.meta.line}, column {node.meta.column}: {name}")
-    return _ENV.program(tree, functions=_STRICT_FUNCTIONS)
+    reads = None if "args" in bound else _fields_read(tree)
+    return _ENV.program(tree, functions=_STRICT_FUNCTIONS), reads
+
+
+def _fields_read(tree: Any) -> frozenset[str] | None:
+    """The fields ``f`` of every ``args.f`` in ``tree``; None when ``args`` appears in any
+    other way (``size(args)``, ``args["f"]``, ``"f" in args``, a macro over it), where the
+    expression may read any of its fields."""
+    selected: set[int] = set()
+    fields: set[str] = set()
+    for node in tree.iter_subtrees():
+        if node.data != "member_dot":
+            continue
+        ident = _ident_of(node.children[0])
+        if ident is not None and str(ident.children[0]) == "args":
+            selected.add(id(ident))
+            fields.add(str(node.children[1]))
+    for node in tree.iter_subtrees():
+        if node.data == "ident" and str(node.children[0]) == "args" and id(node) not in selected:
+            return None
+    return frozenset(fields)
+
+
+def _ident_of(member: Any) -> Any:
+    """The ``ident`` node of a member that is a bare name (``member → primary → ident``)."""
+    if getattr(member, "data", None) != "member" or len(member.children) != 1:
+        return None
+    primary = member.children[0]
+    if getattr(primary, "data", None) != "primary" or len(primary.children) != 1:
+        return None
+    ident = primary.children[0]
+    return ident if getattr(ident, "data", None) == "ident" else None
 
 
 def _idents(exprlist: Any) -> set[str]:

@@ -294,7 +294,7 @@ def test_an_item_the_rules_cannot_read_is_gated_and_the_rest_run(stack: Stack) -
     # stored whole, and no batch row counts calls it never stored.
     calls = [
         {"tool": "echo", "args": {"ok": 1}},
-        {"tool": "rule_wire", "args": {"amount": 1, "to": "bob", "x": 2**63}},
+        {"tool": "rule_wire", "args": {"amount": 2**63, "to": "bob"}},
     ]
     with stack.client() as http:
         receipt = submit(http, calls)

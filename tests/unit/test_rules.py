@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import celpy
 import pytest
 
 from router.dispatch.gate import CONDITION, DENIED_BY_RULE, Ruling, rule_on
@@ -126,14 +127,59 @@ def test_arguments_cel_cannot_hold_fail_every_condition_even_has(key: str) -> No
     # Evaluated over an error value, has() answers false rather than failing: a deny_if
     # or requires_approval of has() would let such a call through.
     tool = tool_from(one_rule(key, "has(args.admin_override)"))
-    ruling = rule(tool, {"admin_override": True, "pad": 2**70})
+    ruling = rule(tool, {"admin_override": {"level": 2**70}})
     assert ruling.denial is None and ruling.gate is not None
     assert "signed 64 bits" in ruling.gate.rule_text and "failed" in ruling.gate.rule_text
 
 
 def test_arguments_cel_cannot_hold_take_the_largest_count() -> None:
-    ruling = rule(tool_from(WIRE), {"amount": 5, "to": "bob", "pad": -(2**63) - 1})
+    ruling = rule(tool_from(WIRE), {"amount": -(2**63) - 1, "to": "bob"})
     assert ruling.gate is not None and ruling.gate.approvals_required == 2
+
+
+def test_a_field_no_rule_reads_is_never_made_a_cel_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Converting is the costliest part of a rule: a call's large arguments beside the few
+    # fields its rules read cost nothing, and an integer CEL cannot hold there fails nothing.
+    converted: list[Any] = []
+    to_cel = celpy.json_to_cel
+    monkeypatch.setattr(celpy, "json_to_cel", lambda v: converted.append(v) or to_cel(v))
+    pad = [2**70, *range(1000)]
+    ruling = rule(tool_from(WIRE), {"amount": 5, "to": "bob", "pad": pad})
+    assert ruling.gate is None and ruling.denial is None, ruling
+    assert {"amount": 5, "to": "bob"} in converted
+    assert not any("pad" in value for value in converted if isinstance(value, dict))
+
+
+@pytest.mark.parametrize(
+    "expression", ["size(args) > 0", "'pad' in args", "args['admin'] == true", "dyn(args).x == 1"]
+)
+def test_a_rule_that_reads_the_arguments_whole_fails_on_any_field_cel_cannot_hold(
+    expression: str,
+) -> None:
+    ruling = rule(tool_from(one_rule("requires_approval", expression)), {"pad": 2**70})
+    assert ruling.gate is not None and "signed 64 bits" in ruling.gate.rule_text, ruling
+
+
+@pytest.mark.parametrize(
+    ("expression", "reads"),
+    [
+        ("args.amount > 1000 && caller != 'x'", {"amount"}),
+        ("has(args.a) && args.b.c == 1", {"a", "b"}),
+        ("args.items.exists(i, i > 3)", {"items"}),
+        ("roles.exists(r, r == 'x')", set()),
+        ("size(args) > 2", None),
+        ("'x' in args", None),
+        ("args['x'] == 1", None),
+        ("args.exists(k, k == 'x')", None),
+        ("[1].exists(args, args > 0)", None),
+    ],
+)
+def test_the_fields_an_expression_reads(expression: str, reads: set[str] | None) -> None:
+    tool = tool_from(one_rule("requires_approval", expression))
+    assert tool.rules is not None
+    assert tool.rules.reads == (None if reads is None else frozenset(reads))
 
 
 def test_a_value_that_is_not_a_bool_fails_closed() -> None:
