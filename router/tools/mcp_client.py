@@ -129,8 +129,12 @@ class McpConnections:
         self._loop = None
 
     async def _close_all(self) -> None:
-        for session in list(self._sessions.values()):
+        # All at once: a server that outlives the end of its input takes the SDK seconds
+        # to stop, and one after another they would run past ``close``'s wait.
+        sessions = list(self._sessions.values())
+        for session in sessions:
             session.stop.set()
+        for session in sessions:
             await session.done.wait()
         self._sessions.clear()
 
