@@ -212,7 +212,11 @@ def _program(text: str) -> tuple[Any, frozenset[str] | None]:
         raise _Mistake(f"{where}: not valid CEL") from None
     bound: set[str] = set()
     for node in tree.iter_subtrees_topdown():
-        if node.data == "member_dot_arg" and str(node.children[1]) in _MACROS:
+        if (
+            node.data == "member_dot_arg"
+            and str(node.children[1]) in _MACROS
+            and len(node.children) > 2
+        ):
             # A macro's first argument names the element it binds (``v`` in ``l.all(v, …)``).
             bound.update(_idents(node.children[2]))
     for node in tree.iter_subtrees_topdown():
@@ -221,8 +225,12 @@ def _program(text: str) -> tuple[Any, frozenset[str] | None]:
             name = f"unknown function {node.children[0]}()"
         elif node.data == "member_dot_arg" and str(node.children[1]) not in _FUNCTIONS:
             name = f"unknown function {node.children[1]}()"
+        elif node.data == "dot_ident_arg" and str(node.children[0]) not in _FUNCTIONS:
+            name = f"unknown function .{node.children[0]}()"  # a name read from the root
         elif node.data == "ident" and str(node.children[0]) not in (*CONTEXT, *bound):
             name = f"unknown name {node.children[0]} (known: {', '.join(CONTEXT)})"
+        elif node.data == "dot_ident" and str(node.children[0]) not in CONTEXT:
+            name = f"unknown name .{node.children[0]} (known: {', '.join(CONTEXT)})"
         if name is not None:
             raise _Mistake(f"line {node.meta.line}, column {node.meta.column}: {name}")
     reads = None if "args" in bound else _fields_read(tree)
@@ -245,6 +253,8 @@ def _fields_read(tree: Any) -> frozenset[str] | None:
     for node in tree.iter_subtrees():
         if node.data == "ident" and str(node.children[0]) == "args" and id(node) not in selected:
             return None
+        if node.data == "dot_ident" and str(node.children[0]) == "args":
+            return None  # `.args`, read from the root whatever binds the name
     return frozenset(fields)
 
 

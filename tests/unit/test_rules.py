@@ -3,6 +3,7 @@ and evaluate to the stricter outcome when they cannot say."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import celpy
@@ -174,6 +175,8 @@ def test_a_rule_that_reads_the_arguments_whole_fails_on_any_field_cel_cannot_hol
         ("args['x'] == 1", None),
         ("args.exists(k, k == 'x')", None),
         ("[1].exists(args, args > 0)", None),
+        ("has(.args.admin_override)", None),
+        ("size(.args) != 0 && args.x == 1", None),
     ],
 )
 def test_the_fields_an_expression_reads(expression: str, reads: set[str] | None) -> None:
@@ -212,3 +215,22 @@ def test_loading_the_rule_engine_keeps_the_recursion_limit() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.split()
     assert out[0] == out[1], out
+
+
+@pytest.mark.parametrize(
+    ("expression", "error"),
+    [
+        (".foo == 1", "unknown name .foo"),
+        (".shell('ls')", "unknown function .shell()"),
+        (".args().x == 1", "unknown function .args()"),
+    ],
+)
+def test_a_name_read_from_the_root_is_checked_as_any_name(expression: str, error: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        tool_from(one_rule("requires_approval", expression))
+
+
+def test_a_rule_reading_args_from_the_root_sees_every_field() -> None:
+    tool = tool_from(one_rule("requires_approval", "has(.args.admin_override)"))
+    ruling = rule(tool, {"admin_override": True, "to": "bob"})
+    assert ruling.gate is not None, ruling
