@@ -15,7 +15,7 @@ every process: the API, the workers, the approval worker, beat and Flower.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from queue import Empty
 from typing import Any
@@ -30,6 +30,22 @@ log = logging.getLogger(__name__)
 # What ``broker_transport`` names, so every process loads this module by the same path.
 TRANSPORT = "router.messaging.redis_transport:Transport"
 SENTINEL_TRANSPORT = "router.messaging.redis_transport:SentinelTransport"
+
+
+# Deletes a key that is neither a list nor absent, in one step; answers 1 if it did.
+DELETE_IF_NOT_LIST = """
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind ~= 'list' and kind ~= 'none' then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"""
+
+
+def _wrong_type(exc: Exception) -> bool:
+    """Whether Redis refused a command for a key of another type (alone or in a pipeline)."""
+    return "WRONGTYPE" in str(exc)
 
 
 class MalformedMessage(Exception):
@@ -102,23 +118,38 @@ class Channel(kombu_redis.Channel):
             log.warning("dropped a message that is not JSON from a queue")
             raise Empty() from None
         except self.ResponseError as exc:
-            if not str(exc).startswith("WRONGTYPE"):
+            if not _wrong_type(exc):
                 raise
-            self._delete_planted_queue_keys()
+            self._delete_planted_keys(self.active_queues)
             raise Empty() from None
 
-    def _delete_planted_queue_keys(self) -> None:
+    def _size(self, queue: str) -> Any:
+        """The same for the queue's length, which Celery reads as a worker starts (declaring
+        its queues): a key planted before the start stopped it there."""
+        try:
+            return super()._size(queue)
+        except self.ResponseError as exc:
+            if not _wrong_type(exc):
+                raise
+            self._delete_planted_keys([queue])
+            return super()._size(queue)
+
+    def _delete_planted_keys(self, queues: Iterable[str]) -> None:
         """A queue's key of another type than a list (Redis is not trusted: anyone who can
         write to it can set one) fails the whole ``BRPOP`` on every poll, and kombu would let
-        that stop the worker. None of ours is in such a key, so it is deleted."""
+        that stop the worker. None of ours is in such a key, so it is deleted, by a script
+        that checks its type in the same step: a list made meanwhile is never touched."""
         with self.conn_or_acquire() as client:
-            for queue in self.active_queues:
+            for queue in queues:
                 for key in {self._q_for_pri(queue, pri) for pri in self.priority_steps}:
                     try:
-                        client.llen(key)
-                    except self.ResponseError:
-                        log.warning("deleted the key of queue %s: it was not a list", key)
-                        client.delete(key)
+                        # EVAL's keys are not prefixed by kombu's client, unlike LLEN's.
+                        deleted = client.eval(DELETE_IF_NOT_LIST, 1, self.global_keyprefix + key)
+                    except self.ResponseError as exc:
+                        log.warning("could not check the key of queue %r: %s", key, exc)
+                        continue
+                    if deleted:
+                        log.warning("deleted the key of queue %r: it was not a list", key)
 
     def _receive_one(self, c: Any) -> Any:
         """The same for a broadcast (remote control, events): kombu drops one that is not

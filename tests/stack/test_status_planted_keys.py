@@ -23,7 +23,7 @@ from ..support.launcher import REPO
 from ..support.stack import Stack, own_stack
 
 REDIS_DB = 10
-# No worker consumes it here, so the planted key stops no process of the test's own.
+# No worker consumes it here, so none deletes the planted key before status reads it.
 PLANTED_QUEUE = "maintenance"
 TOOL_QUEUES = ("tools.low", "tools.medium", "tools.high")
 

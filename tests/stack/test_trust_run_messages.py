@@ -9,6 +9,7 @@ import base64
 import json
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,9 +25,11 @@ from ..support.redis_attacker import (
     submit,
     untrusted,
 )
-from ..support.stack import Stack
+from ..support.stack import Stack, own_stack
 
 IGNORED = "ignored a run message that names no call"
+OWN_REDIS_DB = 10
+AGENT = {"agent": ["agent"]}
 # What a worker logs for each message from a queue it could not take.
 DROPPED = "dropped a message"
 CALL_ID = "call_" + "0" * 32
@@ -138,7 +141,7 @@ def test_a_queue_key_of_another_type_is_deleted_without_stopping_its_worker(
     stack: Stack, queue: str, process: str
 ) -> None:
     # Redis answers a BRPOP over such a key with WRONGTYPE, on every poll of the worker.
-    deleted = f"deleted the key of queue {queue}: it was not a list"
+    deleted = f"deleted the key of queue {queue!r}: it was not a list"
     deleted_before = stack.log(process).count(deleted)
     key = Namespace.of(stack.settings).prefix + queue
     with redis_client(stack) as client:
@@ -154,3 +157,19 @@ def test_a_queue_key_of_another_type_is_deleted_without_stopping_its_worker(
     done = submit(stack, "echo", {"after": "planted"}, wait_s=30)
     assert (done["status"], done["value"]) == ("succeeded", {"after": "planted"}), done
     canary_approval(stack)
+
+
+def test_a_queue_key_planted_before_a_worker_starts_is_deleted_as_it_starts(
+    redis_base: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    # Celery reads each queue's length as a worker starts (declaring its queues): a key of
+    # another type there ended the start with WRONGTYPE.
+    with own_stack(tmp_path, f"{redis_base}/{OWN_REDIS_DB}", request, keys=AGENT) as own:
+        key = Namespace.of(own.settings).prefix + "tools.low"
+        with redis_client(own) as client:
+            client.hset(key, "planted", "1")
+        own.start_api()
+        own.start_worker(queues="tools.low")
+        own.launcher.wait_for_log("worker", "deleted the key of queue 'tools.low': it was not")
+        done = submit(own, "echo", {"after": "planted at start"}, wait_s=30)
+        assert done["status"] == "succeeded", done
