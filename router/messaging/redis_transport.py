@@ -32,10 +32,11 @@ TRANSPORT = "router.messaging.redis_transport:Transport"
 SENTINEL_TRANSPORT = "router.messaging.redis_transport:SentinelTransport"
 
 
-# Deletes a key that is neither a list nor absent, in one step; answers 1 if it did.
-DELETE_IF_NOT_LIST = """
+# Deletes a key that is neither of the type ARGV[1] nor absent, in one step; answers 1 if
+# it did.
+DELETE_IF_NOT = """
 local kind = redis.call('TYPE', KEYS[1]).ok
-if kind ~= 'list' and kind ~= 'none' then
+if kind ~= ARGV[1] and kind ~= 'none' then
   redis.call('DEL', KEYS[1])
   return 1
 end
@@ -134,22 +135,38 @@ class Channel(kombu_redis.Channel):
             self._delete_planted_keys([queue])
             return super()._size(queue)
 
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> Any:
+        """The same for the sets that bind a queue to its exchange, which a worker adds to
+        as it starts."""
+        try:
+            return super()._queue_bind(exchange, routing_key, pattern, queue)
+        except self.ResponseError as exc:
+            if not _wrong_type(exc):
+                raise
+            tables = (self.keyprefix_queue, self.keyprefix_binding_permanent)
+            self._delete_planted([table % (exchange,) for table in tables], "set")
+            return super()._queue_bind(exchange, routing_key, pattern, queue)
+
     def _delete_planted_keys(self, queues: Iterable[str]) -> None:
         """A queue's key of another type than a list (Redis is not trusted: anyone who can
         write to it can set one) fails the whole ``BRPOP`` on every poll, and kombu would let
-        that stop the worker. None of ours is in such a key, so it is deleted, by a script
-        that checks its type in the same step: a list made meanwhile is never touched."""
+        that stop the worker. None of ours is in such a key, so it is deleted."""
+        keys = {self._q_for_pri(queue, pri) for queue in queues for pri in self.priority_steps}
+        self._delete_planted(sorted(keys), "list")
+
+    def _delete_planted(self, keys: Iterable[str], kind: str) -> None:
+        """Delete each of ``keys`` that is not a ``kind``, by a script that checks its type in
+        the same step: a key of the right type made meanwhile is never touched."""
         with self.conn_or_acquire() as client:
-            for queue in queues:
-                for key in {self._q_for_pri(queue, pri) for pri in self.priority_steps}:
-                    try:
-                        # EVAL's keys are not prefixed by kombu's client, unlike LLEN's.
-                        deleted = client.eval(DELETE_IF_NOT_LIST, 1, self.global_keyprefix + key)
-                    except self.ResponseError as exc:
-                        log.warning("could not check the key of queue %r: %s", key, exc)
-                        continue
-                    if deleted:
-                        log.warning("deleted the key of queue %r: it was not a list", key)
+            for key in keys:
+                try:
+                    # EVAL's keys are not prefixed by kombu's client, unlike LLEN's.
+                    deleted = client.eval(DELETE_IF_NOT, 1, self.global_keyprefix + key, kind)
+                except self.ResponseError as exc:
+                    log.warning("could not check the key %r: %s", key, exc)
+                    continue
+                if deleted:
+                    log.warning("deleted the key %r: it was not a %s", key, kind)
 
     def _receive_one(self, c: Any) -> Any:
         """The same for a broadcast (remote control, events): kombu drops one that is not

@@ -141,7 +141,7 @@ def test_a_queue_key_of_another_type_is_deleted_without_stopping_its_worker(
     stack: Stack, queue: str, process: str
 ) -> None:
     # Redis answers a BRPOP over such a key with WRONGTYPE, on every poll of the worker.
-    deleted = f"deleted the key of queue {queue!r}: it was not a list"
+    deleted = f"deleted the key {queue!r}: it was not a list"
     deleted_before = stack.log(process).count(deleted)
     key = Namespace.of(stack.settings).prefix + queue
     with redis_client(stack) as client:
@@ -159,17 +159,19 @@ def test_a_queue_key_of_another_type_is_deleted_without_stopping_its_worker(
     canary_approval(stack)
 
 
-def test_a_queue_key_planted_before_a_worker_starts_is_deleted_as_it_starts(
-    redis_base: str, tmp_path: Path, request: pytest.FixtureRequest
+@pytest.mark.parametrize(
+    ("key", "kind"), [("tools.low", "list"), ("_kombu.binding.tools.low", "set")]
+)
+def test_a_key_planted_before_a_worker_starts_is_deleted_as_it_starts(
+    redis_base: str, tmp_path: Path, request: pytest.FixtureRequest, key: str, kind: str
 ) -> None:
-    # Celery reads each queue's length as a worker starts (declaring its queues): a key of
-    # another type there ended the start with WRONGTYPE.
+    # As a worker starts, Celery reads each queue's length and binds it to its exchange
+    # (declaring it): a key of another type at either ended the start with WRONGTYPE.
     with own_stack(tmp_path, f"{redis_base}/{OWN_REDIS_DB}", request, keys=AGENT) as own:
-        key = Namespace.of(own.settings).prefix + "tools.low"
         with redis_client(own) as client:
-            client.hset(key, "planted", "1")
+            client.hset(Namespace.of(own.settings).prefix + key, "planted", "1")
         own.start_api()
         own.start_worker(queues="tools.low")
-        own.launcher.wait_for_log("worker", "deleted the key of queue 'tools.low': it was not")
+        own.launcher.wait_for_log("worker", f"deleted the key {key!r}: it was not a {kind}")
         done = submit(own, "echo", {"after": "planted at start"}, wait_s=30)
         assert done["status"] == "succeeded", done
