@@ -143,8 +143,9 @@ class Channel(kombu_redis.Channel):
         except self.ResponseError as exc:
             if not _wrong_type(exc):
                 raise
-            tables = (self.keyprefix_queue, self.keyprefix_binding_permanent)
-            self._delete_planted([table % (exchange,) for table in tables], "set")
+            # The permanent twin is not in every kombu the project admits.
+            tables = (self.keyprefix_queue, getattr(self, "keyprefix_binding_permanent", None))
+            self._delete_planted([t % (exchange,) for t in tables if t is not None], "set")
             return super()._queue_bind(exchange, routing_key, pattern, queue)
 
     def _delete_planted_keys(self, queues: Iterable[str]) -> None:
