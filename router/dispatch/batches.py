@@ -270,7 +270,8 @@ class BatchService:
                     continue
                 if isinstance(slot, RefusedRetry):
                     there = placed.get(start + index)
-                    stored = existing.get(slot.idempotency_key or "")
+                    key = slot.idempotency_key
+                    stored = existing.get(key) if key is not None else None
                     if there is None and stored is None:  # no retry: refused as a new call
                         rejected.append(Rejection(index, str(slot.refused.result.error)))
                         entries.extend([slot.refused.audit] if slot.refused.audit else [])
