@@ -154,7 +154,8 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
         + [
             (channel, outcome)
             for channel in ChannelType
-            for outcome in (NotifyOutcome.DELIVERED, NotifyOutcome.RETRIED, NotifyOutcome.FAILED)
+            for outcome in NotifyOutcome
+            if outcome is not NotifyOutcome.NOT_QUEUED
         ]
     )
     app = FastAPI(

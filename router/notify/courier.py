@@ -43,6 +43,8 @@ class Attempted:
 
 
 SKIPPED = Attempted(None)
+# Why a delivery was not sent: its request no longer shows its event (then named).
+PAST = "not sent: the request is no longer "
 
 
 class Courier:
@@ -145,6 +147,7 @@ class Courier:
         message's outcome."""
         now = self.clock()
         claimed: list[tuple[Delivery, ApprovalRequest | None, CallRow | None]] = []
+        past: list[Delivery] = []
         kind: tuple[str, NotifyEvent] | None = None
         with self.store.transaction() as conn:
             for delivery_id in delivery_ids:
@@ -157,11 +160,21 @@ class Courier:
                     continue
                 if deliveries.claim(conn, delivery, now=now):
                     request = pending.get(conn, delivery.request_id)
+                    if request is not None and not self._still_shows(request, delivery, now):
+                        # A retry after a decision: "approval needed" would follow "approved".
+                        past.append(delivery)
+                        why = f"{PAST}{delivery.event}"
+                        deliveries.finish(
+                            conn, delivery.id, DeliveryStatus.SKIPPED, now=now, error=why
+                        )
+                        continue
                     claimed.append((delivery, request, self.store.get(conn, delivery.call_id)))
                     if self._one_each(delivery.channel):
                         break
+        for delivery in past:
+            metrics.notification(delivery.channel_type, Outcome.SKIPPED)
         if not claimed:
-            return SKIPPED
+            return Attempted(Outcome.SKIPPED) if past else SKIPPED
         channel = self.notifications.channels.get(claimed[0][0].channel)
         sent: list[Delivery] = []
         notices: list[Notice] = []
@@ -191,6 +204,9 @@ class Courier:
         for delivery in sent:
             metrics.notification(delivery.channel_type, Outcome.DELIVERED)
         return Attempted(Outcome.DELIVERED)
+
+    def _still_shows(self, request: ApprovalRequest, delivery: Delivery, now: int) -> bool:
+        return _shows(request, delivery.event, self._spec(request.tool), now)
 
     def _one_each(self, channel_name: str) -> bool:
         """Whether ``channel_name`` takes one delivery a message: the rest of a list that a

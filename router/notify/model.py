@@ -26,6 +26,8 @@ class DeliveryStatus(StrEnum):
     RETRYING = "retrying"
     DELIVERED = "delivered"
     FAILED = "failed"
+    # Not sent: the request had moved on from the event when its attempt came.
+    SKIPPED = "skipped"
 
 
 # Statuses from which an attempt may start.
@@ -38,6 +40,7 @@ class Outcome(StrEnum):
     DELIVERED = "delivered"
     RETRIED = "retried"
     FAILED = "failed"
+    SKIPPED = "skipped"
     NOT_QUEUED = "not_queued"
 
 

@@ -62,7 +62,7 @@ def test_the_counters_to_alert_on_are_shown_before_anything_counts(stack: Stack)
     for channel, outcome in [*attempts, ("any", Outcome.NOT_QUEUED)]:
         labels = f'channel_type="{channel}",outcome="{outcome}"'
         shown = sample(text, "toolrouter_notifications_total", labels) is not None
-        # A channel's attempt is delivered, retried or failed; only the hand-over to the
+        # A channel's attempt is delivered, retried, failed or skipped; only the hand-over to the
         # queue, before any channel, is not_queued.
         assert shown is ((channel == "any") == (outcome == Outcome.NOT_QUEUED)), labels
 

@@ -35,7 +35,14 @@ from router.runtime import Runtime
 
 from ..support import services
 from ..support.launcher import free_port
-from ..support.receivers import FlakyScript, Mailbox, accept, refuse, request_id_of
+from ..support.receivers import (
+    FlakyScript,
+    HeldScript,
+    Mailbox,
+    accept,
+    refuse,
+    request_id_of,
+)
 from ..support.scripted_http import ScriptedServer, Seen
 from ..support.slack_blocks import links, parsed, shown
 from ..support.stack import Stack, stack_env
@@ -65,12 +72,14 @@ notifications:
     flaky-chat: {type: slack, url: "${FLAKY_CHAT_URL}"}
     down-hook: {type: webhook, url: "${DOWN_URL}", secret: "${HOOK_SECRET}"}
     boss-hook: {type: webhook, url: "${BOSS_URL}", secret: "${HOOK_SECRET}"}
+    held-hook: {type: webhook, url: "${HELD_URL}", secret: "${HOOK_SECRET}"}
   roles:
     approver: [hook, chat, mail]
     flaky: [flaky-hook]
     flaky_chat: [flaky-chat]
     broken: [down-hook]
     manager: [boss-hook]
+    held: [held-hook]
   keys:
     alice: [chat]
 tools:
@@ -79,6 +88,7 @@ tools:
   - {name: flaky_chat_wire, handler: "tests.fixture_tools:echo", risk: high,
      approvers: [flaky_chat]}
   - {name: broken_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [broken]}
+  - {name: held_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [held]}
   - {name: short_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [nobody],
      approval_timeout_s: 1, notify: [hook]}
   - {name: quiet_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [nobody]}
@@ -93,6 +103,8 @@ class Receivers:
     chat: ScriptedServer
     flaky: ScriptedServer
     down: ScriptedServer
+    held: ScriptedServer
+    held_script: HeldScript
     mailbox: Mailbox
 
     def seen(self, server: ScriptedServer, request_id: str) -> list[Seen]:
@@ -115,10 +127,11 @@ def notify_stack(
         auth_require_tls=False,
     )
     smtp.start()
-    servers = [ScriptedServer(s) for s in (accept, accept, FlakyScript(2), refuse)]
+    held_script = HeldScript("pending")
+    servers = [ScriptedServer(s) for s in (accept, accept, FlakyScript(2), refuse, held_script)]
     for server in servers:
         server.__enter__()
-    hook, chat, flaky, down = servers
+    hook, chat, flaky, down, held = servers
     databases = services.database_for("sqlite", state_dir, request)
     redis_url = f"{redis_base}/{REDIS_DB}"
     services.flush(redis_url)
@@ -140,6 +153,7 @@ def notify_stack(
         FLAKY_CHAT_URL=f"{flaky.url}/chat",
         DOWN_URL=f"{down.url}/down",
         BOSS_URL=f"{hook.url}/hooks/escalation",
+        HELD_URL=f"{held.url}/held",
     )
     stack = Stack(env=env, state_dir=state_dir)
     runtime = Runtime(stack.settings)
@@ -150,6 +164,7 @@ def notify_stack(
         "flaky": ["flaky"],
         "broken": ["broken"],
         "lead": ["lead"],
+        "held": ["held"],
         "operator": ["operator"],
     }.items():
         stack.keys[name] = runtime.keys.create(name, roles)
@@ -160,7 +175,7 @@ def notify_stack(
         stack.start_worker(
             name="approvals", queues="approvals,maintenance,notifications", concurrency=2
         )
-        yield stack, Receivers(hook, chat, flaky, down, mailbox)
+        yield stack, Receivers(hook, chat, flaky, down, held, held_script, mailbox)
     finally:
         stack.stop_all()
         for server in servers:
@@ -558,6 +573,36 @@ def test_a_receiver_that_always_fails_changes_nothing_for_the_call_or_its_approv
             f"/v1/approvals/{call['request_id']}/approve", json={"wait_s": 20}
         ).json()
     assert answer["status"] == "succeeded" and answer["value"] == {"to": "ivan", "amount": 4}
+
+
+def test_a_notice_due_again_after_its_request_was_decided_is_not_sent(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    """The receiver is down while the request is approved: the "approval needed" notice
+    it failed is not retried after the decision, where it would follow "approved"."""
+    stack, receivers = notify_stack
+    skipped_before = counter(stack, "webhook", "skipped")
+    request_id = submit(stack, "held_wire", {"to": "kim", "amount": 5})["request_id"]
+    wait_for(
+        lambda: receivers.seen(receivers.held, request_id), 30, "the notice reaching its receiver"
+    )
+    with stack.client("held") as http:
+        assert http.post(f"/v1/approvals/{request_id}/approve", json={}).json()["released"]
+    receivers.held_script.release()  # the held attempt now fails: a retry is due
+
+    def by_event() -> dict[str, dict[str, Any]] | None:
+        found = {d["event"]: d for d in deliveries(stack, request_id=request_id)}
+        final = ("delivered", "failed", "skipped")
+        done = set(found) == {"pending", "approved"}
+        return found if done and all(d["status"] in final for d in found.values()) else None
+
+    found = wait_for(by_event, 30, "both notices settled")
+    assert (found["pending"]["status"], found["pending"]["last_error"]) == (
+        "skipped",
+        "not sent: the request is no longer pending",
+    ), found["pending"]
+    assert found["approved"]["status"] == "delivered", found["approved"]
+    assert counter(stack, "webhook", "skipped") == skipped_before + 1
 
 
 def test_a_tool_whose_approvers_have_no_channel_sends_nothing(

@@ -4,9 +4,11 @@ that keeps what it is sent and the logins it was given."""
 
 from __future__ import annotations
 
+import asyncio
 import email
 import email.policy
 import json
+import threading
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from typing import Any
@@ -40,6 +42,31 @@ class FlakyScript:
         count = self.seen_by_request[request_id] = self.seen_by_request.get(request_id, 0) + 1
         writer.write(answer(503 if count <= self.failures else 200, {"ok": count > self.failures}))
         return True
+
+
+class HeldScript:
+    """Holds each post announcing ``event`` until ``release()``, then answers 503 to it (a
+    receiver that was down while the request was decided); 200 to every other post."""
+
+    def __init__(self, event: str) -> None:
+        self.event, self.released = event, threading.Event()
+
+    def release(self) -> None:
+        self.released.set()
+
+    async def __call__(self, seen: Seen, writer: Any) -> bool:
+        held = _event_of(seen) == self.event
+        if held:
+            await asyncio.get_running_loop().run_in_executor(None, self.released.wait, 60)
+        writer.write(answer(503 if held else 200, {"ok": not held}))
+        return True
+
+
+def _event_of(seen: Seen) -> str | None:
+    try:
+        return str(seen.json().get("event"))
+    except (ValueError, AttributeError):
+        return None
 
 
 async def accept(seen: Seen, writer: Any) -> bool:
