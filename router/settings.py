@@ -144,7 +144,8 @@ class Settings(BaseSettings):
     # the API's own `http://<api_host>:<api_port>`.
     public_url: str = Field(default="", pattern=r"^(https?://\S+)?$")
     # Longest one notification attempt may take (connect, send, answer) before it counts
-    # as failed and is retried.
+    # as failed and is retried; never more than half of `decision_timeout_s`, since a
+    # decision may wait in the approval worker for an attempt to end.
     notify_timeout_s: float = Field(default=5.0, gt=0, le=60)
     # Attempts per notification, the first included, before its delivery is marked failed.
     notify_max_attempts: int = Field(default=5, ge=1, le=20)
@@ -191,6 +192,12 @@ class Settings(BaseSettings):
     def resolved_api_processes(self) -> int:
         # The cores this process may use (a container's or a taskset's), not the host's.
         return self.api_processes or min(8, max(1, len(os.sched_getaffinity(0)) // 2))
+
+    @property
+    def notify_attempt_s(self) -> float:
+        """How long a notification attempt may take: a decision waiting for the approval
+        worker's pool process behind one still gets there within ``decision_timeout_s``."""
+        return min(self.notify_timeout_s, self.decision_timeout_s / 2)
 
     @property
     def resolved_public_url(self) -> str:

@@ -192,7 +192,7 @@ class Courier:
         public = self.settings.resolved_public_url
         message = notices[0] if len(notices) == 1 else Digest(tuple(notices), f"{public}/ui/")
         try:
-            send(channel, message, timeout_s=self.settings.notify_timeout_s, now_s=now // 1000)
+            send(channel, message, timeout_s=self.settings.notify_attempt_s, now_s=now // 1000)
         except AttemptFailed as exc:
             return self._record_all(sent, exc.reason, retryable=exc.retryable)
         except Exception as exc:

@@ -144,6 +144,8 @@ def notify_stack(
         TOOLROUTER_NOTIFY_BACKOFF_S="0.2",
         TOOLROUTER_NOTIFY_MAX_ATTEMPTS="3",
         TOOLROUTER_NOTIFY_TIMEOUT_S="3",
+        # An attempt may take at most half of it (Settings.notify_attempt_s).
+        TOOLROUTER_DECISION_TIMEOUT_S="6",
         HOOK_URL=f"{hook.url}/hooks/toolrouter",
         HOOK_SECRET=HOOK_SECRET,
         SLACK_URL=f"{chat.url}/services/T000/B000/{SLACK_TOKEN}",

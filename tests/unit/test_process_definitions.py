@@ -8,17 +8,15 @@ checked by reading them; `toolrouter up` itself is run in tests/stack/test_up.py
 from __future__ import annotations
 
 import inspect
-import os
 import re
 import shlex
 import sys
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
-import pytest
 import yaml
 
 from router.cli import processes
@@ -120,14 +118,6 @@ def option(argv: list[str], flag: str) -> str:
     raise AssertionError(f"{flag} not in {argv}")
 
 
-@pytest.fixture
-def no_toolrouter_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Settings built in these tests see only what the test passes, not the caller's shell."""
-    for key in [key for key in os.environ if key.startswith("TOOLROUTER_")]:
-        monkeypatch.delenv(key)
-    yield
-
-
 # -- the toolrouter command behind each process ---------------------------------------------
 
 Builder = Callable[[Settings, dict[str, Any]], list[str]]
@@ -224,6 +214,15 @@ def test_approvals_process_serves_approvals_maintenance_and_notifications(
         MAINTENANCE_QUEUE,
         NOTIFICATIONS_QUEUE,
     }
+
+
+def test_approvals_process_takes_a_message_only_when_a_pool_process_is_free(
+    no_toolrouter_env: None,
+) -> None:
+    # Else a decision waits behind notifications reserved before it (tests/stack/
+    # test_decisions_beside_notifications.py shows it with receivers that hang).
+    worker = celery_part(built_argv(procfile_commands()["approvals"], Settings()))
+    assert "--disable-prefetch" in worker
 
 
 def test_approval_worker_help_names_every_queue_it_serves(no_toolrouter_env: None) -> None:
