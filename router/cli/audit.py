@@ -129,7 +129,7 @@ def audit_archive() -> None:
     else:
         click.echo(
             f"archived {result.rows} rows through seq {result.through_seq} "
-            f"to {rt.archive_dir / result.segment}"
+            f"to {(rt.archive_dir / result.segment).resolve()}"
         )
     for name in result.pruned:
         click.echo(f"pruned {name} (older than {settings.audit_archive_days:g} days)")
