@@ -12,8 +12,9 @@ import re
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Protocol
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError
 
@@ -33,13 +34,31 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _sendable(url: str) -> str:
+    """``url`` when it names a host and a port a connection can use: one that cannot would
+    fail every attempt of every delivery, found only when approvers are not told."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError("the URL's port must be a number from 1 to 65535") from None
+    if port == 0:
+        raise ValueError("the URL's port must be a number from 1 to 65535")
+    if not parts.hostname:
+        raise ValueError("the URL names no host")
+    return url
+
+
+SendableUrl = Annotated[str, Field(pattern=r"^https?://"), AfterValidator(_sendable)]
+
+
 class WebhookChannel(_Strict):
     """A JSON POST signed with HMAC-SHA256 (header `X-Toolrouter-Signature`)."""
 
     # `webhook`.
     type: Literal["webhook"]
     # The receiver, `http://` or `https://`; may use `${VAR}`.
-    url: str = Field(pattern=r"^https?://")
+    url: SendableUrl
     # The HMAC-SHA256 key the receiver verifies with; must be written as `${VAR}`.
     secret: str = Field(min_length=16)
 
@@ -50,7 +69,7 @@ class SlackChannel(_Strict):
     # `slack`.
     type: Literal["slack"]
     # The incoming webhook's URL (it is the credential); must be written as `${VAR}`.
-    url: str = Field(pattern=r"^https?://")
+    url: SendableUrl
 
 
 class EmailChannel(_Strict):

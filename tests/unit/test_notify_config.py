@@ -45,6 +45,9 @@ def test_channels_come_from_the_tool_then_its_roles_each_once() -> None:
         (("to: [b@test]", "to: []"), "finance-mail.to"),
         (("from_addr: a@test", "from_addr: a@test, colour: red"), "colour: unknown key"),
         (('url: "https://ops.test/hook"', 'url: "ftp://ops.test"'), "ops-hook.url"),
+        (('url: "https://ops.test/hook"', 'url: "https://ops.test:99999/hook"'), "65535"),
+        (('url: "https://ops.test/hook"', 'url: "https://ops.test:0/hook"'), "65535"),
+        (('url: "https://ops.test/hook"', 'url: "https://:8080/hook"'), "names no host"),
     ],
 )
 def test_a_bad_notifications_table_is_refused_naming_file_and_field(
@@ -56,6 +59,13 @@ def test_a_bad_notifications_table_is_refused_naming_file_and_field(
         parse_config(text, file="t.yaml", env=ENV)
     assert "t.yaml" in str(caught.value) and complaint in str(caught.value)
     assert ENV["HOOK_SECRET"] not in str(caught.value)
+
+
+def test_a_slack_url_with_no_usable_port_is_refused_without_its_value() -> None:
+    url = "https://hooks.test:99999/T/B/XYZ"
+    with pytest.raises(ConfigError) as caught:
+        parse_config(GOOD, file="t.yaml", env={**ENV, "SLACK_URL": url})
+    assert "chat.url" in str(caught.value) and "XYZ" not in str(caught.value)
 
 
 def test_a_short_webhook_secret_is_refused_without_its_value() -> None:
