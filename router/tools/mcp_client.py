@@ -47,7 +47,8 @@ _REPORT_EXIT = (
 
 @dataclass
 class _Session:
-    client: Any
+    # Its client once connected; every caller waits for it here.
+    ready: asyncio.Future[Any]
     stop: asyncio.Event
     done: asyncio.Event
     task: asyncio.Task[None] | None = None
@@ -133,25 +134,38 @@ class McpConnections:
         # to stop, and one after another they would run past ``close``'s wait.
         sessions = list(self._sessions.values())
         for session in sessions:
-            session.stop.set()
+            _stop(session)
         for session in sessions:
             await session.done.wait()
         self._sessions.clear()
 
     # -- sessions -------------------------------------------------------------------------
 
-    async def _session(self, name: str) -> Any:
+    async def _session(self, name: str) -> _Session:
+        """The server's session, connected: the one there is, else a new one."""
         session = self._sessions.get(name)
-        if session is not None and not session.done.is_set():
-            return session.client
-        ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        session = _Session(client=None, stop=asyncio.Event(), done=asyncio.Event())
-        session.task = asyncio.create_task(self._own(name, session, ready))
-        self._sessions[name] = session
-        session.client = await asyncio.wait_for(ready, CONNECT_TIMEOUT_S)
-        return session.client
+        if session is None or session.done.is_set():
+            ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            # Read, so a failure no caller waited for is not reported as never retrieved.
+            ready.add_done_callback(lambda f: f.cancelled() or f.exception())
+            session = _Session(ready=ready, stop=asyncio.Event(), done=asyncio.Event())
+            session.task = asyncio.create_task(self._own(name, session))
+            self._sessions[name] = session
+        if not session.ready.done():
+            try:
+                # Shielded: a caller given up on (its time limit) leaves the connect under
+                # way to the next caller, rather than a session that never gets its client.
+                await asyncio.wait_for(asyncio.shield(session.ready), CONNECT_TIMEOUT_S)
+            except TimeoutError:
+                # A server that never answers its start: stopped, its process with it.
+                if self._sessions.get(name) is session:
+                    del self._sessions[name]
+                _stop(session)
+                raise
+        session.ready.result()  # the connect's failure, if it failed
+        return session
 
-    async def _own(self, name: str, session: _Session, ready: asyncio.Future[Any]) -> None:
+    async def _own(self, name: str, session: _Session) -> None:
         """Enter the client, hand it out, and leave it in this same task on stop."""
         from mcp import Client
         from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -187,12 +201,13 @@ class McpConnections:
                 async with Client(
                     target, message_handler=watch_unreadable(session.unreadable)
                 ) as client:
-                    if not ready.done():
-                        ready.set_result(client)
+                    if not session.ready.done():
+                        session.ready.set_result(client)
                     await session.stop.wait()
         except BaseException as exc:
-            if not ready.done():
-                ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+            if not session.ready.done():
+                failed = exc if isinstance(exc, Exception) else ConnectionError("not connected")
+                session.ready.set_exception(failed)
             else:
                 log.warning("MCP server %s: session ended: %s", name, exc)
         finally:
@@ -240,7 +255,7 @@ class McpConnections:
     def _drop(self, name: str) -> _Session | None:
         session = self._sessions.pop(name, None)
         if session is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(session.stop.set)
+            self._loop.call_soon_threadsafe(_stop, session)
         return session
 
     # -- what callers use -----------------------------------------------------------------
@@ -249,7 +264,7 @@ class McpConnections:
         """Every tool the server offers (all pages); raises on a server that cannot start."""
 
         async def fetch() -> list[Any]:
-            client = await self._session(name)
+            client = (await self._session(name)).ready.result()
             tools: list[Any] = []
             cursor = None
             while True:
@@ -269,13 +284,12 @@ class McpConnections:
         async def call() -> Any:
             nonlocal sent
             try:
-                client = await self._session(name)
+                session = await self._session(name)
             except TimeoutError:
                 raise ConnectionError(f"no session within {CONNECT_TIMEOUT_S:g} s") from None
             sent = True
-            return await self._answer(
-                name, client.call_tool(tool, args, read_timeout_seconds=timeout)
-            )
+            request = session.ready.result().call_tool(tool, args, read_timeout_seconds=timeout)
+            return await self._answer(name, session, request)
 
         try:
             return self._run(call(), timeout=timeout + CONNECT_TIMEOUT_S)
@@ -294,10 +308,9 @@ class McpConnections:
                 raise lost(f"MCP server {name}: connection lost ({exc})") from None
             raise
 
-    async def _answer(self, name: str, request: Coroutine[Any, Any, T]) -> T:
+    async def _answer(self, name: str, session: _Session, request: Coroutine[Any, Any, T]) -> T:
         """``request``'s answer; fails at once when the server sends what cannot be read,
         rather than waiting out the timeout for an answer that may have been it."""
-        session = self._sessions[name]
         unreadable: asyncio.Future[Exception] = asyncio.get_running_loop().create_future()
         session.unreadable.add(unreadable)
         answer = asyncio.ensure_future(request)
@@ -324,6 +337,14 @@ class McpConnections:
             "BrokenResourceError",
             "EndOfStream",
         } or "Connection closed" in str(exc)
+
+
+def _stop(session: _Session) -> None:
+    """End ``session``, on its loop: one still starting is cancelled, since the SDK looks at
+    nothing of ours until its server has answered, and leaving stops the server."""
+    session.stop.set()
+    if not session.ready.done() and session.task is not None:
+        session.task.cancel()
 
 
 def _raise_if_cut(name: str, session: _Session | None, limit_bytes: int) -> None:
