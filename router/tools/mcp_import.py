@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from .config import TOOL_NAME_RE, ToolSpec
+from .schemas import schema_problem
 
 if TYPE_CHECKING:
     from .mcp_client import McpConnections
@@ -29,10 +30,18 @@ def risk_of(annotations: Any) -> str:
 
 
 def spec_of(server: str, tool: Any) -> ToolSpec | None:
-    """The spec for one imported tool; None when its name cannot be a toolrouter name."""
+    """The spec for one imported tool; None when its name cannot be a toolrouter name or
+    its schemas cannot check anything: one server's tool never stops the router starting."""
     name = f"{server}.{tool.name}"
     if not TOOL_NAME_RE.fullmatch(name):
         log.warning("skipping MCP tool %r of %s: not a valid tool name", tool.name, server)
+        return None
+    input_schema = tool.input_schema or {"type": "object"}
+    problem = schema_problem(input_schema, tool.output_schema)
+    if problem is not None:
+        log.warning(
+            "skipping MCP tool %r of %s: invalid JSON Schema: %s", tool.name, server, problem
+        )
         return None
     annotations = tool.annotations
     return ToolSpec.model_validate(
@@ -43,7 +52,7 @@ def spec_of(server: str, tool: Any) -> ToolSpec | None:
             "handler": {"mcp": {"server": server, "tool": tool.name}},
             "risk": risk_of(annotations),
             "idempotent": bool(annotations and annotations.idempotent_hint),
-            "input_schema": tool.input_schema or {"type": "object"},
+            "input_schema": input_schema,
             "output_schema": tool.output_schema,
         }
     )

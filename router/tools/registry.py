@@ -23,6 +23,7 @@ from ..errors import ConfigError
 from .config import TOOL_NAME_RE, ToolConfig, ToolSpec
 from .mcp_import import import_mcp_tools, merge_imported
 from .rules import ToolRules, compile_rules
+from .schemas import schema_problem
 
 if TYPE_CHECKING:
     from .mcp_client import McpConnections
@@ -211,15 +212,10 @@ class ToolRegistry:
 
 def build_tool(spec: ToolSpec, *, file: str) -> Tool:
     """Check one spec fully: schema, handler, approvers."""
-    try:
-        validator_class = validators.validator_for(spec.input_schema)
-        validator_class.check_schema(spec.input_schema)
-        if spec.output_schema is not None:
-            validators.validator_for(spec.output_schema).check_schema(spec.output_schema)
-    except schema_errors.SchemaError as exc:
-        raise ConfigError(
-            f"invalid JSON Schema: {exc.message}", file=file, tool=spec.name
-        ) from None
+    problem = schema_problem(spec.input_schema, spec.output_schema)
+    if problem is not None:
+        raise ConfigError(f"invalid JSON Schema: {problem}", file=file, tool=spec.name)
+    validator_class = validators.validator_for(spec.input_schema)
     if not spec.approvers:
         raise ConfigError("approvers must name at least one role", file=file, tool=spec.name)
     handler = None

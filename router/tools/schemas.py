@@ -1,0 +1,21 @@
+"""A tool's JSON Schemas, checked against the metaschema each names (or the latest)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jsonschema import exceptions, validators
+
+
+def schema_problem(
+    input_schema: dict[str, Any], output_schema: dict[str, Any] | None
+) -> str | None:
+    """Why a tool's schemas cannot check anything (an invalid keyword, a pattern that is no
+    regular expression), or None when both can."""
+    try:
+        validators.validator_for(input_schema).check_schema(input_schema)
+        if output_schema is not None:
+            validators.validator_for(output_schema).check_schema(output_schema)
+    except exceptions.SchemaError as exc:
+        return str(exc.message)
+    return None

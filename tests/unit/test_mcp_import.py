@@ -1,0 +1,38 @@
+"""An MCP server's tools as tool specs: one whose schema cannot check anything is skipped,
+so that one server's tool never stops the router from starting."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from mcp import types
+
+from router.tools.mcp_import import spec_of
+from router.tools.registry import build_tool
+
+
+def tool(name: str, input_schema: dict[str, Any]) -> types.Tool:
+    return types.Tool(name=name, input_schema=input_schema)
+
+
+def test_an_imported_tool_keeps_its_schema() -> None:
+    schema = {"type": "object", "properties": {"q": {"type": "string", "pattern": "^a+$"}}}
+    spec = spec_of("files", tool("search", schema))
+    assert spec is not None and spec.name == "files.search" and spec.input_schema == schema
+    assert build_tool(spec, file="t.yaml").validator.is_valid({"q": "aaa"})
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        # Valid in ECMAScript, which JSON Schema's patterns follow; not in Python's `re`.
+        {"type": "object", "properties": {"q": {"type": "string", "pattern": "(?<=a+)b"}}},
+        {"type": "object", "properties": {"q": {"type": 12}}},
+    ],
+)
+def test_an_imported_tool_whose_schema_cannot_check_anything_is_skipped(
+    schema: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    assert spec_of("files", tool("search", schema)) is None
+    assert "skipping MCP tool 'search' of files: invalid JSON Schema" in caplog.text
