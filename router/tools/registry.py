@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from jsonschema import exceptions as schema_errors
 from jsonschema import validators
+from referencing.exceptions import Unresolvable
 
 from ..constants import MCP_STATUS_TOOL, queue_for
 from ..errors import ConfigError
@@ -59,7 +60,13 @@ class Tool:
         """
         if self.any_object and isinstance(args, dict):
             return None
-        error = schema_errors.best_match(self.validator.iter_errors(args))
+        try:
+            error = schema_errors.best_match(self.validator.iter_errors(args))
+        except Unresolvable as exc:
+            # A `$ref` no one can resolve (toolrouter fetches no schema): the tool's fault,
+            # told as such rather than as the database or Redis being down.
+            ref = json.dumps(str(getattr(exc, "ref", "")))[:160]
+            return f"cannot be checked: the tool's schema refers to {ref}, which is not in it"
         if error is None:
             return None
         where = "/".join(str(part) for part in error.absolute_path) or "arguments"

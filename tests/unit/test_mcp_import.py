@@ -36,3 +36,15 @@ def test_an_imported_tool_whose_schema_cannot_check_anything_is_skipped(
 ) -> None:
     assert spec_of("files", tool("search", schema)) is None
     assert "skipping MCP tool 'search' of files: invalid JSON Schema" in caplog.text
+
+
+def test_arguments_that_reach_a_ref_nobody_can_resolve_are_refused_not_a_503() -> None:
+    schema = {"type": "object", "properties": {"doc": {"$ref": "http://schemas.test/doc.json"}}}
+    spec = spec_of("files", tool("store", schema))
+    assert spec is not None
+    checked = build_tool(spec, file="t.yaml")
+    assert checked.argument_errors({"other": 1}) is None
+    assert checked.argument_errors({"doc": {}}) == (
+        "cannot be checked: the tool's schema refers to "
+        '"http://schemas.test/doc.json", which is not in it'
+    )
