@@ -36,7 +36,7 @@ from . import (
     routes_route,
     routes_tools,
 )
-from .bodies import SMALL_BODY_BYTES, decision_body_bytes
+from .bodies import SMALL_BODY_BYTES, call_body_bytes, decision_body_bytes
 from .body_limit import BodyLimit
 from .direct_routes import DirectRoutes
 from .repeated_query import RepeatedQuery
@@ -99,13 +99,9 @@ EXCEPTION_HANDLERS = {
 }
 
 
-# A call body carries JSON punctuation around its arguments; a little slack for it.
-CALL_BODY_SLACK = 16 * 1024
-
-
 def body_limits(settings: Settings) -> Callable[[str], int]:
     """The largest body each path accepts (``BodyLimit``)."""
-    calls = settings.max_args_bytes + CALL_BODY_SLACK
+    calls = call_body_bytes(settings)
     decisions = decision_body_bytes(settings)
 
     def limit_for(path: str) -> int:

@@ -23,16 +23,19 @@ SMALL_BODY_BYTES = 64 * 1024
 
 # Room in a call's body for what is not its arguments: the tool's name, keys, spacing.
 CALL_ENVELOPE_BYTES = 16 * 1024
+# Arguments are measured as UTF-8 by the dispatcher; a body may carry them escaped, up to
+# six bytes a character (`\u00e9`, as Python's json.dumps writes by default).
+ESCAPED = 6
 
 
 def call_body_bytes(settings: Settings) -> int:
     """A call's body, or a batch's entry: arguments as large as allowed, and the rest."""
-    return settings.max_args_bytes + CALL_ENVELOPE_BYTES
+    return ESCAPED * settings.max_args_bytes + CALL_ENVELOPE_BYTES
 
 
 def decision_body_bytes(settings: Settings) -> int:
     """A decision's body: room for edited arguments as large as a call's."""
-    return SMALL_BODY_BYTES + settings.max_args_bytes
+    return SMALL_BODY_BYTES + ESCAPED * settings.max_args_bytes
 
 
 def object_body(raw: bytes, *, limit: int, allowed: frozenset[str]) -> dict[str, Any]:

@@ -512,7 +512,7 @@ def test_a_request_whose_id_is_no_string_or_integer_is_refused_not_taken_for_a_n
 def test_an_mcp_body_past_the_limit_is_413_json(stack: Stack) -> None:
     url = f"{stack.base_url}/mcp"
     headers = {**ACCEPT, "Authorization": f"Bearer {stack.keys['agent']}"}
-    blob = "a" * (stack.settings.max_args_bytes + 32 * 1024)
+    blob = "a" * (6 * stack.settings.max_args_bytes + 32 * 1024)
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo"}}
     body["params"]["arguments"] = {"blob": blob}
 

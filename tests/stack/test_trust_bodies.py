@@ -45,7 +45,7 @@ def test_a_declared_200_mb_body_is_refused_from_its_headers_alone(stack: Stack) 
         sock.sendall(head)  # and not one byte of the body
         status, headers, body = read_response(sock)
     elapsed = time.monotonic() - started
-    limit = stack.settings.max_args_bytes + 16 * 1024
+    limit = 6 * stack.settings.max_args_bytes + 16 * 1024
     assert status == 413
     assert headers["content-type"] == "application/json"
     assert json.loads(body) == {
@@ -61,12 +61,30 @@ def test_a_declared_200_mb_body_is_refused_from_its_headers_alone(stack: Stack) 
     )
 
 
+def test_arguments_under_the_limit_are_taken_as_python_writes_them_escaped(
+    stack: Stack,
+) -> None:
+    # 200 KiB of UTF-8, under the 256 KiB limit; json.dumps writes each character as \u00e9.
+    text = "é" * (100 * 1024)
+    body = json.dumps({"tool": "echo", "args": {"text": text}})
+    assert len(body) > 2 * stack.settings.max_args_bytes
+    with stack.client("agent") as http:
+        answer = http.post("/v1/calls", content=body, headers={"Content-Type": "application/json"})
+        assert answer.status_code < 300, answer.text[:300]
+        assert answer.json()["call_id"], answer.text[:300]
+        # One character more than the limit, in UTF-8, is refused by the dispatcher.
+        over = json.dumps({"tool": "echo", "args": {"text": "é" * (128 * 1024)}})
+        refused = http.post("/v1/calls", content=over, headers={"Content-Type": "application/json"})
+        assert refused.status_code == 413, refused.text[:300]
+        assert "over the limit of" in refused.json()["error"]
+
+
 def test_a_chunked_body_is_cut_off_once_it_passes_the_limit(stack: Stack) -> None:
     backend = backend_of(stack)
     api = psutil.Process(stack.processes["api"].pid)
     before = rss(api)
     host, port = address(stack)
-    limit = stack.settings.max_args_bytes + 16 * 1024
+    limit = 6 * stack.settings.max_args_bytes + 16 * 1024
     ceiling = 256 * MIB  # what an endless stream would have sent by now
     piece = b'{"tool": "echo", "args": {"blob": "' + b"a" * (64 * 1024)
     chunk = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
