@@ -187,7 +187,10 @@ class McpConnections:
                         encoding_error_handler="replace",
                     )
                     errlog = files.enter_context(self._errlog(name))
-                    files.enter_context(held_lines(self.max_answer_bytes, session.cut_off))
+                    # A server that exits ends its session at once: the next call starts it
+                    # again rather than being sent on a dead session and counted as lost.
+                    ended = session.stop.set
+                    files.enter_context(held_lines(self.max_answer_bytes, session.cut_off, ended))
                     target: Any = stdio_client(params, errlog=errlog)
                 else:
                     from mcp.client.streamable_http import streamable_http_client

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 import anyio
 from anyio.streams.text import TextReceiveStream
 
-# The longest line of the sessions started in this context, and whom to tell of one cut.
-_LIMIT: ContextVar[tuple[int, Callable[[], None]] | None] = ContextVar(
+# The longest line of the sessions started in this context, whom to tell of one cut, and
+# whom to tell when the server's output ends.
+_LIMIT: ContextVar[tuple[int, Callable[[], None], Callable[[], None]] | None] = ContextVar(
     "toolrouter_mcp_line_limit", default=None
 )
 
@@ -35,7 +36,9 @@ class WholeLines(TextReceiveStream):
 
     _held: list[str] = field(init=False, default_factory=list)
     _held_chars: int = field(init=False, default=0)
-    _limit: tuple[int, Callable[[], None]] | None = field(init=False, default=None)
+    _limit: tuple[int, Callable[[], None], Callable[[], None]] | None = field(
+        init=False, default=None
+    )
 
     def __post_init__(self, encoding: str, errors: str) -> None:
         super().__post_init__(encoding, errors)
@@ -45,7 +48,12 @@ class WholeLines(TextReceiveStream):
     async def receive(self) -> str:
         while True:
             # At the end of the stream a part line is dropped, as the SDK drops it.
-            text = await super().receive()
+            try:
+                text = await super().receive()
+            except anyio.EndOfStream:
+                if self._limit is not None:
+                    self._limit[2]()
+                raise
             end = text.rfind("\n") + 1
             line_chars = self._held_chars + (end or len(text))
             if self._limit is not None and line_chars > self._limit[0]:
@@ -63,11 +71,14 @@ class WholeLines(TextReceiveStream):
 
 
 @contextmanager
-def held_lines(max_chars: int, cut: Callable[[], None]) -> Iterator[None]:
+def held_lines(
+    max_chars: int, cut: Callable[[], None], ended: Callable[[], None]
+) -> Iterator[None]:
     """Stdio sessions started inside read no line longer than ``max_chars``; ``cut`` is
-    told, on the session's loop, of each line that was."""
+    told, on the session's loop, of each line that was, and ``ended`` of the server's
+    output ending (it exited)."""
     _install()
-    token = _LIMIT.set((max_chars, cut))
+    token = _LIMIT.set((max_chars, cut, ended))
     try:
         yield
     finally:

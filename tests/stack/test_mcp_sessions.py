@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
+import psutil
 import pytest
 
 from router.tools import mcp_client
@@ -98,3 +99,28 @@ def test_a_server_that_never_answers_its_start_is_stopped_with_its_process(
     finally:
         connections.close()
     assert running(marker) == []
+
+
+def test_a_call_after_its_server_exited_starts_it_again_rather_than_being_lost(
+    tmp_path: Path,
+) -> None:
+    need_mcp_servers()
+    server = StdioServer(command=str(MCP_BIN / "mcp-server-everything"), args=("stdio",))
+    connections = McpConnections({"ev": server}, log_dir=tmp_path)
+    try:
+        first = connections.call_tool("ev", "echo", {"message": "first"}, timeout=30)
+        assert "first" in str(first.content), first
+        servers = [
+            child
+            for child in psutil.Process().children(recursive=True)
+            if "mcp-server-everything" in " ".join(child.cmdline()) and child.name() == "node"
+        ]
+        assert len(servers) == 1, [s.cmdline() for s in servers]
+        servers[0].kill()
+        # Its session ends as its output does (the only way to know short of calling).
+        wait_for(lambda: connections._sessions["ev"].done.is_set(), 30, "the session ended")
+        # Never sent to the dead server, so not lost: sent to a fresh one.
+        again = connections.call_tool("ev", "echo", {"message": "again"}, timeout=30)
+        assert "again" in str(again.content), again
+    finally:
+        connections.close()

@@ -22,7 +22,7 @@ async def read(chunks: list[bytes], limit: int | None = None) -> tuple[list[str]
     if limit is None:
         stream = WholeLines(receive)
     else:
-        with held_lines(limit, cut):
+        with held_lines(limit, cut, lambda: None):
             stream = WholeLines(receive)
     ended = ""
     try:
@@ -66,3 +66,21 @@ def test_lines_within_the_limit_pass() -> None:
 
     assert got == ["x" * 9 + "\n", "y" * 9 + "\n"]
     assert cuts == 0
+
+
+def test_the_end_of_the_output_is_told() -> None:
+    send, receive = anyio.create_memory_object_stream[bytes](1)
+    send.send_nowait(b'{"a": 1}\n')
+    send.close()
+    ended: list[int] = []
+    with held_lines(1024, lambda: None, lambda: ended.append(1)):
+        stream = WholeLines(receive)
+
+    async def drain() -> list[str]:
+        try:
+            return [text async for text in stream]
+        finally:
+            await stream.aclose()
+
+    assert anyio.run(drain) == ['{"a": 1}\n']
+    assert ended == [1]
