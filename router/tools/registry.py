@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from jsonschema import exceptions as schema_errors
 from jsonschema import validators
+from jsonschema_specifications import REGISTRY as METASCHEMAS
 from referencing.exceptions import Unresolvable
 
 from ..constants import MCP_STATUS_TOOL, queue_for
@@ -63,8 +64,8 @@ class Tool:
         try:
             error = schema_errors.best_match(self.validator.iter_errors(args))
         except Unresolvable as exc:
-            # A `$ref` no one can resolve (toolrouter fetches no schema): the tool's fault,
-            # told as such rather than as the database or Redis being down.
+            # A `$ref` outside the schema (none is fetched): the tool's fault, told as such
+            # rather than as the database or Redis being down.
             ref = json.dumps(str(getattr(exc, "ref", "")))[:160]
             return f"cannot be checked: the tool's schema refers to {ref}, which is not in it"
         if error is None:
@@ -245,7 +246,9 @@ def build_tool(spec: ToolSpec, *, file: str) -> Tool:
     )
     return Tool(
         spec=spec,
-        validator=validator_class(spec.input_schema),
+        # The metaschemas only: a `$ref` elsewhere is never fetched (a schema an MCP server
+        # exports could name any address), it fails the arguments that reach it.
+        validator=validator_class(spec.input_schema, registry=METASCHEMAS),
         python_handler=handler,
         rules=rules,
         any_object=accepts_any_object(spec.input_schema),
