@@ -112,7 +112,8 @@ def body_limits(settings: Settings) -> Callable[[str], int]:
         if path.startswith("/v1/approvals"):
             return decisions
         if path.startswith("/ui/edit"):
-            return 3 * decisions  # a form's percent-encoding triples a byte at most
+            # A form's percent-encoding triples a byte at most; its text is not JSON-escaped.
+            return 3 * (SMALL_BODY_BYTES + settings.max_args_bytes)
         return SMALL_BODY_BYTES
 
     return limit_for

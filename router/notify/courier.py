@@ -42,7 +42,7 @@ class Attempted:
     retry_in_s: float | None = None
 
 
-SKIPPED = Attempted(None)
+NOTHING_CLAIMED = Attempted(None)
 # Why a delivery was not sent: its request no longer shows its event (then named).
 PAST = "not sent: the request is no longer "
 
@@ -174,7 +174,7 @@ class Courier:
         for delivery in past:
             metrics.notification(delivery.channel_type, Outcome.SKIPPED)
         if not claimed:
-            return Attempted(Outcome.SKIPPED) if past else SKIPPED
+            return Attempted(Outcome.SKIPPED) if past else NOTHING_CLAIMED
         channel = self.notifications.channels.get(claimed[0][0].channel)
         sent: list[Delivery] = []
         notices: list[Notice] = []

@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from router.api.app import CLIENT_LEFT
+from router.api.bodies import call_body_bytes
 
 from ..support.launcher import log_size
 from ..support.stack import Stack
@@ -45,7 +46,7 @@ def test_a_declared_200_mb_body_is_refused_from_its_headers_alone(stack: Stack) 
         sock.sendall(head)  # and not one byte of the body
         status, headers, body = read_response(sock)
     elapsed = time.monotonic() - started
-    limit = 6 * stack.settings.max_args_bytes + 16 * 1024
+    limit = call_body_bytes(stack.settings)
     assert status == 413
     assert headers["content-type"] == "application/json"
     assert json.loads(body) == {
@@ -72,7 +73,7 @@ def test_arguments_under_the_limit_are_taken_as_python_writes_them_escaped(
         answer = http.post("/v1/calls", content=body, headers={"Content-Type": "application/json"})
         assert answer.status_code < 300, answer.text[:300]
         assert answer.json()["call_id"], answer.text[:300]
-        # One character more than the limit, in UTF-8, is refused by the dispatcher.
+        # Arguments over the limit in UTF-8 are refused by the dispatcher once read.
         over = json.dumps({"tool": "echo", "args": {"text": "é" * (128 * 1024)}})
         refused = http.post("/v1/calls", content=over, headers={"Content-Type": "application/json"})
         assert refused.status_code == 413, refused.text[:300]
@@ -84,7 +85,7 @@ def test_a_chunked_body_is_cut_off_once_it_passes_the_limit(stack: Stack) -> Non
     api = psutil.Process(stack.processes["api"].pid)
     before = rss(api)
     host, port = address(stack)
-    limit = 6 * stack.settings.max_args_bytes + 16 * 1024
+    limit = call_body_bytes(stack.settings)
     ceiling = 256 * MIB  # what an endless stream would have sent by now
     piece = b'{"tool": "echo", "args": {"blob": "' + b"a" * (64 * 1024)
     chunk = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
