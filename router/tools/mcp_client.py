@@ -45,7 +45,7 @@ _REPORT_EXIT = (
 )
 
 
-@dataclass
+@dataclass(eq=False)
 class _Session:
     # Its client once connected; every caller waits for it here.
     ready: asyncio.Future[Any]
@@ -96,6 +96,8 @@ class McpConnections:
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _sessions: dict[str, _Session] = field(default_factory=dict)
+    # Sessions told to stop and not yet ended (on the loop): ``close`` waits for them too.
+    _ending: set[_Session] = field(default_factory=set)
     # Per server: its stderr log and where the latest start of it began writing.
     _stderr_from: dict[str, tuple[Path, int]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -134,8 +136,8 @@ class McpConnections:
         # to stop, and one after another they would run past ``close``'s wait.
         sessions = list(self._sessions.values())
         for session in sessions:
-            _stop(session)
-        for session in sessions:
+            self._stop(session)
+        for session in [*sessions, *self._ending]:
             await session.done.wait()
         self._sessions.clear()
 
@@ -150,6 +152,8 @@ class McpConnections:
             ready.add_done_callback(lambda f: f.cancelled() or f.exception())
             session = _Session(ready=ready, stop=asyncio.Event(), done=asyncio.Event())
             session.task = asyncio.create_task(self._own(name, session))
+            # Also when the task is cancelled before its first step, where ``_own`` never runs.
+            session.task.add_done_callback(lambda _: self._ended(session))
             self._sessions[name] = session
         if not session.ready.done():
             try:
@@ -157,11 +161,12 @@ class McpConnections:
                 # way to the next caller, rather than a session that never gets its client.
                 await asyncio.wait_for(asyncio.shield(session.ready), CONNECT_TIMEOUT_S)
             except TimeoutError:
-                # A server that never answers its start: stopped, its process with it.
-                if self._sessions.get(name) is session:
-                    del self._sessions[name]
-                _stop(session)
-                raise
+                if not session.ready.done():
+                    # A server that never answers its start: stopped, its process with it.
+                    if self._sessions.get(name) is session:
+                        del self._sessions[name]
+                    self._stop(session)
+                    raise
         session.ready.result()  # the connect's failure, if it failed
         return session
 
@@ -258,8 +263,24 @@ class McpConnections:
     def _drop(self, name: str) -> _Session | None:
         session = self._sessions.pop(name, None)
         if session is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(_stop, session)
+            self._loop.call_soon_threadsafe(self._stop, session)
         return session
+
+    def _stop(self, session: _Session) -> None:
+        """End ``session``, on its loop: one still starting is cancelled, since the SDK looks
+        at nothing of ours until its server has answered, and leaving stops the server."""
+        session.stop.set()
+        if not session.done.is_set():
+            self._ending.add(session)
+        if not session.ready.done() and session.task is not None:
+            session.task.cancel()
+
+    def _ended(self, session: _Session) -> None:
+        """The session's task is over, whatever ended it: its callers are told."""
+        if not session.ready.done():
+            session.ready.set_exception(ConnectionError("not connected"))
+        session.done.set()
+        self._ending.discard(session)
 
     # -- what callers use -----------------------------------------------------------------
 
@@ -340,14 +361,6 @@ class McpConnections:
             "BrokenResourceError",
             "EndOfStream",
         } or "Connection closed" in str(exc)
-
-
-def _stop(session: _Session) -> None:
-    """End ``session``, on its loop: one still starting is cancelled, since the SDK looks at
-    nothing of ours until its server has answered, and leaving stops the server."""
-    session.stop.set()
-    if not session.ready.done() and session.task is not None:
-        session.task.cancel()
 
 
 def _raise_if_cut(name: str, session: _Session | None, limit_bytes: int) -> None:
