@@ -81,8 +81,8 @@ def approvals_argv(settings: Settings) -> list[str]:
         # Two: a notification waiting on a slow receiver holds one, never every decision.
         "-c",
         "2",
-        # A message is taken only when a pool process is free: a decision is never held
-        # behind notifications reserved before it, only behind an attempt under way.
+        # A message is taken only when a pool process is free, so a decision waits for an
+        # attempt under way, not for notifications taken before it (a due retry still is).
         "--disable-prefetch",
         "-l",
         "INFO",
