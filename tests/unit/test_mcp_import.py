@@ -3,9 +3,6 @@ so that one server's tool never stops the router from starting."""
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -13,6 +10,9 @@ from mcp import types
 
 from router.tools.mcp_import import spec_of
 from router.tools.registry import build_tool
+
+from ..support.receivers import accept
+from ..support.scripted_http import ScriptedServer
 
 
 def tool(name: str, input_schema: dict[str, Any]) -> types.Tool:
@@ -56,33 +56,11 @@ def test_arguments_that_reach_a_ref_nobody_can_resolve_are_refused_not_a_503() -
 def test_a_ref_to_an_address_is_never_fetched() -> None:
     """A schema an MCP server exports could name any address (a cloud's metadata service);
     validating arguments must not make the API request it."""
-    asked: list[str] = []
-
-    class Schemas(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            asked.append(self.path)
-            body = json.dumps({"type": "object"}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Schemas)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/meta-data.json"
-        spec = spec_of(
-            "files", tool("store", {"type": "object", "properties": {"doc": {"$ref": url}}})
-        )
+    with ScriptedServer(accept) as server:
+        url = f"{server.url}/meta-data.json"
+        schema = {"type": "object", "properties": {"doc": {"$ref": url}}}
+        spec = spec_of("files", tool("store", schema))
         assert spec is not None
         problem = build_tool(spec, file="t.yaml").argument_errors({"doc": {}})
         assert problem is not None and problem.startswith("cannot be checked"), problem
-        assert asked == []
-    finally:
-        server.shutdown()
-        server.server_close()
+        assert server.seen == []
