@@ -33,7 +33,7 @@ from ..threads import in_thread
 from .call_reports import CallReports, LogLevels
 from .calls_in_flight import CallsInFlight, idempotency_key_of
 from .task_ledger import TaskLedger
-from .tasks import TaskService, task_capability
+from .tasks import TaskService, has_tasks, task_capability
 from .tools import STATUS_TOOL, error_result, mcp_tool, render, status_tool
 
 log = logging.getLogger(__name__)
@@ -50,13 +50,26 @@ NOT_JSON_RPC = "invalid request: not a JSON-RPC 2.0 request, notification or res
 
 class _Server(Server[Any]):
     """The SDK's server, advertising the tasks it serves through toolrouter's handlers on
-    the handshake versions (2026-07-28 has neither these tasks nor logging)."""
+    the handshake versions (2026-07-28 has neither these tasks nor logging); the handshake
+    takes them back from a client whose version has none (``without_tasks``)."""
 
     def get_capabilities(self, *args: Any, **kwargs: Any) -> types.ServerCapabilities:
         capabilities = super().get_capabilities(*args, **kwargs)
         if kwargs.get("protocol_version") in MODERN_PROTOCOL_VERSIONS:
             return capabilities.model_copy(update={"logging": None})
         return capabilities.model_copy(update={"tasks": task_capability()})
+
+
+def without_tasks(answer: HandlerResult) -> HandlerResult:
+    """An ``initialize`` answer (its wire form), offering tasks only to a version that has
+    them: the SDK builds one answer for every handshake version."""
+    if not isinstance(answer, dict) or has_tasks(answer.get("protocolVersion")):
+        return answer
+    capabilities = answer.get("capabilities")
+    if not isinstance(capabilities, dict) or "tasks" not in capabilities:
+        return answer
+    kept = {name: value for name, value in capabilities.items() if name != "tasks"}
+    return {**answer, "capabilities": kept}
 
 
 def guarded(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -75,6 +88,18 @@ def guarded(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[A
         except Exception:
             log.exception("MCP %s failed unexpectedly", ctx.method)
             raise MCPError(code=types.INTERNAL_ERROR, message="internal error") from None
+
+    return run
+
+
+def with_tasks(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """A tasks/* handler, unknown to a client whose protocol has no tasks, as the SDK
+    answers any method a protocol lacks."""
+
+    async def run(ctx: Context, params: Any) -> Any:
+        if not has_tasks(ctx.protocol_version):
+            raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found", data=ctx.method)
+        return await handler(ctx, params)
 
     return run
 
@@ -113,10 +138,14 @@ class ToolrouterMcp:
         # the SDK checks tools/call answers against CallToolResult.
         self.server.middleware.append(self._tasks_middleware)
         add = self.server.add_request_handler
-        add("tasks/get", types.GetTaskRequestParams, guarded(self._tasks_get))
-        add("tasks/result", types.GetTaskPayloadRequestParams, guarded(self._tasks_result))
-        add("tasks/cancel", types.CancelTaskRequestParams, guarded(self._tasks_cancel))
-        add("tasks/list", types.PaginatedRequestParams, guarded(self._tasks_list))
+        add("tasks/get", types.GetTaskRequestParams, with_tasks(guarded(self._tasks_get)))
+        add(
+            "tasks/result",
+            types.GetTaskPayloadRequestParams,
+            with_tasks(guarded(self._tasks_result)),
+        )
+        add("tasks/cancel", types.CancelTaskRequestParams, with_tasks(guarded(self._tasks_cancel)))
+        add("tasks/list", types.PaginatedRequestParams, with_tasks(guarded(self._tasks_list)))
         add("logging/setLevel", types.SetLevelRequestParams, guarded(self._set_level))
         self.server.add_notification_handler(
             "notifications/cancelled", types.CancelledNotificationParams, self._cancelled
@@ -138,14 +167,14 @@ class ToolrouterMcp:
         who = await self._who(ctx)
         if not who.has(Role.AGENT):
             return types.ListToolsResult(tools=[])
-        as_task = types.ToolExecution(task_support="optional")
-        tools = [
-            mcp_tool(tool).model_copy(update={"execution": as_task})
-            for tool in self.runtime.registry
-        ]
-        status = status_tool(self.max_wait_s).model_copy(
-            update={"execution": types.ToolExecution(task_support="forbidden")}
-        )
+        tools = [mcp_tool(tool) for tool in self.runtime.registry]
+        status = status_tool(self.max_wait_s)
+        if has_tasks(ctx.protocol_version):
+            as_task = types.ToolExecution(task_support="optional")
+            tools = [tool.model_copy(update={"execution": as_task}) for tool in tools]
+            status = status.model_copy(
+                update={"execution": types.ToolExecution(task_support="forbidden")}
+            )
         return types.ListToolsResult(tools=[status, *tools])
 
     async def call_tool(
@@ -250,12 +279,14 @@ class ToolrouterMcp:
     # -- tasks, logging, cancellation ---------------------------------------------------
 
     async def _tasks_middleware(self, ctx: Context, call_next: CallNext) -> HandlerResult:
+        if ctx.method == "initialize":
+            return without_tasks(await call_next(ctx))
         params = ctx.params
         if (
             ctx.method == "tools/call"
             and isinstance(params, Mapping)
             and params.get("task") is not None
-            and ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS
+            and has_tasks(ctx.protocol_version)
         ):
             return await guarded(self._create_task)(ctx, params)
         return await call_next(ctx)

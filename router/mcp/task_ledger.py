@@ -1,7 +1,9 @@
 """Which calls were made as MCP tasks, by which key, readable until when.
 
 The call itself holds the task's state; this table only makes ``tasks/list`` a query over
-one key's tasks and remembers the TTL each task was granted.
+one key's tasks and remembers the TTL each task was granted. A key's new task deletes
+its tasks that can no longer be read, so what ``tasks/list`` looks through stays its
+readable tasks, however many it made before.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import base64
 import binascii
 from dataclasses import dataclass
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import Select, and_, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..clock import Clock
@@ -18,10 +20,15 @@ from ..db.schema import calls, mcp_tasks
 from ..db.store import Store
 from ..errors import RequestError
 from ..ids import is_call_id
-from ..status import ACTIVE_STATES
+from ..status import ACTIVE_STATES, TERMINAL_STATES
 
 # Cursors hold a creation time in ms: anything outside this is not one of ours.
 _MAX_MS = 2**62
+# A task past its TTL is kept this long after its call finished, for a tasks/result that
+# waited on it and reads it once more (it waits in slices, one of which may be missed).
+FINISHED_KEPT_MS = 120_000
+# Deleted with each new task, oldest first: more than a task adds, so the stale ones drain.
+PRUNED_PER_TASK = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +61,7 @@ class TaskLedger:
                     mcp_tasks.insert(),
                     [{"task_id": task_id, "owner": owner, "created_at": now, "ttl_ms": ttl_ms}],
                 )
+                conn.execute(delete(mcp_tasks).where(mcp_tasks.c.task_id.in_(self._stale(owner))))
             return entry
         except IntegrityError:
             pass
@@ -70,6 +78,27 @@ class TaskLedger:
                 update(mcp_tasks).where(mcp_tasks.c.task_id == task_id).values(ttl_ms=renewed)
             )
         return TaskEntry(task_id, owner, row.created_at, renewed)
+
+    def _stale(self, owner: str) -> Select[tuple[str]]:
+        """``owner``'s tasks that are unknown for good: past their TTL, their call finished
+        before ``FINISHED_KEPT_MS`` ago."""
+        now = self.clock()
+        return (
+            select(mcp_tasks.c.task_id)
+            .join(calls, calls.c.id == mcp_tasks.c.task_id)
+            .where(
+                and_(
+                    mcp_tasks.c.owner == owner,
+                    mcp_tasks.c.created_at + mcp_tasks.c.ttl_ms <= now,
+                    calls.c.status.in_([str(status) for status in TERMINAL_STATES]),
+                    calls.c.updated_at <= now - FINISHED_KEPT_MS,
+                )
+            )
+            .order_by(mcp_tasks.c.created_at)
+            .limit(PRUNED_PER_TASK)
+            # Two processes pruning one key's tasks at once take turns, never deadlock.
+            .with_for_update(of=mcp_tasks, skip_locked=True)
+        )
 
     def owned(self, owner: str, task_id: str) -> TaskEntry | None:
         """The task, if ``owner`` made it; ``expired`` says whether its TTL has run out."""

@@ -33,6 +33,8 @@ from .task_ledger import TaskEntry, TaskLedger
 from .tools import STATUS_TOOL, render
 
 RELATED_TASK_META = "io.modelcontextprotocol/related-task"
+# Tasks came with 2025-11-25; earlier handshakes have none, and 2026-07-28 dropped these.
+TASK_PROTOCOL_VERSIONS = frozenset({"2025-11-25"})
 LIST_PAGE_SIZE = 50
 # A shorter TTL would let a client's task vanish between its own two polls.
 MIN_TTL_MS = 1000
@@ -50,6 +52,11 @@ _TASK_STATUS: dict[str, types.TaskStatus] = {
     CallStatus.EXPIRED: "failed",
     CallStatus.CANCELLED: "cancelled",
 }
+
+
+def has_tasks(protocol_version: str | None) -> bool:
+    """Whether a client on ``protocol_version`` knows tasks, so they are offered to it."""
+    return protocol_version in TASK_PROTOCOL_VERSIONS
 
 
 def task_capability() -> types.ServerTasksCapability:
@@ -114,6 +121,9 @@ class TaskService:
         requested = task.get("ttl") if isinstance(task, dict) else None
         if requested is None:
             return self.max_ttl_ms
+        # JSON has one number type: 1500.0 is as whole as 1500.
+        if isinstance(requested, float) and requested.is_integer():
+            requested = int(requested)
         if isinstance(requested, bool) or not isinstance(requested, int) or requested < 0:
             raise invalid("task.ttl must be a whole number of milliseconds")
         return max(MIN_TTL_MS, min(requested, self.max_ttl_ms))

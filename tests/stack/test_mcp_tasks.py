@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import httpx2
 import pytest
 from mcp import Client, types
@@ -99,6 +100,61 @@ async def poll_until(client: Client, task_id: str, *statuses: str) -> types.GetT
 
 
 # -- tasks ------------------------------------------------------------------------------
+
+
+def rpc(stack: Stack, version: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One JSON-RPC request to ``/mcp`` as a client on protocol ``version`` sends it."""
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {stack.keys['agent']}",
+        "MCP-Protocol-Version": version,
+    }
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    response = httpx.post(f"{stack.base_url}/mcp", json=body, headers=headers, timeout=60)
+    assert response.status_code == 200, response.text
+    if response.headers["content-type"].startswith("application/json"):
+        answer: dict[str, Any] = response.json()
+        return answer
+    # An event stream: the answer is its one message.
+    (data,) = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
+    answer = json.loads(data)
+    return answer
+
+
+@pytest.mark.parametrize("version", ["2025-03-26", "2025-06-18"])
+def test_a_client_whose_protocol_has_no_tasks_is_offered_none(stack: Stack, version: str) -> None:
+    hello = {
+        "protocolVersion": version,
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    }
+    handshake = rpc(stack, version, "initialize", hello)["result"]
+    assert handshake["protocolVersion"] == version
+    assert "tasks" not in handshake["capabilities"]
+    assert "tools" in handshake["capabilities"]
+    tools = rpc(stack, version, "tools/list", {})["result"]["tools"]
+    assert tools and all("execution" not in tool for tool in tools)
+    # A task asked for anyway is a plain call, answered with its result.
+    call = {"name": "echo", "arguments": {"old": version}, "task": {"ttl": 60_000}}
+    answer = rpc(stack, version, "tools/call", call)["result"]
+    assert "task" not in answer
+    assert answer["structuredContent"]["value"] == {"old": version}
+    for method in ("tasks/list", "tasks/get"):
+        params = {"taskId": "call_" + "0" * 32} if method == "tasks/get" else {}
+        error = rpc(stack, version, method, params)["error"]
+        assert error["code"] == -32601 and error["message"] == "Method not found"
+
+
+def test_a_2025_11_25_handshake_is_offered_tasks_over_raw_http(stack: Stack) -> None:
+    version = "2025-11-25"
+    hello = {
+        "protocolVersion": version,
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    }
+    handshake = rpc(stack, version, "initialize", hello)["result"]
+    assert handshake["capabilities"]["tasks"]["requests"]["tools"]["call"] == {}
+    assert "result" in rpc(stack, version, "tasks/list", {})
 
 
 def test_the_server_advertises_tasks_and_every_tool_may_run_as_one(stack: Stack) -> None:
@@ -460,11 +516,14 @@ def test_cancelling_a_waiting_tools_call_cancels_its_queued_call(
 def test_a_task_asks_for_a_ttl_in_whole_milliseconds(stack: Stack) -> None:
     async def scenario() -> None:
         async with session(stack) as client:
-            for ttl in (-1, True, "soon"):
+            for ttl in (-1, True, "soon", 1500.5):
                 with pytest.raises(MCPError, match=r"task\.ttl must be a whole number"):
                     await call_as_task(client, "echo", {}, ttl=ttl)
             shortest = await call_as_task(client, "echo", {}, ttl=0)
+            # JSON has one kind of number: 1500.0 is 1500.
+            written_as_float = await call_as_task(client, "echo", {}, ttl=1500.0)
         assert shortest.ttl == 1000
+        assert written_as_float.ttl == 1500
 
     run(scenario)
 
