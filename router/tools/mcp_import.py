@@ -9,6 +9,7 @@ was imported, key by key.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
@@ -21,6 +22,21 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """An MCP tool not imported, and why."""
+
+    why: str
+
+
+@dataclass(slots=True)
+class Imported:
+    """What the MCP servers offer: the tools imported, by name, and those skipped."""
+
+    specs: dict[str, ToolSpec] = field(default_factory=dict)
+    skipped: dict[str, Skipped] = field(default_factory=dict)
+
+
 def risk_of(annotations: Any) -> str:
     if annotations is not None and annotations.read_only_hint is True:
         return "low"
@@ -29,20 +45,16 @@ def risk_of(annotations: Any) -> str:
     return "high"
 
 
-def spec_of(server: str, tool: Any) -> ToolSpec | None:
-    """The spec for one imported tool; None when its name cannot be a toolrouter name or
-    its schemas cannot check anything: one server's tool never stops the router starting."""
+def spec_of(server: str, tool: Any) -> ToolSpec | Skipped:
+    """The spec for one imported tool, or why not: its name cannot be a toolrouter name or
+    its schemas cannot check anything. One server's tool never stops the router starting."""
     name = f"{server}.{tool.name}"
     if not TOOL_NAME_RE.fullmatch(name):
-        log.warning("skipping MCP tool %r of %s: not a valid tool name", tool.name, server)
-        return None
+        return Skipped("not a valid tool name")
     input_schema = tool.input_schema or {"type": "object"}
     problem = schema_problem(input_schema, tool.output_schema)
     if problem is not None:
-        log.warning(
-            "skipping MCP tool %r of %s: invalid JSON Schema: %s", tool.name, server, problem
-        )
-        return None
+        return Skipped(f"invalid JSON Schema: {problem}")
     annotations = tool.annotations
     return ToolSpec.model_validate(
         {
@@ -58,9 +70,9 @@ def spec_of(server: str, tool: Any) -> ToolSpec | None:
     )
 
 
-def import_mcp_tools(mcp: McpConnections, *, file: str) -> dict[str, ToolSpec]:
+def import_mcp_tools(mcp: McpConnections, *, file: str) -> Imported:
     """Connect to every server and import its tools; a server that fails is a config error."""
-    imported: dict[str, ToolSpec] = {}
+    imported = Imported()
     for server in mcp.servers:
         try:
             tools = mcp.list_tools(server)
@@ -71,14 +83,15 @@ def import_mcp_tools(mcp: McpConnections, *, file: str) -> dict[str, ToolSpec]:
             ) from None
         for tool in tools:
             spec = spec_of(server, tool)
-            if spec is not None:
-                imported[spec.name] = spec
+            if isinstance(spec, Skipped):
+                log.warning("skipping MCP tool %r of %s: %s", tool.name, server, spec.why)
+                imported.skipped[f"{server}.{tool.name}"] = spec
+            else:
+                imported.specs[spec.name] = spec
     return imported
 
 
-def merge_imported(
-    configured: list[ToolSpec], imported: dict[str, ToolSpec], *, file: str
-) -> list[ToolSpec]:
+def merge_imported(configured: list[ToolSpec], imported: Imported, *, file: str) -> list[ToolSpec]:
     """Configured tools plus imported ones; a configured MCP tool overrides its import."""
     merged: list[ToolSpec] = []
     overridden: set[str] = set()
@@ -87,16 +100,19 @@ def merge_imported(
         if target is None:
             merged.append(spec)
             continue
-        base = imported.get(f"{target.server}.{target.tool}")
+        name = f"{target.server}.{target.tool}"
+        base = imported.specs.get(name)
         if base is None:
-            raise ConfigError(
-                f"mcp server {target.server!r} offers no tool {target.tool!r}",
-                file=file,
-                tool=spec.name,
+            skipped = imported.skipped.get(name)
+            why = (
+                f"mcp server {target.server!r} offers no tool {target.tool!r}"
+                if skipped is None
+                else f"mcp tool {target.tool!r} of {target.server!r} was skipped: {skipped.why}"
             )
+            raise ConfigError(why, file=file, tool=spec.name)
         overridden.add(base.name)
         values = base.model_dump()
         values.update({key: getattr(spec, key) for key in spec.model_fields_set})
         merged.append(ToolSpec.model_validate(values))
-    merged.extend(spec for name, spec in imported.items() if name not in overridden)
+    merged.extend(spec for name, spec in imported.specs.items() if name not in overridden)
     return merged

@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 from mcp import types
 
-from router.tools.mcp_import import spec_of
+from router.errors import ConfigError
+from router.tools.config import ToolSpec
+from router.tools.mcp_import import Imported, Skipped, merge_imported, spec_of
 from router.tools.registry import build_tool
 
 from ..support.receivers import accept
@@ -22,7 +24,8 @@ def tool(name: str, input_schema: dict[str, Any]) -> types.Tool:
 def test_an_imported_tool_keeps_its_schema() -> None:
     schema = {"type": "object", "properties": {"q": {"type": "string", "pattern": "^a+$"}}}
     spec = spec_of("files", tool("search", schema))
-    assert spec is not None and spec.name == "files.search" and spec.input_schema == schema
+    assert isinstance(spec, ToolSpec)
+    assert spec.name == "files.search" and spec.input_schema == schema
     assert build_tool(spec, file="t.yaml").validator.is_valid({"q": "aaa"})
 
 
@@ -35,16 +38,31 @@ def test_an_imported_tool_keeps_its_schema() -> None:
     ],
 )
 def test_an_imported_tool_whose_schema_cannot_check_anything_is_skipped(
-    schema: dict[str, Any], caplog: pytest.LogCaptureFixture
+    schema: dict[str, Any],
 ) -> None:
-    assert spec_of("files", tool("search", schema)) is None
-    assert "skipping MCP tool 'search' of files: invalid JSON Schema" in caplog.text
+    skipped = spec_of("files", tool("search", schema))
+    assert isinstance(skipped, Skipped) and skipped.why.startswith("invalid JSON Schema: ")
+
+
+def test_configuring_a_skipped_tool_says_why_it_was_skipped() -> None:
+    bad = {"type": "object", "properties": {"q": {"type": 12}}}
+    skipped = spec_of("files", tool("search", bad))
+    assert isinstance(skipped, Skipped)
+    imported = Imported(skipped={"files.search": skipped})
+    configured = ToolSpec.model_validate(
+        {"name": "search", "handler": {"mcp": {"server": "files", "tool": "search"}}}
+    )
+    with pytest.raises(ConfigError) as raised:
+        merge_imported([configured], imported, file="t.yaml")
+    assert "mcp tool 'search' of 'files' was skipped: invalid JSON Schema: " in str(raised.value)
+    with pytest.raises(ConfigError, match="mcp server 'files' offers no tool 'search'"):
+        merge_imported([configured], Imported(), file="t.yaml")
 
 
 def test_arguments_that_reach_a_ref_nobody_can_resolve_are_refused_not_a_503() -> None:
     schema = {"type": "object", "properties": {"doc": {"$ref": "http://schemas.test/doc.json"}}}
     spec = spec_of("files", tool("store", schema))
-    assert spec is not None
+    assert isinstance(spec, ToolSpec)
     checked = build_tool(spec, file="t.yaml")
     assert checked.argument_errors({"other": 1}) is None
     assert checked.argument_errors({"doc": {}}) == (
@@ -60,7 +78,7 @@ def test_a_ref_to_an_address_is_never_fetched() -> None:
         url = f"{server.url}/meta-data.json"
         schema = {"type": "object", "properties": {"doc": {"$ref": url}}}
         spec = spec_of("files", tool("store", schema))
-        assert spec is not None
+        assert isinstance(spec, ToolSpec)
         problem = build_tool(spec, file="t.yaml").argument_errors({"doc": {}})
         assert problem is not None and problem.startswith("cannot be checked"), problem
         assert server.seen == []
