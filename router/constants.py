@@ -14,8 +14,8 @@ APPROVALS_QUEUE = "approvals"
 # Beat's housekeeping (reaper, reconciler, expiry); served by the approval worker, so a
 # backlog on a tool queue never delays recovery.
 MAINTENANCE_QUEUE = "maintenance"
-# Notifications to approvers (router.notify); served by the approval worker, off every
-# tool queue, so a slow receiver never holds up a call.
+# Notifications to approvers (router.notify); served by a worker of their own, so a slow
+# receiver never holds up a call or a decision.
 NOTIFICATIONS_QUEUE = "notifications"
 TOOL_QUEUES: tuple[str, ...] = tuple(QUEUE_PREFIX + risk for risk in RISK_LEVELS)
 ALL_QUEUES: tuple[str, ...] = (

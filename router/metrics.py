@@ -1,8 +1,9 @@
 """Prometheus metrics gathered across every process (prometheus-client multiprocess mode).
 
-Workers and the approval worker write samples to files under the metrics directory; the
-API's ``/metrics`` merges them and adds what is read at scrape time (queue depths,
-pending requests). Recording a metric never breaks a call: every hook swallows its errors.
+The workers, the approval worker and the notification worker write samples to files under
+the metrics directory; the API's ``/metrics`` merges them and adds what is read at scrape
+time (queue depths, pending requests). Recording a metric never breaks a call: every hook
+swallows its errors.
 """
 
 from __future__ import annotations

@@ -192,7 +192,7 @@ class Runtime:
 
     @cached_property
     def courier(self) -> Courier:
-        """Plans and attempts those notifications (the approval worker's)."""
+        """Plans and attempts those notifications (the notification worker's)."""
         return Courier(
             self.store,
             self.tool_config.notifications,

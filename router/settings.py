@@ -145,8 +145,11 @@ class Settings(BaseSettings):
     public_url: str = Field(default="", pattern=r"^(https?://\S+)?$")
     # Longest one notification attempt may take (connect, send, answer) before it counts
     # as failed and is retried; never more than half of `decision_timeout_s`, since a
-    # decision may wait in the approval worker for an attempt to end.
+    # decision still waits for an attempt to end where one worker serves both queues.
     notify_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    # Pool processes of the notification worker: each mostly waits on a receiver, so more
+    # than the cores, and a few receivers that hang leave the others served.
+    notify_concurrency: int = Field(default=4, ge=1, le=64)
     # Attempts per notification, the first included, before its delivery is marked failed.
     notify_max_attempts: int = Field(default=5, ge=1, le=20)
     # Delay before a notification's first retry; it doubles with each retry.
@@ -195,8 +198,8 @@ class Settings(BaseSettings):
 
     @property
     def notify_attempt_s(self) -> float:
-        """How long a notification attempt may take: a decision waiting for the approval
-        worker's pool process behind one still gets there within ``decision_timeout_s``."""
+        """How long a notification attempt may take: where one worker serves decisions and
+        notifications, a decision behind one still gets there within ``decision_timeout_s``."""
         return min(self.notify_timeout_s, self.decision_timeout_s / 2)
 
     @property

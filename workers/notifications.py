@@ -1,5 +1,5 @@
-"""The notification tasks (queue ``notifications``, served by the approval worker): fan a
-request's event out to its channels, then attempt each delivery, re-queued with a growing
+"""The notification tasks (queue ``notifications``, served by the notification worker): fan
+a request's event out to its channels, then attempt each delivery, re-queued with a growing
 delay while it fails in a way that may pass; and beat's sweeps (``maintenance``): escalation,
 and deliveries whose message was lost. The logic is ``router.notify.courier``."""
 

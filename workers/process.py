@@ -73,7 +73,8 @@ def current() -> ProcessState:
 
 def _runs_tools() -> bool:
     """Whether this worker takes calls of tools: it consumes a tool queue, as every worker
-    does but the approval worker (Celery counts every queue when none was chosen)."""
+    does but the approval and notification workers (Celery counts every queue when none
+    was chosen)."""
     return any(name in TOOL_QUEUES for name in current_app.amqp.queues.consume_from)
 
 

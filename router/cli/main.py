@@ -38,7 +38,8 @@ def main() -> None:
 @main.command()
 @click.option("--verbose", is_flag=True, help="Also stream every process's log here")
 def up(verbose: bool) -> None:
-    """Run everything on this machine (api, workers, approval worker, beat, Flower)."""
+    """Run everything on this machine (api, workers, approval and notification workers, beat,
+    Flower)."""
     from .up import run_up
 
     sys.exit(run_up(get_settings(), verbose=verbose))
@@ -66,10 +67,18 @@ def worker(risk: str, concurrency: int | None) -> None:
 
 @main.command("approval-worker")
 def approval_worker() -> None:
-    """Run the approval worker (queues approvals, maintenance and notifications)."""
+    """Run the approval worker (queues approvals and maintenance)."""
     settings = get_settings()
     runtime()
     processes.exec_argv(processes.approvals_argv(settings))
+
+
+@main.command("notification-worker")
+def notification_worker() -> None:
+    """Run the notification worker (queue notifications: messages to approvers)."""
+    settings = get_settings()
+    runtime()
+    processes.exec_argv(processes.notifications_argv(settings))
 
 
 @main.group()

@@ -73,17 +73,37 @@ def approvals_argv(settings: Settings) -> list[str]:
     return celery(
         "worker",
         "-Q",
-        f"{APPROVALS_QUEUE},{MAINTENANCE_QUEUE},{NOTIFICATIONS_QUEUE}",
+        f"{APPROVALS_QUEUE},{MAINTENANCE_QUEUE}",
         "-n",
         "approvals@%h",
         "-P",
         "prefork",
-        # Two: a notification waiting on a slow receiver holds one, never every decision.
+        # Two: a decision goes on in one pool process while a sweep runs in the other.
         "-c",
         "2",
-        # A message is taken only when a pool process is free, so a decision waits for an
-        # attempt under way, not for notifications taken before it (a due retry still is).
+        # A message is taken only when a pool process is free, so a decision never waits
+        # behind sweeps taken before it.
         "--disable-prefetch",
+        "-l",
+        "INFO",
+        "--without-mingle",
+        "--without-gossip",
+    )
+
+
+def notifications_argv(settings: Settings) -> list[str]:
+    """The notification worker: off the approval worker, since retries falling due together
+    would run ahead of a decision there."""
+    return celery(
+        "worker",
+        "-Q",
+        NOTIFICATIONS_QUEUE,
+        "-n",
+        "notifications@%h",
+        "-P",
+        "prefork",
+        "-c",
+        str(settings.notify_concurrency),
         "-l",
         "INFO",
         "--without-mingle",

@@ -184,6 +184,7 @@ def _children(settings: Settings) -> list[Child]:
     ]
     specs += [
         ("approvals", processes.approvals_argv(settings), True),
+        ("notifications", processes.notifications_argv(settings), True),
         ("beat", processes.beat_argv(settings), False),
         ("flower", processes.flower_argv(settings), False),
     ]

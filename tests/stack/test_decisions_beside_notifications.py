@@ -1,23 +1,23 @@
-"""A decision is not held up by notifications to receivers that hang: the approval worker,
-started exactly as `toolrouter approval-worker` starts it, takes a decision as soon as an
-attempt under way ends, and an attempt never outlasts half the API's wait for a decision."""
+"""A decision is not held up by notifications to receivers that hang: with the approval
+and notification workers started as `toolrouter up` starts them, a decision is taken while
+notices wait on receivers, and while retries that fell due together hang, which on one
+worker serving both would run ahead of it (Celery hands a due retry to its pool before it
+takes a message from Redis)."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Iterator
-from typing import Any
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
-from router.cli import processes
-from router.runtime import Runtime
+from router.cli.up import _children
 
-from ..support import services
 from ..support.launcher import wait_for_log
-from ..support.scripted_http import ScriptedServer, Seen
-from ..support.stack import Stack, stack_env
+from ..support.receivers import HangingScript
+from ..support.scripted_http import ScriptedServer
+from ..support.stack import Stack, own_stack
 from ..support.waiting import wait_for
 
 # Its own Redis db: the session's stacks flush theirs.
@@ -33,78 +33,104 @@ tools:
   - {name: stuck_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [stuck]}
 """
 
-
-class Unanswered:
-    """A receiver that takes every post and never answers it, until ``stop()``."""
-
-    def __init__(self) -> None:
-        self.stopped = threading.Event()
-
-    def stop(self) -> None:
-        self.stopped.set()
-
-    async def __call__(self, seen: Seen, writer: Any) -> bool:
-        await asyncio.get_running_loop().run_in_executor(None, self.stopped.wait, 120)
-        return False
+# More retries than two pool processes can attempt within the API's wait for a decision.
+RETRIES = 8
 
 
-@pytest.fixture(scope="module")
+@contextmanager
 def stuck_stack(
-    redis_base: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[tuple[Stack, ScriptedServer]]:
-    state_dir = tmp_path_factory.mktemp("stuck-stack")
-    config = state_dir / "tools.yaml"
-    config.write_text(CONFIG, encoding="utf-8")
-    receiver = Unanswered()
-    server = ScriptedServer(receiver).__enter__()
-    databases = services.database_for("sqlite", state_dir, request)
-    redis_url = f"{redis_base}/{REDIS_DB}"
-    services.flush(redis_url)
-    env = stack_env(
-        database_url=next(databases),
-        redis_url=redis_url,
-        state_dir=state_dir,
-        TOOLROUTER_CONFIG=str(config),
-        STUCK_URL=f"{server.url}/stuck",
-        STUCK_SECRET="whsec-stuck-0123456789abcdef",
-        # A receiver's timeout set longer than the API waits for a decision.
-        TOOLROUTER_NOTIFY_TIMEOUT_S="30",
-        TOOLROUTER_DECISION_TIMEOUT_S="8",
-        TOOLROUTER_NOTIFY_BACKOFF_S="60",
-    )
-    stack = Stack(env=env, state_dir=state_dir)
-    runtime = Runtime(stack.settings)
-    runtime.prepare(check_tools=False)
-    stack.keys = {name: runtime.keys.create(name, [name]) for name in ("agent", "stuck")}
-    runtime.close()
-    try:
-        stack.start_api()
-        stack.start_worker(concurrency=1)
-        approvals = stack.start("approvals", processes.approvals_argv(stack.settings))
-        wait_for_log(state_dir / "approvals.log", "ready.", approvals)
-        yield stack, server
-    finally:
-        receiver.stop()
-        stack.stop_all()
-        server.__exit__()
-        services.flush(redis_url)
-        databases.close()
+    state_dir: Path,
+    redis_url: str,
+    request: pytest.FixtureRequest,
+    receiver: HangingScript,
+    **env: str,
+) -> Iterator[Stack]:
+    """The API, a tool worker, and the workers `toolrouter up` runs beside its tool workers
+    with its argv, each once it consumes; every notice goes to ``receiver``."""
+    with (
+        ScriptedServer(receiver) as server,
+        own_stack(
+            state_dir,
+            redis_url,
+            request,
+            keys={"agent": ["agent"], "stuck": ["stuck"]},
+            tools=CONFIG,
+            STUCK_URL=f"{server.url}/stuck",
+            STUCK_SECRET="whsec-stuck-0123456789abcdef",
+            # A receiver's timeout longer than the API waits for a decision: an attempt
+            # lasts half of that wait (Settings.notify_attempt_s).
+            TOOLROUTER_NOTIFY_TIMEOUT_S="30",
+            **env,
+        ) as stack,
+    ):
+        try:
+            stack.start_api()
+            stack.start_worker(concurrency=1)
+            started = {
+                child.name: stack.start(child.name, child.argv)
+                for child in _children(stack.settings)
+                if child.waits_for_ready and not child.name.startswith("worker-")
+            }
+            for name, process in started.items():
+                wait_for_log(state_dir / f"{name}.log", "ready.", process)
+            yield stack
+        finally:
+            # Else a warm shutdown waits for every attempt still held.
+            receiver.release()
 
 
-def test_a_decision_is_taken_while_both_pool_processes_wait_on_receivers(
-    stuck_stack: tuple[Stack, ScriptedServer],
-) -> None:
-    stack, receiver = stuck_stack
+def submit(stack: Stack, count: int) -> list[str]:
+    """The request ids of ``count`` gated calls, each announced to the stuck receiver."""
     with stack.client("agent") as http:
-        requests = [
+        answers = [
             http.post("/v1/calls", json={"tool": "stuck_wire", "args": {"n": n}}).json()
-            for n in range(3)
+            for n in range(count)
         ]
-    assert all(r["status"] == "pending" for r in requests), requests
-    # Both of the approval worker's pool processes are now in an attempt that gets no answer.
-    wait_for(lambda: len(receiver.seen) >= 2, 30, "two notices reaching the receiver")
+    assert all(a["status"] == "pending" for a in answers), answers
+    return [a["request_id"] for a in answers]
+
+
+def approve_each(stack: Stack, request_ids: list[str]) -> None:
     with stack.client("stuck") as http:
-        for pending in requests:
-            answer = http.post(f"/v1/approvals/{pending['request_id']}/approve", json={})
+        for request_id in request_ids:
+            answer = http.post(f"/v1/approvals/{request_id}/approve", json={})
             assert answer.status_code == 200, answer.text
             assert answer.json()["released"] is True, answer.json()
+
+
+def test_a_decision_is_taken_while_notices_wait_on_receivers_that_hang(
+    tmp_path: Path, redis_base: str, request: pytest.FixtureRequest
+) -> None:
+    receiver = HangingScript()
+    with stuck_stack(
+        tmp_path,
+        f"{redis_base}/{REDIS_DB}",
+        request,
+        receiver,
+        TOOLROUTER_DECISION_TIMEOUT_S="8",
+        TOOLROUTER_NOTIFY_BACKOFF_S="60",
+    ) as stack:
+        request_ids = submit(stack, 3)
+        wait_for(lambda: len(receiver.held) >= 3, 60, "every notice held by the receiver")
+        approve_each(stack, request_ids)
+
+
+@pytest.mark.timeout(300)
+def test_a_decision_is_taken_while_retries_that_fell_due_together_hang(
+    tmp_path: Path, redis_base: str, request: pytest.FixtureRequest
+) -> None:
+    receiver = HangingScript(failures=1)
+    with stuck_stack(
+        tmp_path,
+        f"{redis_base}/{REDIS_DB}",
+        request,
+        receiver,
+        TOOLROUTER_DECISION_TIMEOUT_S="20",
+        # Every retry falls due within the time its first attempts took.
+        TOOLROUTER_NOTIFY_BACKOFF_S="2",
+    ) as stack:
+        request_ids = submit(stack, RETRIES)
+        wait_for(lambda: receiver.failed() >= RETRIES, 60, "a 503 to every first attempt")
+        # The retries are due: attempts under way hang, the others are due behind them.
+        wait_for(lambda: len(receiver.held) >= 2, 60, "retries held by the receiver")
+        approve_each(stack, request_ids)

@@ -203,7 +203,7 @@ def test_up_runs_every_process_serves_a_call_and_stops_cleanly_on_ctrl_c(
     assert not (cwd / "toolrouter.yaml").exists()  # the built-in example config is served
     names = set(procfile_commands())
     workers = {name for name, argv in procfile_commands().items() if argv[1:2] == ["worker"]}
-    workers.add("approvals")
+    workers |= {"approvals", "notifications"}
     up = Up(env, cwd)
     started: list[psutil.Process] = []
     try:

@@ -44,6 +44,35 @@ class FlakyScript:
         return True
 
 
+class HangingScript:
+    """503 to the first ``failures`` posts about each request (a retry follows each), then
+    holds every later post unanswered until ``release()``; ``held``: the posts held."""
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures, self.seen_by_request = failures, dict[str, int]()
+        self.held: list[Seen] = []
+        self.released = threading.Event()
+
+    def release(self) -> None:
+        self.released.set()
+
+    def failed(self) -> int:
+        """How many requests have had all their failing answers."""
+        return sum(count >= self.failures for count in self.seen_by_request.values())
+
+    async def __call__(self, seen: Seen, writer: Any) -> bool:
+        request_id = request_id_of(seen) or ""
+        count = self.seen_by_request[request_id] = self.seen_by_request.get(request_id, 0) + 1
+        if count <= self.failures:
+            writer.write(answer(503, {"ok": False}))
+            return True
+        self.held.append(seen)
+        # Polled, not awaited in an executor thread: its few threads would cap the posts held.
+        while not self.released.is_set():
+            await asyncio.sleep(0.1)
+        return False
+
+
 class HeldScript:
     """Holds each post announcing ``event`` until ``release()``, then answers 503 to it (a
     receiver that was down while the request was decided); 200 to every other post."""

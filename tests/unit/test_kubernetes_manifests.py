@@ -78,12 +78,12 @@ def test_probes_and_shutdown_match_what_each_process_is() -> None:
     assert api["livenessProbe"]["httpGet"]["path"] == "/healthz"
     settings = Settings()
     # Each worker's probe pings the node name its command line gives it.
-    for name, node in [*((f"worker-{r}", r) for r in RISK_LEVELS), ("approvals", "approvals")]:
-        argv = (
-            processes.worker_argv(settings, node)
-            if name.startswith("worker")
-            else processes.approvals_argv(settings)
-        )
+    workers = {
+        **{f"worker-{risk}": processes.worker_argv(settings, risk) for risk in RISK_LEVELS},
+        "approvals": processes.approvals_argv(settings),
+        "notifications": processes.notifications_argv(settings),
+    }
+    for name, argv in workers.items():
         given = argv[argv.index("-n") + 1].replace("%h", "$HOSTNAME")
         probe = " ".join(container(found[name])["livenessProbe"]["exec"]["command"])
         assert f"--destination {given}" in probe, (name, probe)

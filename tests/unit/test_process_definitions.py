@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import pytest
 import yaml
 
 from router.cli import processes
@@ -43,6 +44,7 @@ EXPECTED_PROCESSES = {
     "api",
     *(f"worker-{risk}" for risk in RISK_LEVELS),
     "approvals",
+    "notifications",
     "beat",
     "flower",
 }
@@ -133,6 +135,10 @@ BUILDERS: dict[str, tuple[Callable[..., list[str]], Builder]] = {
         lambda s, p: processes.worker_argv(s, p["risk"], p["concurrency"]),
     ),
     "approval-worker": (processes.approvals_argv, lambda s, p: processes.approvals_argv(s)),
+    "notification-worker": (
+        processes.notifications_argv,
+        lambda s, p: processes.notifications_argv(s),
+    ),
     "beat": (processes.beat_argv, lambda s, p: processes.beat_argv(s)),
     "flower": (processes.flower_argv, lambda s, p: processes.flower_argv(s)),
 }
@@ -203,45 +209,61 @@ def test_worker_processes_serve_exactly_the_tool_queues(no_toolrouter_env: None)
     assert set(served) == set(TOOL_QUEUES)
 
 
-def test_approvals_process_serves_approvals_maintenance_and_notifications(
-    no_toolrouter_env: None,
-) -> None:
-    argv = built_argv(procfile_commands()["approvals"], Settings())
-    worker = celery_part(argv)
+def test_approvals_process_serves_decisions_and_maintenance_only(no_toolrouter_env: None) -> None:
+    # Notifications there would let retries falling due together run ahead of a decision
+    # (tests/stack/test_decisions_beside_notifications.py).
+    worker = celery_part(built_argv(procfile_commands()["approvals"], Settings()))
     assert worker[0] == "worker"
-    assert set(option(worker, "-Q").split(",")) == {
-        APPROVALS_QUEUE,
-        MAINTENANCE_QUEUE,
-        NOTIFICATIONS_QUEUE,
-    }
+    assert set(option(worker, "-Q").split(",")) == {APPROVALS_QUEUE, MAINTENANCE_QUEUE}
+
+
+def test_notifications_process_serves_notifications_only(no_toolrouter_env: None) -> None:
+    settings = Settings(notify_concurrency=7)
+    worker = celery_part(built_argv(procfile_commands()["notifications"], settings))
+    assert worker[0] == "worker"
+    assert option(worker, "-Q") == NOTIFICATIONS_QUEUE
+    assert option(worker, "-n") == "notifications@%h"
+    assert option(worker, "-P") == "prefork"
+    assert option(worker, "-c") == "7"
 
 
 def test_approvals_process_takes_a_message_only_when_a_pool_process_is_free(
     no_toolrouter_env: None,
 ) -> None:
-    # Else a decision waits behind notifications reserved before it (tests/stack/
-    # test_decisions_beside_notifications.py shows it with receivers that hang).
+    # Else a decision waits behind sweeps reserved before it.
     worker = celery_part(built_argv(procfile_commands()["approvals"], Settings()))
     assert "--disable-prefetch" in worker
 
 
-def test_approval_worker_help_names_every_queue_it_serves(no_toolrouter_env: None) -> None:
+@pytest.mark.parametrize(
+    ("command_name", "builder"),
+    [
+        ("approval-worker", processes.approvals_argv),
+        ("notification-worker", processes.notifications_argv),
+    ],
+)
+def test_worker_help_names_every_queue_it_serves(
+    no_toolrouter_env: None, command_name: str, builder: Callable[[Settings], list[str]]
+) -> None:
     # The CLI reference is generated from this help: it must name what the worker consumes.
-    command = toolrouter_cli.commands["approval-worker"]
+    command = toolrouter_cli.commands[command_name]
     assert isinstance(command, click.Command) and command.help
-    worker = celery_part(processes.approvals_argv(Settings()))
+    worker = celery_part(builder(Settings()))
     for queue in option(worker, "-Q").split(","):
         assert queue in command.help, (queue, command.help)
 
 
-def test_every_declared_queue_has_a_consumer(no_toolrouter_env: None) -> None:
+def test_every_queue_has_exactly_one_kind_of_consumer(no_toolrouter_env: None) -> None:
     settings = Settings()
-    consumed: set[str] = set()
-    for argv in procfile_commands().values():
+    consumers: dict[str, list[str]] = {}
+    for name, argv in procfile_commands().items():
         built = built_argv(argv, settings)
         if built[:3] == [sys.executable, "-m", "celery"] and celery_part(built)[0] == "worker":
-            consumed.update(option(built, "-Q").split(","))
-    assert consumed == set(ALL_QUEUES)
+            for queue in option(built, "-Q").split(","):
+                consumers.setdefault(queue, []).append(name)
+    assert {queue: len(names) for queue, names in consumers.items()} == dict.fromkeys(
+        ALL_QUEUES, 1
+    ), consumers
 
 
 def test_api_beat_and_flower_commands_build_their_servers(
