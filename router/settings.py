@@ -6,12 +6,16 @@ Nothing else in the project reads ``os.environ`` for configuration.
 from __future__ import annotations
 
 import os
+import socket
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Bind addresses meaning every interface: a server listens there, but nobody can open them.
+WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 
 
 class Settings(BaseSettings):
@@ -141,7 +145,8 @@ class Settings(BaseSettings):
     reconciler_interval_s: float = Field(default=10.0, gt=0)
 
     # The address approvers reach the API at, for the inbox links in notifications; empty:
-    # the API's own `http://<api_host>:<api_port>`.
+    # the API's own `http://<api_host>:<api_port>`, or this machine's name in place of an
+    # `api_host` that binds every interface (`0.0.0.0`, `::`), which no browser can open.
     public_url: str = Field(default="", pattern=r"^(https?://\S+)?$")
     # Longest one notification attempt may take (connect, send, answer) before it counts
     # as failed and is retried; never more than half of `decision_timeout_s`, since a
@@ -205,7 +210,19 @@ class Settings(BaseSettings):
     @property
     def resolved_public_url(self) -> str:
         """Where the inbox is, as approvers reach it (no trailing slash)."""
-        return (self.public_url or f"http://{self.api_host}:{self.api_port}").rstrip("/")
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = machine_name() if self.public_url_guessed else self.api_host
+        # An IPv6 address goes in brackets, or its colons would read as the port's.
+        return (
+            f"http://[{host}]:{self.api_port}" if ":" in host else f"http://{host}:{self.api_port}"
+        )
+
+    @property
+    def public_url_guessed(self) -> bool:
+        """Whether links name this machine because the API binds every interface and
+        ``public_url`` is unset: right only if approvers reach the API by that name."""
+        return not self.public_url and self.api_host in WILDCARD_HOSTS
 
     @property
     def resolved_database_url(self) -> str:
@@ -230,6 +247,12 @@ class Settings(BaseSettings):
     def config_given(self) -> bool:
         """Whether the config file was named (``TOOLROUTER_CONFIG``): then it must exist."""
         return "config" in self.model_fields_set
+
+
+@lru_cache(maxsize=1)
+def machine_name() -> str:
+    """This machine's fully qualified name, looked up once (it may ask DNS)."""
+    return socket.getfqdn()
 
 
 @lru_cache(maxsize=1)

@@ -50,8 +50,13 @@ def up(verbose: bool) -> None:
 @click.option("--port", type=int, default=None, help="Default: TOOLROUTER_API_PORT")
 def api(host: str | None, port: int | None) -> None:
     """Run the HTTP API under uvicorn."""
+    from .preflight import public_url_warning
+
     settings = get_settings()
-    runtime()  # fail fast on config or schema before binding the port
+    rt = runtime()  # fail fast on config or schema before binding the port
+    notifies = bool(rt.tool_config.notifications.channels)
+    if warning := public_url_warning(settings, host or settings.api_host, notifies):
+        click.echo(warning, err=True)
     processes.exec_argv(processes.api_argv(settings, host=host, port=port))
 
 

@@ -1,5 +1,6 @@
 """What `toolrouter up` checks before it starts or touches anything: the config, that no
-other copy runs on the same state directory, and that its ports are free."""
+other copy runs on the same state directory, and that its ports are free; and what it (and
+`toolrouter api`) warns of: inbox links that are only a guess."""
 
 from __future__ import annotations
 
@@ -102,3 +103,19 @@ def port_is_free(host: str, port: int) -> bool:
                 if exc.errno == errno.EADDRINUSE:
                     return False
     return True
+
+
+def public_url_warning(settings: Settings, bind_host: str, notifies: bool) -> str | None:
+    """The warning for an API bound to every interface, with notifications to send and
+    ``TOOLROUTER_PUBLIC_URL`` unset: their links are a guess approvers may not reach."""
+    # Imported here: `toolrouter status` imports this module and starts without pydantic.
+    from ..settings import WILDCARD_HOSTS
+
+    if settings.public_url or bind_host not in WILDCARD_HOSTS or not notifies:
+        return None
+    return (
+        f"warning: the API listens on every interface ({bind_host or 'all'}) and "
+        "TOOLROUTER_PUBLIC_URL is unset, so links in notifications name this machine: "
+        f"{settings.resolved_public_url}/ui/; set TOOLROUTER_PUBLIC_URL to the address "
+        "approvers open the inbox at"
+    )

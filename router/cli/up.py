@@ -31,7 +31,7 @@ from . import processes
 from .children import Child, open_logs, record_running, running_file, stop_all
 from .common import local_url
 from .demo import demo_keys_file, ensure_demo_keys
-from .preflight import UpRefused, check_ports, hold_state_dir
+from .preflight import UpRefused, check_ports, hold_state_dir, public_url_warning
 from .privredis import redis_answers, start_private_redis
 
 # How long the processes get to answer (the API) and consume (the workers) at start.
@@ -52,6 +52,9 @@ def run_up(settings: Settings, *, verbose: bool = False) -> int:
         return 2
     try:
         check_ports(settings)
+        notifies = bool(runtime.tool_config.notifications.channels)
+        if warning := public_url_warning(settings, settings.api_host, notifies):
+            print(warning, file=sys.stderr)
         return _run(settings, runtime, verbose)
     except UpRefused as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -32,7 +32,7 @@ from ..canonical import ascii_json
 from ..errors import NotAuthenticated, PayloadTooLarge, Unavailable
 from ..messaging.completions import CompletionListener
 from ..runtime import Runtime
-from ..settings import Settings
+from ..settings import WILDCARD_HOSTS, Settings
 from ..threads import in_thread
 from .server import NOT_JSON_RPC, Context, ToolrouterMcp
 from .wire import BAD_REQUEST_ID, has_bad_request_id
@@ -40,14 +40,13 @@ from .wire import BAD_REQUEST_ID, has_bad_request_id
 log = logging.getLogger(__name__)
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-ANY_ADDRESS = ("", "0.0.0.0", "::")
 
 
 def transport_security(settings: Settings) -> TransportSecuritySettings:
     """Hosts: localhost on any port, the API's own host:port, ``mcp_allowed_hosts``.
     Origins: the same hosts over http and https (a request without an Origin passes)."""
     hosts = [pattern for host in LOCAL_HOSTS for pattern in (host, f"{host}:*")]
-    if settings.api_host not in ANY_ADDRESS:
+    if settings.api_host not in WILDCARD_HOSTS:
         host = f"[{settings.api_host}]" if ":" in settings.api_host else settings.api_host
         hosts.append(f"{host}:{settings.api_port}")
     hosts += [part.strip() for part in settings.mcp_allowed_hosts.split(",") if part.strip()]
