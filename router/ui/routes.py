@@ -94,6 +94,18 @@ def _page(request: Request, name: str, status: int = 200, **context: Any) -> HTM
     return response
 
 
+def _not_allowed(
+    request: Request, signed_in: tuple[Session, Principal] | None, reason: str | None = None
+) -> HTMLResponse:
+    """The "Not allowed" page; a live session gets its sign-out form with the session's
+    CSRF token, without which the sign-out is refused."""
+    if signed_in is None:
+        return _page(request, "forbidden.html", 403, reason=reason)
+    current, who = signed_in
+    csrf = _sessions(request).csrf(current)
+    return _page(request, "forbidden.html", 403, reason=reason, who=who, csrf=csrf)
+
+
 def _redirect_with_flash(request: Request, message: str) -> RedirectResponse:
     response = RedirectResponse("/ui/", status_code=303)
     response.set_cookie(
@@ -119,7 +131,7 @@ async def inbox(request: Request) -> Response:
         return _page(request, "login.html")
     current, who = signed_in
     if not _runtime(request).approvals_view.may_approve(who):
-        return _page(request, "forbidden.html", 403, who=who)
+        return _not_allowed(request, signed_in)
     runtime = _runtime(request)
     pending = await in_thread(runtime.approvals_view.list_requests, who, "pending", INBOX_SHOWS + 1)
     more = len(pending) > INBOX_SHOWS
@@ -201,7 +213,8 @@ async def login(request: Request) -> Response:
         raise
     await in_thread(throttle.take_back, attempt)
     if not _runtime(request).approvals_view.may_approve(who):
-        return _page(request, "forbidden.html", 403, who=who)
+        # No session for this key: the header shows the one the browser may still hold.
+        return _not_allowed(request, await _signed_in(request))
     hours = runtime.settings.ui_session_hours
     cookie, _ = await in_thread(_sessions(request).start, who, hours)
     response = RedirectResponse("/ui/", status_code=303)
@@ -223,7 +236,7 @@ async def logout(request: Request) -> Response:
     signed_in = await _signed_in(request)
     form = await request.form()
     if signed_in is not None and not _csrf_ok(request, signed_in[0], form):
-        return _page(request, "forbidden.html", 403, reason="The form was stale; reload it.")
+        return _not_allowed(request, signed_in, "The form was stale; reload it.")
     await in_thread(_sessions(request).end, request.cookies.get(COOKIE))
     response = RedirectResponse("/ui/", status_code=303)
     response.delete_cookie(COOKIE, path="/ui")
@@ -242,10 +255,10 @@ async def approver_form(request: Request) -> tuple[Principal, FormData, str] | R
         return RedirectResponse("/ui/", status_code=303)
     current, who = signed_in
     if not _runtime(request).approvals_view.may_approve(who):
-        return _page(request, "forbidden.html", 403, who=who)
+        return _not_allowed(request, signed_in)
     form = await request.form()
     if not _csrf_ok(request, current, form):
-        return _page(request, "forbidden.html", 403, reason="The form was stale; reload it.")
+        return _not_allowed(request, signed_in, "The form was stale; reload it.")
     return who, form, _sessions(request).csrf(current)
 
 
