@@ -45,6 +45,8 @@ class Attempted:
 NOTHING_CLAIMED = Attempted(None)
 # Why a delivery was not sent: its request no longer shows its event (then named).
 PAST = "not sent: the request is no longer "
+# Events of a request still waiting for a decision: past once it is decided or expired.
+WAITING = frozenset({NotifyEvent.PENDING, NotifyEvent.ESCALATED})
 
 
 class Courier:
@@ -163,9 +165,16 @@ class Courier:
                     if request is not None and not self._still_shows(request, delivery, now):
                         # A retry after a decision: "approval needed" would follow "approved".
                         past.append(delivery)
-                        why = f"{PAST}{delivery.event}"
+                        was = "pending" if delivery.event in WAITING else str(delivery.event)
+                        why = f"{PAST}{was}"
+                        # Not attempted: the claim's count goes back to the attempts made.
                         deliveries.finish(
-                            conn, delivery.id, DeliveryStatus.SKIPPED, now=now, error=why
+                            conn,
+                            delivery.id,
+                            DeliveryStatus.SKIPPED,
+                            now=now,
+                            error=why,
+                            attempts=delivery.attempts,
                         )
                         continue
                     claimed.append((delivery, request, self.store.get(conn, delivery.call_id)))

@@ -112,12 +112,17 @@ def finish(
     now: int,
     error: str | None = None,
     next_attempt_at: int | None = None,
+    attempts: int | None = None,
 ) -> None:
+    """Record how an attempt ended; ``attempts`` sets the count back where a claimed
+    delivery was not attempted after all."""
     values: dict[str, Any] = {
         "status": str(status),
         "updated_at": now,
         "next_attempt_at": next_attempt_at,
     }
+    if attempts is not None:
+        values["attempts"] = attempts
     if error is not None:
         values["last_error"] = error[:ERROR_CHARS]
     if status is DeliveryStatus.DELIVERED:

@@ -3,9 +3,10 @@ process that set when it is due and of the one that reads the message differ."""
 
 from __future__ import annotations
 
+from approvals.gate import Gate
 from router.clock import FakeClock
 from router.notify import deliveries
-from router.notify.model import NotifyEvent
+from router.notify.model import DeliveryStatus, NotifyEvent, Outcome
 from router.runtime import Runtime
 
 
@@ -43,3 +44,34 @@ def test_a_message_a_backoff_early_is_refused(runtime: Runtime, clock: FakeClock
     delivery_id = planned_at(runtime, clock() + deliveries.ON_TIME_MS + 1000)
     assert not claimed(runtime, delivery_id, clock())
     assert claimed(runtime, delivery_id, clock.advance(1000))
+
+
+def test_an_escalation_due_after_its_request_was_decided_is_skipped_with_its_reason(
+    runtime: Runtime, clock: FakeClock
+) -> None:
+    """Not sent, and counted as never attempted: its request is no longer pending."""
+    runtime.keys.create("approver", ["approver"])
+    result = runtime.dispatcher.submit("agent", "high_echo", {"n": 1})
+    assert result.request_id is not None and result.call_id is not None
+    with runtime.store.transaction() as conn:
+        (planned,) = deliveries.plan(
+            conn,
+            request_id=result.request_id,
+            call_id=result.call_id,
+            tool="high_echo",
+            event=NotifyEvent.ESCALATED,
+            channels=[("hook", "webhook")],
+            now=clock(),
+        )
+    answer = Gate(runtime, runtime.notifier()).decide(result.request_id, "approver", "deny")
+    assert answer.ok and answer.status == "denied"
+
+    assert runtime.courier.attempt_many([planned.id]).outcome is Outcome.SKIPPED
+    with runtime.store.reading() as conn:
+        delivery = deliveries.get(conn, planned.id)
+    assert delivery is not None
+    assert (delivery.status, delivery.attempts, delivery.last_error) == (
+        DeliveryStatus.SKIPPED,
+        0,
+        "not sent: the request is no longer pending",
+    )
