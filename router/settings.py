@@ -145,7 +145,7 @@ class Settings(BaseSettings):
     reconciler_interval_s: float = Field(default=10.0, gt=0)
 
     # The address approvers reach the API at, for the inbox links in notifications; empty:
-    # the API's own `http://<api_host>:<api_port>`, or this machine's name in place of an
+    # the API's own `http://<api_host>:<api_port>`, or this host's name in place of an
     # `api_host` that binds every interface (`0.0.0.0`, `::`), which no browser can open.
     public_url: str = Field(default="", pattern=r"^(https?://\S+)?$")
     # Longest one notification attempt may take (connect, send, answer) before it counts
@@ -212,7 +212,8 @@ class Settings(BaseSettings):
         """Where the inbox is, as approvers reach it (no trailing slash)."""
         if self.public_url:
             return self.public_url.rstrip("/")
-        host = machine_name() if self.public_url_guessed else self.api_host
+        # The host's own name: no DNS lookup, which may hang or answer `localhost`.
+        host = socket.gethostname() if self.public_url_guessed else self.api_host
         # An IPv6 address goes in brackets, or its colons would read as the port's.
         return (
             f"http://[{host}]:{self.api_port}" if ":" in host else f"http://{host}:{self.api_port}"
@@ -247,12 +248,6 @@ class Settings(BaseSettings):
     def config_given(self) -> bool:
         """Whether the config file was named (``TOOLROUTER_CONFIG``): then it must exist."""
         return "config" in self.model_fields_set
-
-
-@lru_cache(maxsize=1)
-def machine_name() -> str:
-    """This machine's fully qualified name, looked up once (it may ask DNS)."""
-    return socket.getfqdn()
 
 
 @lru_cache(maxsize=1)

@@ -50,13 +50,8 @@ def up(verbose: bool) -> None:
 @click.option("--port", type=int, default=None, help="Default: TOOLROUTER_API_PORT")
 def api(host: str | None, port: int | None) -> None:
     """Run the HTTP API under uvicorn."""
-    from .preflight import public_url_warning
-
     settings = get_settings()
-    rt = runtime()  # fail fast on config or schema before binding the port
-    notifies = bool(rt.tool_config.notifications.channels)
-    if warning := public_url_warning(settings, host or settings.api_host, notifies):
-        click.echo(warning, err=True)
+    runtime()  # fail fast on config or schema before binding the port
     processes.exec_argv(processes.api_argv(settings, host=host, port=port))
 
 
@@ -81,8 +76,13 @@ def approval_worker() -> None:
 @main.command("notification-worker")
 def notification_worker() -> None:
     """Run the notification worker (queue notifications: messages to approvers)."""
+    from .preflight import public_url_warning
+
     settings = get_settings()
-    runtime()
+    notifies = bool(runtime().tool_config.notifications.channels)
+    # Its links name where it runs unless told otherwise: say so where they are made.
+    if warning := public_url_warning(settings, notifies, on_its_own=True):
+        click.echo(warning, err=True)
     processes.exec_argv(processes.notifications_argv(settings))
 
 

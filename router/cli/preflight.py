@@ -105,17 +105,16 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def public_url_warning(settings: Settings, bind_host: str, notifies: bool) -> str | None:
-    """The warning for an API bound to every interface, with notifications to send and
-    ``TOOLROUTER_PUBLIC_URL`` unset: their links are a guess approvers may not reach."""
-    # Imported here: `toolrouter status` imports this module and starts without pydantic.
-    from ..settings import WILDCARD_HOSTS
-
-    if settings.public_url or bind_host not in WILDCARD_HOSTS or not notifies:
+def public_url_warning(settings: Settings, notifies: bool, *, on_its_own: bool) -> str | None:
+    """The warning for links in notifications that approvers may not reach: built by a
+    notification worker ``on_its_own`` (a deployment of its own processes) without
+    ``TOOLROUTER_PUBLIC_URL``, or by ``up`` from a bind address of every interface."""
+    if settings.public_url or not notifies:
+        return None
+    if not on_its_own and not settings.public_url_guessed:
         return None
     return (
-        f"warning: the API listens on every interface ({bind_host or 'all'}) and "
-        "TOOLROUTER_PUBLIC_URL is unset, so links in notifications name this machine: "
-        f"{settings.resolved_public_url}/ui/; set TOOLROUTER_PUBLIC_URL to the address "
-        "approvers open the inbox at"
+        f"warning: TOOLROUTER_PUBLIC_URL is unset, so links in notifications read "
+        f"{settings.resolved_public_url}/ui/; set it to the address approvers open the "
+        "inbox at"
     )

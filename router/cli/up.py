@@ -53,7 +53,7 @@ def run_up(settings: Settings, *, verbose: bool = False) -> int:
     try:
         check_ports(settings)
         notifies = bool(runtime.tool_config.notifications.channels)
-        if warning := public_url_warning(settings, settings.api_host, notifies):
+        if warning := public_url_warning(settings, notifies, on_its_own=False):
             print(warning, file=sys.stderr)
         return _run(settings, runtime, verbose)
     except UpRefused as exc:

@@ -92,7 +92,7 @@ def guarded(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[A
     return run
 
 
-def with_tasks(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+def tasks_only(handler: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     """A tasks/* handler, unknown to a client whose protocol has no tasks, as the SDK
     answers any method a protocol lacks."""
 
@@ -138,14 +138,14 @@ class ToolrouterMcp:
         # the SDK checks tools/call answers against CallToolResult.
         self.server.middleware.append(self._tasks_middleware)
         add = self.server.add_request_handler
-        add("tasks/get", types.GetTaskRequestParams, with_tasks(guarded(self._tasks_get)))
+        add("tasks/get", types.GetTaskRequestParams, tasks_only(guarded(self._tasks_get)))
         add(
             "tasks/result",
             types.GetTaskPayloadRequestParams,
-            with_tasks(guarded(self._tasks_result)),
+            tasks_only(guarded(self._tasks_result)),
         )
-        add("tasks/cancel", types.CancelTaskRequestParams, with_tasks(guarded(self._tasks_cancel)))
-        add("tasks/list", types.PaginatedRequestParams, with_tasks(guarded(self._tasks_list)))
+        add("tasks/cancel", types.CancelTaskRequestParams, tasks_only(guarded(self._tasks_cancel)))
+        add("tasks/list", types.PaginatedRequestParams, tasks_only(guarded(self._tasks_list)))
         add("logging/setLevel", types.SetLevelRequestParams, guarded(self._set_level))
         self.server.add_notification_handler(
             "notifications/cancelled", types.CancelledNotificationParams, self._cancelled

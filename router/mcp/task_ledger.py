@@ -2,18 +2,19 @@
 
 The call itself holds the task's state; this table only makes ``tasks/list`` a query over
 one key's tasks and remembers the TTL each task was granted. A key's new task deletes
-its tasks that can no longer be read, so what ``tasks/list`` looks through stays its
-readable tasks, however many it made before.
+those of its oldest tasks that can no longer be read, so what ``tasks/list`` looks
+through stays about its readable tasks, however many it made before.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import logging
 from dataclasses import dataclass
 
 from sqlalchemy import Select, and_, delete, or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from ..clock import Clock
 from ..db.schema import calls, mcp_tasks
@@ -22,13 +23,14 @@ from ..errors import RequestError
 from ..ids import is_call_id
 from ..status import ACTIVE_STATES, TERMINAL_STATES
 
+log = logging.getLogger(__name__)
+
 # Cursors hold a creation time in ms: anything outside this is not one of ours.
 _MAX_MS = 2**62
-# A task past its TTL is kept this long after its call finished, for a tasks/result that
-# waited on it and reads it once more (it waits in slices, one of which may be missed).
+# Kept past its TTL and its call's end for a tasks/result that waited on it to read it.
 FINISHED_KEPT_MS = 120_000
-# Deleted with each new task, oldest first: more than a task adds, so the stale ones drain.
-PRUNED_PER_TASK = 100
+# A key's oldest tasks looked at with each new task: more than one, so stale ones drain.
+PRUNE_WINDOW = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +63,11 @@ class TaskLedger:
                     mcp_tasks.insert(),
                     [{"task_id": task_id, "owner": owner, "created_at": now, "ttl_ms": ttl_ms}],
                 )
-                conn.execute(delete(mcp_tasks).where(mcp_tasks.c.task_id.in_(self._stale(owner))))
-            return entry
         except IntegrityError:
             pass
+        else:
+            self._prune(owner)
+            return entry
         with self.store.transaction() as conn:
             row = conn.execute(
                 select(mcp_tasks).where(
@@ -79,25 +82,38 @@ class TaskLedger:
             )
         return TaskEntry(task_id, owner, row.created_at, renewed)
 
+    def _prune(self, owner: str) -> None:
+        """Delete those of ``owner``'s oldest tasks that are unknown for good. Housekeeping:
+        a failure is logged, and the task just made stands."""
+        try:
+            with self.store.transaction() as conn:
+                conn.execute(delete(mcp_tasks).where(mcp_tasks.c.task_id.in_(self._stale(owner))))
+        except SQLAlchemyError as exc:
+            log.warning("MCP tasks of %s not pruned: %s", owner, exc)
+
     def _stale(self, owner: str) -> Select[tuple[str]]:
-        """``owner``'s tasks that are unknown for good: past their TTL, their call finished
-        before ``FINISHED_KEPT_MS`` ago."""
+        """Of ``owner``'s ``PRUNE_WINDOW`` oldest tasks, by index, those past their TTL whose
+        call finished ``FINISHED_KEPT_MS`` ago or more."""
         now = self.clock()
+        oldest = (
+            select(mcp_tasks.c.task_id, mcp_tasks.c.created_at, mcp_tasks.c.ttl_ms)
+            .where(mcp_tasks.c.owner == owner)
+            .order_by(mcp_tasks.c.created_at)
+            .limit(PRUNE_WINDOW)
+            # Two processes pruning one key's tasks at once take turns, never deadlock.
+            .with_for_update(skip_locked=True)
+            .subquery()
+        )
         return (
-            select(mcp_tasks.c.task_id)
-            .join(calls, calls.c.id == mcp_tasks.c.task_id)
+            select(oldest.c.task_id)
+            .join(calls, calls.c.id == oldest.c.task_id)
             .where(
                 and_(
-                    mcp_tasks.c.owner == owner,
-                    mcp_tasks.c.created_at + mcp_tasks.c.ttl_ms <= now,
+                    oldest.c.created_at + oldest.c.ttl_ms <= now,
                     calls.c.status.in_([str(status) for status in TERMINAL_STATES]),
                     calls.c.updated_at <= now - FINISHED_KEPT_MS,
                 )
             )
-            .order_by(mcp_tasks.c.created_at)
-            .limit(PRUNED_PER_TASK)
-            # Two processes pruning one key's tasks at once take turns, never deadlock.
-            .with_for_update(of=mcp_tasks, skip_locked=True)
         )
 
     def owned(self, owner: str, task_id: str) -> TaskEntry | None:

@@ -121,7 +121,7 @@ class TaskService:
         requested = task.get("ttl") if isinstance(task, dict) else None
         if requested is None:
             return self.max_ttl_ms
-        # JSON has one number type: 1500.0 is as whole as 1500.
+        # JSON has one number type: a float without a fraction is a whole number.
         if isinstance(requested, float) and requested.is_integer():
             requested = int(requested)
         if isinstance(requested, bool) or not isinstance(requested, int) or requested < 0:

@@ -9,7 +9,7 @@ from sqlalchemy import func, select, update
 from router.clock import FakeClock
 from router.db.schema import calls, mcp_tasks
 from router.dispatch.submission import Submission
-from router.mcp.task_ledger import FINISHED_KEPT_MS, PRUNED_PER_TASK, TaskLedger
+from router.mcp.task_ledger import FINISHED_KEPT_MS, PRUNE_WINDOW, TaskLedger
 from router.runtime import Runtime
 from router.status import CallStatus
 
@@ -67,7 +67,7 @@ def test_stale_tasks_are_deleted_a_bounded_number_at_a_time(
     runtime: Runtime, clock: FakeClock
 ) -> None:
     ledger = TaskLedger(runtime.store, clock)
-    stale = submitted(runtime, PRUNED_PER_TASK + 20)
+    stale = submitted(runtime, PRUNE_WINDOW + 20)
     for task_id in stale:
         ledger.add("agent", task_id, 1000)
     finish(runtime, stale, clock())
