@@ -269,6 +269,9 @@ class Gate:
             metrics.decided(request.tool, str(answer.status), (now - request.created_at) / 1000)
             # Committed: the approvers hear of it now, off this thread.
             self._announce(NotifyEvent(str(answer.status)), request)
+        elif answer.ok and answer.args_sha256 is not None:
+            # An edit left the request pending: approvals before it are reset, so say so.
+            self._announce(NotifyEvent.EDITED, request)
         # Committed: the request is spent. Only now does the call reach its queue.
         if released_tool is not None:
             tool = self.runtime.registry.get(released_tool)

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
 metadata = MetaData(
@@ -219,8 +220,8 @@ mcp_tasks = Table(
     Index("ix_mcp_tasks_owner_created", "owner", "created_at"),
 )
 
-# Notifications to approvers (migration 0010): one row per request, event and channel, so
-# a repeated fan-out delivers nothing twice. No URL, address or secret is stored: the
+# Notifications to approvers (migration 0010): one row per request, event, channel and
+# occurrence, so a repeated fan-out delivers nothing twice. No URL, address or secret is stored: the
 # channel's name says where it went.
 notification_deliveries = Table(
     "notification_deliveries",
@@ -239,6 +240,11 @@ notification_deliveries = Table(
     Column("updated_at", BigInteger, nullable=False),
     Column("next_attempt_at", BigInteger, nullable=True),
     Column("delivered_at", BigInteger, nullable=True),
-    UniqueConstraint("request_id", "event", "channel", name="uq_notification_deliveries_once"),
+    # Which telling of its event this is: 0 for an event that happens once, the editor's
+    # decision time for an edit (migration 0017).
+    Column("occurrence", BigInteger, nullable=False, server_default=text("0")),
+    UniqueConstraint(
+        "request_id", "event", "channel", "occurrence", name="uq_notification_deliveries_once"
+    ),
     Index("ix_notification_deliveries_status_updated", "status", "updated_at"),
 )

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..canonical import shown_plainly
 from ..trust.redaction import Redactor
-from .model import NotifyEvent
+from .model import WAITING, NotifyEvent
 
 SUMMARY_CHARS = 300
 # The start of an escape (``\``, ``\u20``) that a cut would leave unfinished at the end.
@@ -31,6 +31,7 @@ Element = dict[str, Any]
 HEADLINES = {
     NotifyEvent.PENDING: "Approval needed",
     NotifyEvent.ESCALATED: "Escalated, still waiting for a decision",
+    NotifyEvent.EDITED: "Arguments edited, approve again",
     NotifyEvent.APPROVED: "Approved",
     NotifyEvent.DENIED: "Denied",
     NotifyEvent.EXPIRED: "Expired without a decision",
@@ -58,6 +59,8 @@ class Notice:
     # The group an ``escalated`` notice is sent to; empty for every other event.
     escalated_roles: tuple[str, ...] = ()
     escalated_keys: tuple[str, ...] = ()
+    # The approver whose edit an ``edited`` notice tells; empty for every other event.
+    edited_by: str = ""
 
     @property
     def expires_in_s(self) -> int:
@@ -78,7 +81,10 @@ class Notice:
         if self.event is NotifyEvent.ESCALATED:
             facts.append(("Escalated to", self.escalated_to_text))
             facts.append(("Waiting for", duration(max(0, self.at - self.created_at) // 1000)))
-        if self.event in (NotifyEvent.PENDING, NotifyEvent.ESCALATED):
+        if self.event is NotifyEvent.EDITED:
+            facts.append(("Edited by", self.edited_by))
+            facts.append(("Approvals before the edit", "reset: they approved other arguments"))
+        if self.event in WAITING:
             facts.append(("Expires in", duration(self.expires_in_s)))
         return facts
 
@@ -149,6 +155,8 @@ def webhook_body(notice: Notice) -> bytes:
         "url": notice.link,
         "sent_at": notice.at,
     }
+    if notice.event is NotifyEvent.EDITED:
+        document["edited_by"] = notice.edited_by
     if notice.event is NotifyEvent.ESCALATED:
         document["escalated_to"] = {
             "roles": list(notice.escalated_roles),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .. import metrics
 from ..approval import requests as pending
@@ -28,7 +29,7 @@ from ..trust.redaction import Redactor
 from . import deliveries, escalation
 from .content import Notice, summarize
 from .digest import FOR_PEOPLE, Digest, Planned
-from .model import Delivery, DeliveryStatus, NotifyEvent, Outcome
+from .model import WAITING, Delivery, DeliveryStatus, NotifyEvent, Outcome
 from .senders import AttemptFailed, send
 
 log = logging.getLogger(__name__)
@@ -45,8 +46,6 @@ class Attempted:
 NOTHING_CLAIMED = Attempted(None)
 # Why a delivery was not sent: its request no longer shows its event (then named).
 PAST = "not sent: the request is no longer "
-# Events of a request still waiting for a decision: past once it is decided or expired.
-WAITING = frozenset({NotifyEvent.PENDING, NotifyEvent.ESCALATED})
 
 
 class Courier:
@@ -96,6 +95,7 @@ class Courier:
                     event=event,
                     channels=channels,
                     now=now,
+                    occurrence=_occurrence(conn, request, event),
                 )
         return planned
 
@@ -240,6 +240,7 @@ class Courier:
             expires_at=request.expires_at,
             link=f"{self.settings.resolved_public_url}/ui/#{request.id}",
             at=now,
+            edited_by=(request.edited_by or "") if delivery.event is NotifyEvent.EDITED else "",
             **self._group(delivery.event, request.tool),
         )
 
@@ -293,6 +294,12 @@ def _shows(request: ApprovalRequest, event: NotifyEvent, spec: ToolSpec | None, 
     also needs the request unexpired and past its tool's ``escalate_after_s``."""
     if event is NotifyEvent.PENDING:
         return request.status == RequestStatus.PENDING
+    if event is NotifyEvent.EDITED:
+        return (
+            request.status == RequestStatus.PENDING
+            and request.edited_by is not None
+            and request.expires_at > now
+        )
     if event is NotifyEvent.ESCALATED:
         after_s = spec.escalate_after_s if spec is not None else None
         return (
@@ -302,3 +309,14 @@ def _shows(request: ApprovalRequest, event: NotifyEvent, spec: ToolSpec | None, 
             and request.created_at + int(after_s * 1000) <= now
         )
     return request.status == RequestStatus(str(event))
+
+
+def _occurrence(conn: Any, request: ApprovalRequest, event: NotifyEvent) -> int:
+    """Which telling of ``event`` this is: an edit is told once per edit, known by its
+    editor's decision (an edit replaces every decision before it); anything else once."""
+    if event is not NotifyEvent.EDITED:
+        return 0
+    made = [
+        d["at"] for d in pending.decisions(conn, request.id) if d["approver"] == request.edited_by
+    ]
+    return int(made[-1]) if made else 0

@@ -38,9 +38,10 @@ def plan(
     event: NotifyEvent,
     channels: Sequence[tuple[str, str]],
     now: int,
+    occurrence: int = 0,
 ) -> list[Planned]:
-    """Insert a delivery per ``(channel, channel_type)`` not planned before for this request
-    and event; those inserted now (a repeated fan-out gets none)."""
+    """Insert a delivery per ``(channel, channel_type)`` not planned before for this request,
+    event and ``occurrence``; those inserted now (a repeated fan-out gets none)."""
     rows = [
         {
             "id": new_delivery_id(),
@@ -57,6 +58,7 @@ def plan(
             "updated_at": now,
             "next_attempt_at": now,
             "delivered_at": None,
+            "occurrence": occurrence,
         }
         for name, kind in channels
     ]

@@ -8,16 +8,22 @@ from typing import Any
 
 
 class NotifyEvent(StrEnum):
-    """What happened to a request; each but ``pending`` and ``escalated`` is the status it
-    was closed with."""
+    """What happened to a request; each but ``pending``, ``escalated`` and ``edited`` is the
+    status it was closed with."""
 
     PENDING = "pending"
     # Still pending after its tool's ``escalate_after_s``: told to the ``escalate_to`` group.
     ESCALATED = "escalated"
+    # Its arguments edited by an approver, approvals given before reset: approve again.
+    EDITED = "edited"
     APPROVED = "approved"
     DENIED = "denied"
     EXPIRED = "expired"
     CANCELLED = "cancelled"
+
+
+# Events of a request still waiting for a decision: past once it is decided or expired.
+WAITING = frozenset({NotifyEvent.PENDING, NotifyEvent.ESCALATED, NotifyEvent.EDITED})
 
 
 class DeliveryStatus(StrEnum):
@@ -62,6 +68,8 @@ class Delivery:
     updated_at: int
     next_attempt_at: int | None
     delivered_at: int | None
+    # 0, or which edit an ``edited`` delivery tells (its editor's decision time).
+    occurrence: int = 0
 
     @classmethod
     def from_row(cls, row: Any) -> Delivery:

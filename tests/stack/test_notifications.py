@@ -94,6 +94,8 @@ tools:
   - {name: quiet_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [nobody]}
   - {name: slow_wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [lead],
      escalate_after_s: 1, escalate_to: {roles: [manager], keys: [alice]}}
+  - {name: two_wire, handler: "tests.fixture_tools:echo", risk: high,
+     approvers: [approver, lead], approvals_required: 2}
 """
 
 
@@ -607,6 +609,51 @@ def test_a_notice_due_again_after_its_request_was_decided_is_not_sent(
     ) == ("skipped", "not sent: the request is no longer pending", 1), found["pending"]
     assert found["approved"]["status"] == "delivered", found["approved"]
     assert counter(stack, "webhook", "skipped") == skipped_before + 1
+
+
+def test_each_edit_that_resets_approvals_is_told_to_the_approvers(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    """Two of two needed: an approval, then an edit resets it, and so does a second edit;
+    each edit is told once, with its editor and the arguments as edited."""
+    stack, receivers = notify_stack
+    request_id = submit(stack, "two_wire", {"to": "lee", "amount": 900})["request_id"]
+
+    def decide(key: str, body: dict[str, Any]) -> dict[str, Any]:
+        with stack.client(key) as http:
+            response = http.post(f"/v1/approvals/{request_id}/approve", json=body)
+        assert response.status_code == 200, response.text
+        return response.json()  # type: ignore[no-any-return]
+
+    def told() -> list[dict[str, Any]]:
+        return [seen.json() for seen in receivers.seen(receivers.hook, request_id)]
+
+    def events_told(count: int) -> list[dict[str, Any]]:
+        return wait_for(
+            lambda: found if len(found := told()) >= count else None,
+            30,
+            f"{count} webhook notices of {request_id}",
+        )
+
+    events_told(1)
+    assert not decide("approver", {})["released"]
+    assert not decide("lead", {"args": {"to": "lee", "amount": 90}})["released"]
+    events_told(2)
+    assert not decide("approver", {"args": {"to": "lee", "amount": 9}})["released"]
+    events_told(3)
+    assert decide("lead", {})["released"]
+
+    notices = events_told(4)
+    assert [n["event"] for n in notices] == ["pending", "edited", "edited", "approved"]
+    first, second = notices[1], notices[2]
+    assert (first["edited_by"], first["args_summary"]) == ("lead", '{"amount": 90, "to": "lee"}')
+    assert (second["edited_by"], second["args_summary"]) == (
+        "approver",
+        '{"amount": 9, "to": "lee"}',
+    )
+    # Told on the channels of the request's roles: Slack and email say it too.
+    edited = [d for d in deliveries(stack, request_id=request_id) if d["event"] == "edited"]
+    assert sorted(d["channel"] for d in edited) == sorted(["hook", "chat", "mail"] * 2)
 
 
 def test_a_tool_whose_approvers_have_no_channel_sends_nothing(
