@@ -125,6 +125,7 @@ class Gate:
         if args is not None and choice is not Decision.APPROVE:
             return refusal(422, "only an approval may edit the arguments")
         released_tool = None
+        edit: Edit | None = None
         with self.store.transaction() as conn:
             if deadline_ms is not None and conn.dialect.name == "postgresql":
                 # Do not queue behind another decision's row lock past the deadline.
@@ -206,7 +207,6 @@ class Gate:
             else:
                 if self.runtime.registry.get(request.tool) is None:
                     return refusal(409, f"tool {request.tool} is no longer registered")
-                edit: Edit | None = None
                 if args is not None:
                     applied = apply_edit(self.runtime, conn, request, actor, args, now=now)
                     if isinstance(applied, EditRefused):
@@ -269,8 +269,8 @@ class Gate:
             metrics.decided(request.tool, str(answer.status), (now - request.created_at) / 1000)
             # Committed: the approvers hear of it now, off this thread.
             self._announce(NotifyEvent(str(answer.status)), request)
-        elif answer.ok and answer.args_sha256 is not None:
-            # An edit left the request pending: approvals before it are reset, so say so.
+        elif answer.ok and edit is not None and edit.forgotten:
+            # An edit left the request pending and reset approvals: their approvers hear it.
             self._announce(NotifyEvent.EDITED, request)
         # Committed: the request is spent. Only now does the call reach its queue.
         if released_tool is not None:

@@ -52,6 +52,8 @@ class ApprovalRequest:
     # Set once an approver edited the arguments: the requester's hash, and who edited.
     original_args_sha256: str | None = None
     edited_by: str | None = None
+    # How many times its arguments were edited: tells one edit's notice from the next.
+    edits: int = 0
 
     @classmethod
     def from_row(cls, row: Any) -> ApprovalRequest:

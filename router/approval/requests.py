@@ -322,6 +322,7 @@ def edit(
         rule=rule,
         original_args_sha256=request.original_args_sha256 or request.args_sha256,
         edited_by=editor,
+        edits=request.edits + 1,
     )
     edited = replace(edited, binding_mac=keyring.sign(Purpose.APPROVAL, request_binding(edited)))
     forgotten = [d["approver"] for d in decisions(conn, request.id)]
@@ -336,6 +337,8 @@ def edit(
             original_args_sha256=edited.original_args_sha256,
             edited_by=editor,
             binding_mac=edited.binding_mac,
+            # Under the request's row lock, as every edit is made.
+            edits=edited.edits,
         )
     )
     return edited, forgotten

@@ -127,6 +127,8 @@ approval_requests = Table(
     # Set when an approver edited the arguments, sealed with the binding (migration 0012).
     Column("original_args_sha256", String(64), nullable=True),
     Column("edited_by", String(128), nullable=True),
+    # How many edits were made (migration 0017): each edit's notification is its own.
+    Column("edits", Integer, nullable=False, server_default=text("0")),
     Index("ix_approval_requests_status_expires", "status", "expires_at"),
     # Decided requests are listed most recently decided first (migration 0014).
     Index("ix_approval_requests_decided", "decided_at", "id"),
@@ -240,8 +242,8 @@ notification_deliveries = Table(
     Column("updated_at", BigInteger, nullable=False),
     Column("next_attempt_at", BigInteger, nullable=True),
     Column("delivered_at", BigInteger, nullable=True),
-    # Which telling of its event this is: 0 for an event that happens once, the editor's
-    # decision time for an edit (migration 0017).
+    # Which telling of its event: 0 for an event that happens once, else the request's
+    # edit it tells (migration 0017).
     Column("occurrence", BigInteger, nullable=False, server_default=text("0")),
     UniqueConstraint(
         "request_id", "event", "channel", "occurrence", name="uq_notification_deliveries_once"

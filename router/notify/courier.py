@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from .. import metrics
 from ..approval import requests as pending
@@ -46,6 +45,7 @@ class Attempted:
 NOTHING_CLAIMED = Attempted(None)
 # Why a delivery was not sent: its request no longer shows its event (then named).
 PAST = "not sent: the request is no longer "
+EDITED_AGAIN = "not sent: the request was edited again"
 
 
 class Courier:
@@ -69,15 +69,19 @@ class Courier:
         planned: list[Planned] = []
         for request_id in request_ids:
             now = self.clock()
-            escalating = event is NotifyEvent.ESCALATED
+            # Locked: a decision (or an edit) waits or comes first, never both.
+            locks = event in (NotifyEvent.ESCALATED, NotifyEvent.EDITED)
             with self.store.transaction() as conn:
-                # An escalation locks the request: a decision waits or comes first, never both.
-                request = pending.get(conn, request_id, for_update=escalating)
+                request = pending.get(conn, request_id, for_update=locks)
                 spec = self._spec(request.tool) if request is not None else None
                 if request is None or not _shows(request, event, spec, now):
                     log.info("no %s notification for %s: not its status", event, request_id)
                     continue
-                if escalating and spec is not None and spec.escalate_to is not None:
+                if (
+                    event is NotifyEvent.ESCALATED
+                    and spec is not None
+                    and spec.escalate_to is not None
+                ):
                     names = self.notifications.escalation_channels(spec.escalate_to)
                 else:
                     own = spec.notify if spec is not None else ()
@@ -95,7 +99,8 @@ class Courier:
                     event=event,
                     channels=channels,
                     now=now,
-                    occurrence=_occurrence(conn, request, event),
+                    # Each edit is told once: the one the request stands at now.
+                    occurrence=request.edits if event is NotifyEvent.EDITED else 0,
                 )
         return planned
 
@@ -162,11 +167,9 @@ class Courier:
                     continue
                 if deliveries.claim(conn, delivery, now=now):
                     request = pending.get(conn, delivery.request_id)
-                    if request is not None and not self._still_shows(request, delivery, now):
-                        # A retry after a decision: "approval needed" would follow "approved".
+                    why = self._why_not(request, delivery, now) if request is not None else None
+                    if why is not None:
                         past.append(delivery)
-                        was = "pending" if delivery.event in WAITING else str(delivery.event)
-                        why = f"{PAST}{was}"
                         # Not attempted: the claim's count goes back to the attempts made.
                         deliveries.finish(
                             conn,
@@ -214,8 +217,16 @@ class Courier:
             metrics.notification(delivery.channel_type, Outcome.DELIVERED)
         return Attempted(Outcome.DELIVERED)
 
-    def _still_shows(self, request: ApprovalRequest, delivery: Delivery, now: int) -> bool:
-        return _shows(request, delivery.event, self._spec(request.tool), now)
+    def _why_not(self, request: ApprovalRequest, delivery: Delivery, now: int) -> str | None:
+        """Why a claimed delivery is not sent after all: its request has moved on (a retry
+        after a decision would tell "approval needed" after "approved"), or a later edit
+        replaced the one it tells (it would give that edit's editor and arguments)."""
+        if not _shows(request, delivery.event, self._spec(request.tool), now):
+            was = "pending" if delivery.event in WAITING else str(delivery.event)
+            return f"{PAST}{was}"
+        if delivery.event is NotifyEvent.EDITED and request.edits != delivery.occurrence:
+            return EDITED_AGAIN
+        return None
 
     def _one_each(self, channel_name: str) -> bool:
         """Whether ``channel_name`` takes one delivery a message: the rest of a list that a
@@ -309,14 +320,3 @@ def _shows(request: ApprovalRequest, event: NotifyEvent, spec: ToolSpec | None, 
             and request.created_at + int(after_s * 1000) <= now
         )
     return request.status == RequestStatus(str(event))
-
-
-def _occurrence(conn: Any, request: ApprovalRequest, event: NotifyEvent) -> int:
-    """Which telling of ``event`` this is: an edit is told once per edit, known by its
-    editor's decision (an edit replaces every decision before it); anything else once."""
-    if event is not NotifyEvent.EDITED:
-        return 0
-    made = [
-        d["at"] for d in pending.decisions(conn, request.id) if d["approver"] == request.edited_by
-    ]
-    return int(made[-1]) if made else 0

@@ -94,4 +94,5 @@ class Delivery:
             "updated_at": self.updated_at,
             "next_attempt_at": self.next_attempt_at,
             "delivered_at": self.delivered_at,
+            "occurrence": self.occurrence,
         }

@@ -2,8 +2,9 @@
 channel and occurrence.
 
 An approver's edit resets the approvals given before it, and each edit is told to the
-request's approvers; the occurrence tells one edit from the next (the editor's decision
-time), and is 0 for every event that happens once. Rows stored before take 0.
+request's approvers: a request counts its edits, and an ``edited`` delivery's occurrence
+is the edit it tells (0 for every event that happens once). Rows stored before take 0,
+and a request edited before counts as edited once.
 
 Revision ID: 0017
 Revises: 0016
@@ -23,6 +24,13 @@ _ONCE = "uq_notification_deliveries_once"
 
 
 def upgrade() -> None:
+    op.add_column(
+        "approval_requests",
+        sa.Column("edits", sa.Integer, nullable=False, server_default=sa.text("0")),
+    )
+    op.get_bind().execute(
+        sa.text("UPDATE approval_requests SET edits = 1 WHERE edited_by IS NOT NULL")
+    )
     # Batch mode: SQLite changes a constraint by copying the table.
     with op.batch_alter_table("notification_deliveries") as batch:
         batch.add_column(
@@ -34,9 +42,12 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     bind = op.get_bind()
-    # The later occurrences go: the constraint of one per request, event and channel holds.
-    bind.execute(sa.text("DELETE FROM notification_deliveries WHERE occurrence <> 0"))
+    # Code before knows no `edited` event, and the constraint of one per request, event and
+    # channel then holds.
+    bind.execute(sa.text("DELETE FROM notification_deliveries WHERE event = 'edited'"))
     with op.batch_alter_table("notification_deliveries") as batch:
         batch.drop_constraint(_ONCE, type_="unique")
         batch.create_unique_constraint(_ONCE, ["request_id", "event", "channel"])
         batch.drop_column("occurrence")
+    with op.batch_alter_table("approval_requests") as batch:
+        batch.drop_column("edits")

@@ -1,0 +1,117 @@
+"""An edit that resets approvals is told once, as the edit it was: two edits in one
+millisecond are two notices, and a notice of an edit that a later one replaced before it
+went is not sent with the later edit's words. Real gate, courier and webhook receiver,
+SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from approvals.gate import Gate
+from router.clock import FakeClock
+from router.notify.courier import EDITED_AGAIN
+from router.notify.deliveries import get
+from router.notify.model import DeliveryStatus, NotifyEvent, Outcome
+from router.runtime import Runtime
+from router.settings import Settings
+
+from ..support import services
+from ..support.receivers import accept
+from ..support.scripted_http import ScriptedServer
+
+CONFIG = """
+notifications:
+  channels:
+    hook: {type: webhook, url: "${EDITED_HOOK_URL}", secret: "${EDITED_HOOK_SECRET}"}
+  roles:
+    approver: [hook]
+tools:
+  - {name: two_wire, handler: "tests.fixture_tools:echo", risk: high,
+     approvers: [approver, lead], approvals_required: 2}
+"""
+
+
+@pytest.fixture
+def hook() -> Iterator[ScriptedServer]:
+    with ScriptedServer(accept) as server:
+        yield server
+
+
+@pytest.fixture
+def notifying(
+    database_url: str,
+    redis_base: str,
+    tmp_path: Path,
+    clock: FakeClock,
+    hook: ScriptedServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Runtime]:
+    """A runtime whose approvers are told on ``hook``."""
+    monkeypatch.setenv("EDITED_HOOK_URL", f"{hook.url}/hook")
+    monkeypatch.setenv("EDITED_HOOK_SECRET", "whsec-0123456789abcdef-edited")
+    config = tmp_path / "tools.yaml"
+    config.write_text(CONFIG, encoding="utf-8")
+    redis_url = f"{redis_base}/{services.REDIS_DBS['unit']}"
+    services.flush(redis_url)
+    settings = Settings(
+        database_url=database_url, redis_url=redis_url, state_dir=tmp_path, config=config
+    )
+    runtime = Runtime(settings, clock=clock)
+    runtime.prepare()
+    for name, roles in {"approver": ["approver"], "lead": ["lead"]}.items():
+        runtime.keys.create(name, roles)
+    yield runtime
+    runtime.close()
+    services.flush(redis_url)
+
+
+def test_each_edit_is_told_once_and_a_replaced_one_not_at_all(
+    notifying: Runtime, hook: ScriptedServer
+) -> None:
+    runtime = notifying
+    call = runtime.dispatcher.submit("agent", "two_wire", {"to": "lee", "amount": 900})
+    request_id = str(call.request_id)
+    gate = Gate(runtime, runtime.notifier())
+    assert gate.decide(request_id, "approver", "approve").ok
+    # The clock stands still: two edits in one millisecond are still two edits.
+    assert not gate.decide(request_id, "lead", "approve", args={"to": "lee", "amount": 90}).released
+    (first,) = runtime.courier.fan_out(NotifyEvent.EDITED, [request_id])
+    assert runtime.courier.fan_out(NotifyEvent.EDITED, [request_id]) == []
+    edited = {"to": "lee", "amount": 9}
+    assert not gate.decide(request_id, "approver", "approve", args=edited).released
+    (second,) = runtime.courier.fan_out(NotifyEvent.EDITED, [request_id])
+
+    # The first edit's notice, due after the second edit: it would tell the second's words.
+    assert runtime.courier.attempt_many([first.id]).outcome is Outcome.SKIPPED
+    assert runtime.courier.attempt_many([second.id]).outcome is Outcome.DELIVERED
+    (told,) = [seen.json() for seen in hook.seen]
+    assert (told["event"], told["edited_by"]) == ("edited", "approver")
+    with runtime.store.reading() as conn:
+        skipped = get(conn, first.id)
+    assert skipped is not None
+    assert (skipped.status, skipped.last_error, skipped.attempts) == (
+        DeliveryStatus.SKIPPED,
+        EDITED_AGAIN,
+        0,
+    )
+
+
+def test_a_first_decision_that_edits_resets_nothing_and_is_not_told(
+    notifying: Runtime, hook: ScriptedServer
+) -> None:
+    """No approval was reset: the approvers heard of the request and have nothing to redo."""
+    runtime = notifying
+    call = runtime.dispatcher.submit("agent", "two_wire", {"to": "lee", "amount": 900})
+    request_id = str(call.request_id)
+    gate = Gate(runtime, runtime.notifier())
+    told: list[tuple[NotifyEvent, list[str]]] = []
+    runtime.announcer.announce = lambda event, requests: told.append(  # type: ignore[method-assign]
+        (event, [r.request_id for r in requests])
+    )
+    assert not gate.decide(request_id, "lead", "approve", args={"to": "lee", "amount": 9}).released
+    assert told == []
+    assert gate.decide(request_id, "approver", "approve", args={"to": "lee", "amount": 8}).ok
+    assert told == [(NotifyEvent.EDITED, [request_id])]
