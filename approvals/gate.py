@@ -269,8 +269,8 @@ class Gate:
             metrics.decided(request.tool, str(answer.status), (now - request.created_at) / 1000)
             # Committed: the approvers hear of it now, off this thread.
             self._announce(NotifyEvent(str(answer.status)), request)
-        elif answer.ok and edit is not None and edit.forgotten:
-            # An edit left the request pending and reset approvals: their approvers hear it.
+        elif answer.ok and edit is not None and set(edit.forgotten) - {actor}:
+            # An edit left the request pending and reset others' approvals: they hear it.
             self._announce(NotifyEvent.EDITED, request)
         # Committed: the request is spent. Only now does the call reach its queue.
         if released_tool is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -122,6 +123,8 @@ def _redirect_with_flash(request: Request, message: str) -> RedirectResponse:
 
 # Requests one inbox page lists, oldest first; the count says when more wait behind them.
 INBOX_SHOWS = 200
+# A request's anchor, as notification links write it (``router.ids.new_request_id``).
+REQUEST_ANCHOR = re.compile(r"#req-[0-9a-f]{32}")
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -182,6 +185,12 @@ async def pending_ids(request: Request) -> Response:
     return Response(ascii_json(body), media_type="application/json")
 
 
+def _request_anchor(value: object) -> str:
+    """``#req-…`` from the sign-in form (the link it was opened from), else nothing: only
+    a request id goes into the redirect."""
+    return f"#{value[1:]}" if isinstance(value, str) and REQUEST_ANCHOR.fullmatch(value) else ""
+
+
 @router.post("/login")
 async def login(request: Request) -> Response:
     """Sign in with a key: a new session, never the key itself, goes into the cookie."""
@@ -217,7 +226,7 @@ async def login(request: Request) -> Response:
         return _not_allowed(request, await _signed_in(request))
     hours = runtime.settings.ui_session_hours
     cookie, _ = await in_thread(_sessions(request).start, who, hours)
-    response = RedirectResponse("/ui/", status_code=303)
+    response = RedirectResponse(f"/ui/{_request_anchor(form.get('request'))}", status_code=303)
     response.set_cookie(
         COOKIE,
         cookie,

@@ -441,3 +441,19 @@ def test_the_edit_forms_need_the_session_and_its_csrf_token(stack: Stack) -> Non
         reviewed = http.post("/ui/edit/review", data={**form, "csrf": token.group(1)})
         assert reviewed.status_code == 200 and 'id="diff"' in reviewed.text
     assert result(stack, call["call_id"], 0)["status"] == "pending"
+
+
+def test_a_notification_link_opens_its_request_after_signing_in(stack: Stack, page: Any) -> None:
+    """The link names the request after `#`, which the server never sees: signing in keeps
+    it, so the inbox opens at that request."""
+    call = submit_pending(stack, args={"from": "a notification link"})
+    anchor = f"#{call['request_id']}"
+    page.goto(f"{stack.base_url}/ui/{anchor}")
+    page.fill("#key", stack.keys["approver"])
+    page.click("button[type=submit]")
+    card(page, call["request_id"]).wait_for()
+    assert page.url == f"{stack.base_url}/ui/{anchor}"
+    targeted = check_loaded_inbox(
+        page, call["request_id"], "() => document.querySelector(':target')?.dataset.requestId"
+    )
+    assert targeted == call["request_id"]

@@ -99,10 +99,11 @@ def test_each_edit_is_told_once_and_a_replaced_one_not_at_all(
     )
 
 
-def test_a_first_decision_that_edits_resets_nothing_and_is_not_told(
+def test_an_edit_is_told_only_when_it_reset_another_approvers_approval(
     notifying: Runtime, hook: ScriptedServer
 ) -> None:
-    """No approval was reset: the approvers heard of the request and have nothing to redo."""
+    """A first decision that edits resets nothing, and an editor editing again resets only
+    its own approval: nobody has anything to redo, so neither is told."""
     runtime = notifying
     call = runtime.dispatcher.submit("agent", "two_wire", {"to": "lee", "amount": 900})
     request_id = str(call.request_id)
@@ -112,6 +113,7 @@ def test_a_first_decision_that_edits_resets_nothing_and_is_not_told(
         (event, [r.request_id for r in requests])
     )
     assert not gate.decide(request_id, "lead", "approve", args={"to": "lee", "amount": 9}).released
+    assert not gate.decide(request_id, "lead", "approve", args={"to": "lee", "amount": 7}).released
     assert told == []
     assert gate.decide(request_id, "approver", "approve", args={"to": "lee", "amount": 8}).ok
     assert told == [(NotifyEvent.EDITED, [request_id])]
