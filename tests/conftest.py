@@ -11,10 +11,10 @@ import pytest
 
 from router.clock import FakeClock
 from router.runtime import Runtime
-from router.settings import Settings
 from workers.pace import pace
 
 from .support import services
+from .support.runtimes import in_process_runtime
 from .support.stack import TEST_CONFIG, Stack, stack_env
 
 # Key material of every deployment the tests make (one folder per namespace), outside any
@@ -76,16 +76,8 @@ def runtime(
     database_url: str, redis_base: str, tmp_path: Path, clock: FakeClock
 ) -> Iterator[Runtime]:
     """An in-process runtime on a fresh database, real Redis (unit db), fake clock."""
-    redis_url = f"{redis_base}/{services.REDIS_DBS['unit']}"
-    services.flush(redis_url)
-    settings = Settings(
-        database_url=database_url, redis_url=redis_url, state_dir=tmp_path, config=TEST_CONFIG
-    )
-    rt = Runtime(settings, clock=clock)
-    rt.prepare()
-    yield rt
-    rt.close()
-    services.flush(redis_url)
+    with in_process_runtime(database_url, redis_base, tmp_path, clock, TEST_CONFIG) as rt:
+        yield rt
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

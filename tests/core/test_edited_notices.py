@@ -16,10 +16,9 @@ from router.notify.courier import EDITED_AGAIN
 from router.notify.deliveries import get
 from router.notify.model import DeliveryStatus, NotifyEvent, Outcome
 from router.runtime import Runtime
-from router.settings import Settings
 
-from ..support import services
 from ..support.receivers import accept
+from ..support.runtimes import in_process_runtime
 from ..support.scripted_http import ScriptedServer
 
 CONFIG = """
@@ -54,18 +53,10 @@ def notifying(
     monkeypatch.setenv("EDITED_HOOK_SECRET", "whsec-0123456789abcdef-edited")
     config = tmp_path / "tools.yaml"
     config.write_text(CONFIG, encoding="utf-8")
-    redis_url = f"{redis_base}/{services.REDIS_DBS['unit']}"
-    services.flush(redis_url)
-    settings = Settings(
-        database_url=database_url, redis_url=redis_url, state_dir=tmp_path, config=config
-    )
-    runtime = Runtime(settings, clock=clock)
-    runtime.prepare()
-    for name, roles in {"approver": ["approver"], "lead": ["lead"]}.items():
-        runtime.keys.create(name, roles)
-    yield runtime
-    runtime.close()
-    services.flush(redis_url)
+    with in_process_runtime(database_url, redis_base, tmp_path, clock, config) as runtime:
+        for name, roles in {"approver": ["approver"], "lead": ["lead"]}.items():
+            runtime.keys.create(name, roles)
+        yield runtime
 
 
 def test_each_edit_is_told_once_and_a_replaced_one_not_at_all(
