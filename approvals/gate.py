@@ -269,8 +269,9 @@ class Gate:
             metrics.decided(request.tool, str(answer.status), (now - request.created_at) / 1000)
             # Committed: the approvers hear of it now, off this thread.
             self._announce(NotifyEvent(str(answer.status)), request)
-        elif answer.ok and edit is not None and set(edit.forgotten) - {actor}:
-            # An edit left the request pending and reset others' approvals: they hear it.
+        elif answer.ok and edit is not None:
+            # An edit left the request pending: every approver must see the new arguments,
+            # not only those whose approval it reset.
             self._announce(NotifyEvent.EDITED, request)
         # Committed: the request is spent. Only now does the call reach its queue.
         if released_tool is not None:

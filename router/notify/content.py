@@ -31,7 +31,7 @@ Element = dict[str, Any]
 HEADLINES = {
     NotifyEvent.PENDING: "Approval needed",
     NotifyEvent.ESCALATED: "Escalated, still waiting for a decision",
-    NotifyEvent.EDITED: "Arguments edited, approve again",
+    NotifyEvent.EDITED: "Arguments edited, approve the new ones",
     NotifyEvent.APPROVED: "Approved",
     NotifyEvent.DENIED: "Denied",
     NotifyEvent.EXPIRED: "Expired without a decision",
@@ -83,7 +83,7 @@ class Notice:
             facts.append(("Waiting for", duration(max(0, self.at - self.created_at) // 1000)))
         if self.event is NotifyEvent.EDITED:
             facts.append(("Edited by", self.edited_by))
-            facts.append(("Approvals before the edit", "reset: they approved other arguments"))
+            facts.append(("Approvals given before", "reset: they were for other arguments"))
         if self.event in WAITING:
             facts.append(("Expires in", duration(self.expires_in_s)))
         return facts

@@ -14,7 +14,7 @@ class NotifyEvent(StrEnum):
     PENDING = "pending"
     # Still pending after its tool's ``escalate_after_s``: told to the ``escalate_to`` group.
     ESCALATED = "escalated"
-    # Its arguments edited by an approver, approvals given before reset: approve again.
+    # Its arguments edited by an approver, approvals given before reset: decide anew.
     EDITED = "edited"
     APPROVED = "approved"
     DENIED = "denied"

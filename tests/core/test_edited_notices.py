@@ -1,4 +1,4 @@
-"""An edit that resets approvals is told once, as the edit it was: two edits in one
+"""An edit that leaves its request pending is told once, as the edit it was: two edits in one
 millisecond are two notices, and a notice of an edit that a later one replaced before it
 went is not sent with the later edit's words. Real gate, courier and webhook receiver,
 SQLite and PostgreSQL."""
@@ -90,11 +90,12 @@ def test_each_edit_is_told_once_and_a_replaced_one_not_at_all(
     )
 
 
-def test_an_edit_is_told_only_when_it_reset_another_approvers_approval(
+def test_every_edit_that_leaves_the_request_pending_is_told(
     notifying: Runtime, hook: ScriptedServer
 ) -> None:
-    """A first decision that edits resets nothing, and an editor editing again resets only
-    its own approval: nobody has anything to redo, so neither is told."""
+    """A first decision that edits resets nobody's approval, yet an approver who has not
+    decided holds only the first notice's arguments: each edit is told, as is an editor's
+    second edit; the approval that releases the call is told as such."""
     runtime = notifying
     call = runtime.dispatcher.submit("agent", "two_wire", {"to": "lee", "amount": 900})
     request_id = str(call.request_id)
@@ -104,7 +105,12 @@ def test_an_edit_is_told_only_when_it_reset_another_approvers_approval(
         (event, [r.request_id for r in requests])
     )
     assert not gate.decide(request_id, "lead", "approve", args={"to": "lee", "amount": 9}).released
-    assert not gate.decide(request_id, "lead", "approve", args={"to": "lee", "amount": 7}).released
-    assert told == []
-    assert gate.decide(request_id, "approver", "approve", args={"to": "lee", "amount": 8}).ok
     assert told == [(NotifyEvent.EDITED, [request_id])]
+    assert not gate.decide(request_id, "lead", "approve", args={"to": "lee", "amount": 7}).released
+    assert told == [(NotifyEvent.EDITED, [request_id])] * 2
+    assert not gate.decide(
+        request_id, "approver", "approve", args={"to": "lee", "amount": 8}
+    ).released
+    assert told == [(NotifyEvent.EDITED, [request_id])] * 3
+    assert gate.decide(request_id, "lead", "approve").released
+    assert told[3:] == [(NotifyEvent.APPROVED, [request_id])]
