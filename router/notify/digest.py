@@ -96,8 +96,8 @@ class Digest:
         """Each listed request: its text and its own link."""
         return [
             (
-                f"{notice.tool} by {notice.requested_by} ({notice.request_id}): "
-                f"{shortened(notice.args_summary, LINE_SUMMARY_CHARS)}",
+                f"{notice.tool} by {notice.requested_by}{_edited_by(notice)} "
+                f"({notice.request_id}): {shortened(notice.args_summary, LINE_SUMMARY_CHARS)}",
                 notice.link,
             )
             for notice in self.notices[:LISTED]
@@ -108,6 +108,11 @@ class Digest:
         unlisted = len(self.notices) - listed
         more = f"{unlisted} more not listed. " if unlisted > 0 else ""
         return f"{more}Every one is in the inbox"
+
+
+def _edited_by(notice: Notice) -> str:
+    # Edits by different approvers may share a digest: each line names its own editor.
+    return f", edited by {notice.edited_by}" if notice.event is NotifyEvent.EDITED else ""
 
 
 def slack_digest(digest: Digest) -> bytes:

@@ -3,6 +3,7 @@ and that on Slack an agent's values are shown as written, never as markup."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -95,6 +96,20 @@ def test_slack_digest_keeps_markup_in_arguments_inert_and_links_each_request() -
     assert links(message) == {INBOX, *(f"{INBOX}#req-{i}" for i in (1, 2, 3))}
     assert shown(message["blocks"][2]) == "Every one is in the inbox: Open the inbox"
     assert message["text"] == f"Approval needed: 3 requests (wire) <{INBOX}|Open the inbox>"
+
+
+def test_each_line_of_a_digest_of_edits_names_its_editor() -> None:
+    edits = tuple(
+        dataclasses.replace(notice(i), event=NotifyEvent.EDITED, edited_by=editor)
+        for i, editor in enumerate(["lee", "kim", "lee"])
+    )
+    texts = [text for text, _ in Digest(edits, INBOX).lines()]
+    assert [text.split(" (")[0] for text in texts] == [
+        "wire by agent-7, edited by lee",
+        "wire by agent-7, edited by kim",
+        "wire by agent-7, edited by lee",
+    ]
+    assert all(", edited by" not in text for text, _ in Digest((notice(1),), INBOX).lines())
 
 
 def test_a_long_summary_is_cut_in_a_digest_line() -> None:
