@@ -175,3 +175,18 @@ def test_a_key_planted_before_a_worker_starts_is_deleted_as_it_starts(
         own.launcher.wait_for_log("worker", f"deleted the key {key!r}: it was not a {kind}")
         done = submit(own, "echo", {"after": "planted at start"}, wait_s=30)
         assert done["status"] == "succeeded", done
+
+
+def test_a_deleted_binding_set_loses_no_decision(stack: Stack) -> None:
+    # Had Celery routed by the queue's exchange, kombu would put every message sent with
+    # its binding set gone into a dead-letter list nothing reads; it sends to the queue.
+    canary_approval(stack)  # the API has declared the queue: it will not declare it again
+    binding = Namespace.of(stack.settings).prefix + f"_kombu.binding.{APPROVALS_QUEUE}"
+    with redis_client(stack) as client:
+        members = client.smembers(binding)
+        assert members, "the approval worker bound its queue"
+        client.delete(binding)
+        try:
+            canary_approval(stack)
+        finally:
+            client.sadd(binding, *members)
