@@ -1,9 +1,12 @@
 """Which calls were made as MCP tasks, by which key, readable until when.
 
 The call itself holds the task's state; this table only makes ``tasks/list`` a query over
-one key's tasks and remembers the TTL each task was granted. A key's new task deletes
-those of its oldest tasks that can no longer be read, so what ``tasks/list`` looks
-through stays about its readable tasks, however many it made before.
+one key's tasks and remembers the TTL each task was granted. A key's new task looks at
+a window of the key's tasks and deletes those that can no longer be read, so what
+``tasks/list`` looks through stays about its readable tasks, however many it made before.
+Each window starts where the key's last one ended, from its oldest task again once it
+reaches the newest: tasks that stay readable (a long TTL, an approval pending for weeks)
+never hold back the stale ones behind them.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import binascii
 import logging
 from dataclasses import dataclass
 
-from sqlalchemy import Select, and_, delete, or_, select, update
+from sqlalchemy import ColumnElement, Select, and_, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from ..clock import Clock
@@ -29,8 +32,10 @@ log = logging.getLogger(__name__)
 _MAX_MS = 2**62
 # Kept past its TTL and its call's end for a tasks/result that waited on it to read it.
 FINISHED_KEPT_MS = 120_000
-# A key's oldest tasks looked at with each new task: more than one, so stale ones drain.
+# A key's tasks looked at with each new task: more than one, so stale ones drain.
 PRUNE_WINDOW = 100
+# Oldest first, ties by id: where a window ends is exact even among tasks of one moment.
+IN_ORDER = (mcp_tasks.c.created_at, mcp_tasks.c.task_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +56,9 @@ class TaskLedger:
 
     def __init__(self, store: Store, clock: Clock) -> None:
         self.store, self.clock = store, clock
+        # Per key, the task (creation time, id) the next window starts after; kept in the
+        # process only: a restart, or another process, starts from the oldest task.
+        self._window_after: dict[str, tuple[int, str]] = {}
 
     def add(self, owner: str, task_id: str, ttl_ms: int) -> TaskEntry:
         """Record a task. A repeat of the call (same idempotency key) is the same task,
@@ -83,33 +91,51 @@ class TaskLedger:
         return TaskEntry(task_id, owner, row.created_at, renewed)
 
     def _prune(self, owner: str) -> None:
-        """Delete those of ``owner``'s oldest tasks that are unknown for good. Housekeeping:
-        a failure is logged, and the task just made stands."""
+        """Delete those of ``owner``'s tasks in the next window that are unknown for good.
+        Housekeeping: a failure is logged, and the task just made stands."""
+        in_window = mcp_tasks.c.owner == owner
+        if (after := self._window_after.get(owner)) is not None:
+            in_window = and_(in_window, _later_than(*after))
         try:
             with self.store.transaction() as conn:
-                conn.execute(delete(mcp_tasks).where(mcp_tasks.c.task_id.in_(self._stale(owner))))
+                # The window's last task, read along the index before any row goes.
+                last = conn.execute(
+                    select(mcp_tasks.c.created_at, mcp_tasks.c.task_id)
+                    .where(in_window)
+                    .order_by(*IN_ORDER)
+                    .offset(PRUNE_WINDOW - 1)
+                    .limit(1)
+                ).first()
+                conn.execute(
+                    delete(mcp_tasks).where(mcp_tasks.c.task_id.in_(self._stale(in_window)))
+                )
         except SQLAlchemyError as exc:
             log.warning("MCP tasks of %s not pruned: %s", owner, exc)
+            return
+        if last is None:  # a window short of full reached the newest: the next starts over
+            self._window_after.pop(owner, None)
+        else:
+            self._window_after[owner] = (int(last.created_at), str(last.task_id))
 
-    def _stale(self, owner: str) -> Select[tuple[str]]:
-        """Of ``owner``'s ``PRUNE_WINDOW`` oldest tasks, by index, those past their TTL whose
-        call finished ``FINISHED_KEPT_MS`` ago or more."""
+    def _stale(self, in_window: ColumnElement[bool]) -> Select[tuple[str]]:
+        """Of the ``PRUNE_WINDOW`` oldest tasks ``in_window``, by index, those past their
+        TTL whose call finished ``FINISHED_KEPT_MS`` ago or more."""
         now = self.clock()
-        oldest = (
+        window = (
             select(mcp_tasks.c.task_id, mcp_tasks.c.created_at, mcp_tasks.c.ttl_ms)
-            .where(mcp_tasks.c.owner == owner)
-            .order_by(mcp_tasks.c.created_at)
+            .where(in_window)
+            .order_by(*IN_ORDER)
             .limit(PRUNE_WINDOW)
             # Two processes pruning one key's tasks at once take turns, never deadlock.
             .with_for_update(skip_locked=True)
             .subquery()
         )
         return (
-            select(oldest.c.task_id)
-            .join(calls, calls.c.id == oldest.c.task_id)
+            select(window.c.task_id)
+            .join(calls, calls.c.id == window.c.task_id)
             .where(
                 and_(
-                    oldest.c.created_at + oldest.c.ttl_ms <= now,
+                    window.c.created_at + window.c.ttl_ms <= now,
                     calls.c.status.in_([str(status) for status in TERMINAL_STATES]),
                     calls.c.updated_at <= now - FINISHED_KEPT_MS,
                 )
@@ -161,6 +187,15 @@ class TaskLedger:
         more = len(entries) > limit
         entries = entries[:limit]
         return entries, (encode_cursor(entries[-1]) if more and entries else None)
+
+
+def _later_than(created_at: int, task_id: str) -> ColumnElement[bool]:
+    """Tasks after (``created_at``, ``task_id``) in ``IN_ORDER``."""
+    # The first term alone bounds the index range; the second only filters within it.
+    return and_(
+        mcp_tasks.c.created_at >= created_at,
+        or_(mcp_tasks.c.created_at > created_at, mcp_tasks.c.task_id > task_id),
+    )
 
 
 def encode_cursor(entry: TaskEntry) -> str:
