@@ -31,11 +31,13 @@ ENV PATH=/opt/toolrouter/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     TOOLROUTER_STATE_DIR=/var/lib/toolrouter \
     TOOLROUTER_SECRETS_DIR=/var/lib/toolrouter-secrets
-# The secrets directory (key, signed audit head) is apart from the state directory; a
-# volume mounted there starts owned by the toolrouter user, as the directory is here.
+# The secrets directory (key, signed audit head) is apart from the state directory, and
+# the audit archive has a volume of its own; a volume mounted on either starts owned by
+# the toolrouter user, as the directory is here.
 RUN useradd --system --uid 10001 --user-group --create-home \
         --home-dir /var/lib/toolrouter toolrouter \
-    && install -d -o toolrouter -g toolrouter -m 0700 /var/lib/toolrouter-secrets
+    && install -d -o toolrouter -g toolrouter -m 0700 /var/lib/toolrouter-secrets \
+        /var/lib/toolrouter/audit-archive
 COPY --from=build /opt/toolrouter /opt/toolrouter
 # The tool config is read from ./toolrouter.yaml (mount yours at /app/toolrouter.yaml, or
 # set TOOLROUTER_CONFIG); without one the built-in example tools are served.
