@@ -69,6 +69,7 @@ class CallRow:
     original_args: str | None = None
     original_args_sha256: str | None = None
     edited_by: str | None = None
+    cached: int | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> CallRow:
@@ -122,3 +123,4 @@ class AttemptOutcome:
     error: str | None = None
     error_type: str | None = None
     answered_by: str | None = None
+    cached: bool = False

@@ -64,6 +64,9 @@ calls = Table(
     Column("original_args", Text, nullable=True),
     Column("original_args_sha256", String(64), nullable=True),
     Column("edited_by", String(128), nullable=True),
+    # 1 when the answer came from the tool's cache (migration 0018): no run, no cost. An
+    # integer, not a boolean: the outcome's statement then binds it unconverted.
+    Column("cached", Integer, nullable=True),
     UniqueConstraint("requested_by", "idempotency_key", name="uq_calls_requested_by_idem"),
     Index("ix_calls_status_lease", "status", "lease_until"),
     # One call at each index of a batch (migration 0013).

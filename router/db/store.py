@@ -63,6 +63,7 @@ _FINISH = (
         error=bindparam("error"),
         error_type=bindparam("error_type"),
         answered_by=bindparam("answered_by"),
+        cached=bindparam("from_cache"),
         finished_at=bindparam("now"),
         updated_at=bindparam("now"),
         lease_until=None,
@@ -239,6 +240,7 @@ class Store:
                 "error": o.error,
                 "error_type": o.error_type,
                 "answered_by": o.answered_by,
+                "from_cache": 1 if o.cached else None,
                 "now": o.at,
             }
             for o in outcomes

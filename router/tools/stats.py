@@ -23,6 +23,8 @@ from .registry import ToolRegistry
 
 WINDOW = 1000
 _RUN_ENDS = (AuditEvent.OK, AuditEvent.ERROR, AuditEvent.INTERRUPTED)
+# A call that ended so was run, unless its answer came from the cache: what costs.
+RAN = (CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.INTERRUPTED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +87,17 @@ def tool_stats(conn: Connection, registry: ToolRegistry, name: str) -> dict[str,
     over its last ``WINDOW`` runs."""
     tool = registry.get(name)
     rows = conn.execute(
-        select(calls.c.status, func.count()).where(calls.c.tool == name).group_by(calls.c.status)
+        select(calls.c.status, calls.c.cached, func.count())
+        .where(calls.c.tool == name)
+        .group_by(calls.c.status, calls.c.cached)
     ).all()
-    by_status: dict[str, int] = {str(status): int(count) for status, count in rows}
+    by_status: dict[str, int] = {}
+    ran = 0
+    for status, cached, count in rows:
+        by_status[str(status)] = by_status.get(str(status), 0) + int(count)
+        if status in RAN and not cached:
+            ran += int(count)
     runs = run_figures(conn, name)
-    ran = by_status.get(CallStatus.SUCCEEDED, 0) + by_status.get(CallStatus.FAILED, 0)
-    ran += by_status.get(CallStatus.INTERRUPTED, 0)
     cost = tool.spec.cost_per_call if tool else 0.0
     return {
         "tool": name,
@@ -105,12 +112,11 @@ def tool_stats(conn: Connection, registry: ToolRegistry, name: str) -> dict[str,
 
 
 def cost_by_key(conn: Connection, registry: ToolRegistry) -> dict[str, float]:
-    """What each key has spent: calls that ran, times their tool's ``cost_per_call``."""
+    """What each key has spent: calls that ran (not answered from the cache), times their
+    tool's ``cost_per_call``."""
     rows = conn.execute(
         select(calls.c.requested_by, calls.c.tool, func.count())
-        .where(
-            calls.c.status.in_([CallStatus.SUCCEEDED, CallStatus.FAILED, CallStatus.INTERRUPTED])
-        )
+        .where(and_(calls.c.status.in_(RAN), calls.c.cached.is_(None)))
         .group_by(calls.c.requested_by, calls.c.tool)
     ).all()
     spent: dict[str, float] = {}

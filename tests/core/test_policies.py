@@ -12,6 +12,7 @@ from router.clock import FakeClock
 from router.db.schema import calls
 from router.dispatch.batches import BatchService
 from router.runtime import Runtime
+from router.tools import stats
 from router.tools.config import parse_rate
 from workers.execution import Executor
 
@@ -74,6 +75,13 @@ def test_identical_arguments_within_the_ttl_return_the_cached_value(
     assert runtime.calls.read(second).value == runtime.calls.read(first).value
     ok_row = next(r for r in call_audit_rows(runtime, second) if r["event"] == "ok")
     assert ok_row["detail"] == {"attempt": 1, "cached": True}
+    # The cached answer ran nothing, so it costs nothing, in every place cost is summed.
+    requester = runtime.calls.read(first).requested_by
+    with runtime.store.reading() as conn:
+        shown = stats.tool_stats(conn, runtime.registry, "cached_ledger")
+        spent = stats.cost_by_key(conn, runtime.registry)
+    assert (shown["calls"], shown["by_status"], shown["cost"]) == (3, {"succeeded": 3}, 1.0)
+    assert spent == {requester: 1.0}
 
 
 def test_over_the_rate_limit_a_call_waits_and_the_bucket_is_shared(

@@ -90,6 +90,7 @@ class Finished:
             error=outcome.error,
             error_type=outcome.error_type,
             answered_by=self.answered_by,
+            cached=self.cached,
         )
 
     def result(self) -> CallResult | None:
