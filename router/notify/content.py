@@ -82,8 +82,9 @@ class Notice:
             facts.append(("Escalated to", self.escalated_to_text))
             facts.append(("Waiting for", duration(max(0, self.at - self.created_at) // 1000)))
         if self.event is NotifyEvent.EDITED:
-            facts.append(("Edited by", self.edited_by))
-            facts.append(("Approvals given before", "reset: they were for other arguments"))
+            # True whether or not anyone had approved: an edit is the editor's approval.
+            facts.append(("Edited by", f"{self.edited_by} (counts as their approval)"))
+            facts.append(("Approvals before the edit", "no longer count: other arguments"))
         if self.event in WAITING:
             facts.append(("Expires in", duration(self.expires_in_s)))
         return facts

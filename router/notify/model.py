@@ -68,7 +68,7 @@ class Delivery:
     updated_at: int
     next_attempt_at: int | None
     delivered_at: int | None
-    # 0, or which edit an ``edited`` delivery tells (its editor's decision time).
+    # 0, or which edit an ``edited`` delivery tells (the request's count of edits then).
     occurrence: int = 0
 
     @classmethod

@@ -185,3 +185,12 @@ def test_a_group_past_what_one_message_carries_goes_as_several() -> None:
     messages = grouped(deliveries)
     assert [len(ids) for ids in messages] == [PER_MESSAGE, 5]
     assert [i for ids in messages for i in ids] == [d.id for d in deliveries]
+
+
+def test_an_edited_notice_says_the_edit_counts_and_earlier_approvals_do_not() -> None:
+    edited = dataclasses.replace(notice(1), event=NotifyEvent.EDITED, edited_by="lee")
+    facts = dict(edited.facts())
+    assert edited.headline == "Arguments edited, approve the new ones: wire (req-1)"
+    assert facts["Edited by"] == "lee (counts as their approval)"
+    assert facts["Approvals before the edit"] == "no longer count: other arguments"
+    assert "Edited by" not in dict(notice(2).facts())
