@@ -49,6 +49,13 @@ class Api:
     """One API (``base_url``) and one key: the requests the clients send to it."""
 
     def __init__(self, base_url: str, key: str, timeout: float) -> None:
+        parts = urllib.parse.urlsplit(base_url) if isinstance(base_url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            # Caught here: without a scheme, each HTTP library fails later in its own words.
+            raise ValueError(
+                f"base_url must be an http:// or https:// URL such as {DEFAULT_URL}, "
+                f"not {base_url!r}"
+            )
         self.base_url = base_url
         self.timeout = timeout
         self.auth = {"Authorization": f"Bearer {key}"}
@@ -66,7 +73,7 @@ class Api:
     def call(
         self, tool: str, args: Mapping[str, Any] | None, wait_s: float, key: str | None
     ) -> Request:
-        body: dict[str, Any] = {"tool": tool, "args": dict(args or {})}
+        body: dict[str, Any] = {"tool": tool, "args": arguments(args)}
         if wait_s:
             body["wait_s"] = wait_s
         if key is not None:
@@ -74,7 +81,7 @@ class Api:
         return Request("POST", self._calls, wait_s + TIMEOUT_MARGIN_S, self.json, encode(body))
 
     def explain(self, tool: str, args: Mapping[str, Any] | None, key: str | None) -> Request:
-        body: dict[str, Any] = {"tool": tool, "args": dict(args or {}), "dry_run": True}
+        body: dict[str, Any] = {"tool": tool, "args": arguments(args), "dry_run": True}
         if key is not None:
             body["idempotency_key"] = key
         return Request("POST", self._calls, self.timeout, self.json, encode(body))
@@ -149,6 +156,17 @@ def _decision(reason: str | None, wait_s: float | None) -> dict[str, Any]:
     if wait_s:
         body["wait_s"] = wait_s
     return body
+
+
+def arguments(args: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A call's arguments as sent; anything but a mapping is the caller's mistake."""
+    if args is None:
+        return {}
+    if not isinstance(args, Mapping):
+        raise TypeError(
+            f"args must be a mapping of argument names to values, not {type(args).__name__}"
+        )
+    return dict(args)
 
 
 def encode(body: Any) -> bytes:

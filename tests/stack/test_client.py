@@ -99,6 +99,20 @@ def test_an_unreachable_api_is_an_unavailable_value(flavour: str) -> None:
             agent.batch_status("batch_1")
 
 
+@pytest.mark.parametrize("base_url", ["127.0.0.1:8000", "localhost:8000", "ftp://h/", ""])
+def test_a_base_url_that_is_no_http_url_is_refused_by_both_clients(base_url: str) -> None:
+    for make in (Client, AsyncClient):
+        with pytest.raises(ValueError, match="base_url must be an http:// or https:// URL"):
+            make(base_url, "key")
+
+
+def test_arguments_that_are_no_mapping_are_refused_before_anything_is_sent(flavour: str) -> None:
+    with Driven(flavour, f"http://127.0.0.1:{free_port()}") as agent:
+        for method in ("call", "submit", "explain"):
+            with pytest.raises(TypeError, match=r"args must be a mapping .*, not str"):
+                getattr(agent, method)("echo", "notadict")
+
+
 def test_callers_mistakes_raise(stack: Stack) -> None:
     with Client(stack.base_url, "not-a-key") as stranger, pytest.raises(NotAuthenticated):
         stranger.call("echo", {})
