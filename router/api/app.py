@@ -39,7 +39,7 @@ from . import (
 from .bodies import SMALL_BODY_BYTES, call_body_bytes, decision_body_bytes
 from .body_limit import BodyLimit
 from .direct_routes import DirectRoutes
-from .repeated_query import RepeatedQuery
+from .query_names import QueryNames
 from .responses import AsciiJSONResponse
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,8 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
     app.add_middleware(InboxHeaders)
     if direct_routes:
         app.add_middleware(DirectRoutes)
-    app.add_middleware(RepeatedQuery)
+    # Outside the direct routes, so their query is checked too.
+    app.add_middleware(QueryNames)
     # Outermost: no body over its limit reaches any route, direct or not.
     app.add_middleware(BodyLimit, limit_for=body_limits(runtime.settings))
     return app

@@ -12,13 +12,14 @@ What FastAPI would do around them is done here the same way: the caller's key is
 ``principal`` dependency, an error goes through the app's own exception handler table,
 and anything that table leaves to its catch-all goes up to Starlette's
 ``ServerErrorMiddleware``. ``tests/core/test_direct_routes.py`` sends the same requests
-both ways and compares the answers.
+both ways and compares the answers. The query parameters each endpoint reads are named
+beside it (``Direct.query``): ``router.api.query_names`` refuses any other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from fastapi import FastAPI
 from starlette.requests import Request
@@ -30,30 +31,41 @@ from .routes_calls import get_call, submit_call
 
 CALLS = "/v1/calls"
 _ONE_CALL = CALLS + "/"
+WAIT_S = "wait_s"
 
 Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class Direct(NamedTuple):
+    """A request served directly: the endpoint, and the query parameters it reads."""
+
+    endpoint: Endpoint
+    query: frozenset[str]
 
 
 async def _submit(request: Request) -> Response:
     return await submit_call(request, await principal(request))
 
 
-def _get(call_id: str) -> Endpoint:
+_SUBMIT = Direct(_submit, frozenset())
+
+
+def _get(call_id: str) -> Direct:
     async def endpoint(request: Request) -> Response:
-        wait_s = request.query_params.get("wait_s")
+        wait_s = request.query_params.get(WAIT_S)
         return await get_call(request, call_id, wait_s, await principal(request))
 
-    return endpoint
+    return Direct(endpoint, frozenset({WAIT_S}))
 
 
-def endpoint_for(scope: Scope) -> Endpoint | None:
-    """The endpoint this request goes to directly, or None for FastAPI's routing. The
-    paths match as FastAPI's do: exact, no trailing slash, a call id without ``/``."""
+def direct_for(scope: Scope) -> Direct | None:
+    """Where this request goes directly, or None for FastAPI's routing. The paths match
+    as FastAPI's do: exact, no trailing slash, a call id without ``/``."""
     if scope["type"] != "http" or scope.get("root_path"):
         return None
     method, path = scope["method"], scope["path"]
     if method == "POST" and path == CALLS:
-        return _submit
+        return _SUBMIT
     if method == "GET" and path.startswith(_ONE_CALL):
         call_id = path[len(_ONE_CALL) :]
         if call_id and "/" not in call_id:
@@ -62,19 +74,19 @@ def endpoint_for(scope: Scope) -> Endpoint | None:
 
 
 class DirectRoutes:
-    """ASGI middleware: ``endpoint_for``'s requests go straight to their endpoints."""
+    """ASGI middleware: ``direct_for``'s requests go straight to their endpoints."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = endpoint_for(scope)
-        if endpoint is None:
+        direct = direct_for(scope)
+        if direct is None:
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)
         try:
-            response = await endpoint(request)
+            response = await direct.endpoint(request)
         except Exception as exc:
             handler = _handler_for(scope["app"], exc)
             if handler is None:

@@ -184,13 +184,16 @@ def recent(
     conn: Connection,
     *,
     status: DeliveryStatus | None = None,
+    event: NotifyEvent | None = None,
     request_id: str | None = None,
     limit: int = 100,
 ) -> list[Delivery]:
-    """The latest deliveries first, of one status and request if given."""
+    """The latest deliveries first, of one status, event and request if given."""
     stmt = select(table).order_by(table.c.updated_at.desc()).limit(limit)
     if status is not None:
         stmt = stmt.where(table.c.status == str(status))
+    if event is not None:
+        stmt = stmt.where(table.c.event == str(event))
     if request_id is not None:
         stmt = stmt.where(table.c.request_id == request_id)
     return [Delivery.from_row(row) for row in conn.execute(stmt)]

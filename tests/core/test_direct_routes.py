@@ -15,7 +15,9 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from router.api import routes_calls
 from router.api.app import create_app
+from router.api.direct_routes import direct_for
 from router.runtime import Runtime
 
 # Ids differ between the two runs; everything else must not.
@@ -66,6 +68,9 @@ REQUESTS: list[tuple[str | None, str, str, Any, dict[str, str]]] = [
     ("agent", "POST", "/v1/calls", {"tool": "echo", "idempotency_key": 5}, {}),
     ("agent", "POST", "/v1/calls/", {"tool": "echo"}, {}),
     ("agent", "PUT", "/v1/calls", {"tool": "echo"}, {}),
+    ("agent", "POST", "/v1/calls?wait=5", {"tool": "echo"}, {}),
+    ("agent", "GET", "/v1/calls/{last}?wait_s=0&wait=5", None, {}),
+    (None, "GET", "/v1/calls/{last}?wait=5", None, {}),
 ]
 
 
@@ -176,3 +181,19 @@ def test_the_hot_endpoints_do_not_go_through_fastapis_request_handling(
     asyncio.run(submit_and_read(make_app(runtime, direct_routes=False)))
     assert sorted(solved) == sorted(["/v1/calls", solved[1], "/v1/tools"])
     assert solved[1].startswith("/v1/calls/call_")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "operation"),
+    [("POST", "/v1/calls", "/v1/calls"), ("GET", "/v1/calls/call_x", "/v1/calls/{call_id}")],
+)
+def test_each_direct_route_reads_the_query_parameters_its_operation_declares(
+    method: str, path: str, operation: str
+) -> None:
+    """``router.api.query_names`` refuses any other: the same names both ways."""
+    app = FastAPI()
+    app.include_router(routes_calls.router)
+    parameters = app.openapi()["paths"][operation][method.lower()].get("parameters", [])
+    direct = direct_for({"type": "http", "method": method, "path": path})
+    assert direct is not None
+    assert direct.query == {p["name"] for p in parameters if p["in"] == "query"}

@@ -12,7 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import func, select
 
+from router.db.schema import calls
+from router.names import MAX_ECHOED_NAME
 from router.runtime import Runtime
 
 from ..support.stack import Stack
@@ -630,6 +633,103 @@ def test_audit_query_with_long_filters_is_a_clear_error(stack: Stack) -> None:
         response = http.get("/v1/audit", params={"tool": LONG, "call_id": LONG})
     assert response.status_code in (404, 422), response.text[:500]
     assert response.json()["ok"] is False
+
+
+# -- query parameters no route reads -------------------------------------------------------
+
+
+def calls_keyed(stack: Stack, key: str) -> int:
+    """How many calls the database holds under the idempotency key ``key``."""
+    runtime = Runtime(stack.settings)
+    try:
+        with runtime.store.reading() as conn:
+            count = select(func.count()).select_from(calls).where(calls.c.idempotency_key == key)
+            return int(conn.execute(count).scalar_one())
+    finally:
+        runtime.close()
+
+
+@pytest.mark.parametrize(
+    ("who", "path", "known", "name"),
+    [
+        ("operator", "/v1/notifications", {"status": "failed"}, "stauts"),
+        ("operator", "/v1/audit", {"limit": "5", "event": "queued"}, "evnt"),
+        ("approver", "/v1/approvals", {"status": "pending", "limit": "5"}, "page"),
+        ("agent", "/v1/tools", {}, "q"),
+        ("agent", "/v1/tools/echo", {}, "verbose"),
+    ],
+)
+def test_a_query_parameter_its_route_does_not_read_is_422(
+    stack: Stack, who: str, path: str, known: dict[str, str], name: str
+) -> None:
+    with audit_watch(stack) as watch, stack.client(who) as http:
+        assert http.get(path, params=known).status_code == 200
+        response = http.get(path, params={**known, name: "x"})
+        assert_refused(stack, watch, response, 422)
+    assert response.json()["error"] == f"unknown query parameter: {name}"
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [("a\x00b", "a\\u0000b"), ("", '""'), (LONG, "x" * MAX_ECHOED_NAME + "\u2026")],
+    ids=["nul", "empty", "long"],
+)
+def test_an_unknown_query_parameter_is_named_safely(stack: Stack, name: str, shown: str) -> None:
+    with stack.client("operator") as http:
+        response = http.get("/v1/notifications", params={name: "1"})
+    assert_clear_error(response, 422)
+    assert response.json()["error"] == f"unknown query parameter: {shown}"
+
+
+def test_a_call_submitted_with_a_query_parameter_is_refused_and_nothing_is_stored(
+    stack: Stack,
+) -> None:
+    """``POST /v1/calls`` reads no query: ``?wait=5`` (for ``wait_s``) neither waits nor
+    passes unseen."""
+    key = f"query-{uuid.uuid4().hex}"
+    body = {"tool": "echo", "args": {}, "idempotency_key": key}
+    with audit_watch(stack) as watch, stack.client() as http:
+        response = http.post("/v1/calls", json=body, params={"wait": "5"})
+        assert_refused(stack, watch, response, 422)
+    assert response.json()["error"] == "unknown query parameter: wait"
+    assert calls_keyed(stack, key) == 0
+    with stack.client() as http:
+        assert "call_id" in http.post("/v1/calls", json=body).json()
+    assert calls_keyed(stack, key) == 1
+
+
+def test_reading_a_call_with_a_query_parameter_it_does_not_read_is_422(
+    stack: Stack, pending_call: str
+) -> None:
+    with audit_watch(stack) as watch, stack.client() as http:
+        response = http.get(f"/v1/calls/{pending_call}", params={"wait": "5"})
+        assert_refused(stack, watch, response, 422)
+        assert response.json()["error"] == "unknown query parameter: wait"
+        waited = http.get(f"/v1/calls/{pending_call}", params={"wait_s": "0.1"})
+    assert waited.status_code == 200, waited.text
+    assert waited.json()["status"] == "pending"
+
+
+@pytest.mark.parametrize(
+    ("path", "statuses"),
+    [
+        ("/healthz", (200,)),
+        ("/readyz", (200,)),
+        ("/metrics", (200,)),
+        ("/openapi.json", (200,)),
+        ("/docs", (200,)),
+        ("/ui/", (200, 303, 307)),
+        ("/ui/static/inbox.css", (200,)),
+    ],
+)
+def test_pages_outside_the_json_api_take_any_query_parameter(
+    stack: Stack, path: str, statuses: tuple[int, ...]
+) -> None:
+    """A browser, a proxy or a monitor adds its own (a cache buster, a sign-in's ``next``):
+    only ``/v1/`` is checked."""
+    with stack.client("") as http:
+        response = http.get(path, params={"v": "123", "next": "/ui/"})
+    assert response.status_code in statuses, response.text[:500]
 
 
 # -- nothing above changed the log ---------------------------------------------------------

@@ -388,6 +388,35 @@ def test_a_decision_and_an_expiry_are_announced_too(
     )
 
 
+def test_deliveries_are_listed_by_event_and_an_unknown_event_is_refused(
+    notify_stack: tuple[Stack, Receivers],
+) -> None:
+    stack, _ = notify_stack
+    request_id = submit(stack, "wire", {"to": "hal", "amount": 1})["request_id"]
+    with stack.client("approver") as http:
+        assert http.post(f"/v1/approvals/{request_id}/approve", json={}).json()["released"]
+
+    def both_planned() -> list[dict[str, Any]] | None:
+        # Each event's deliveries are planned together: once both show, all of them do.
+        found = deliveries(stack, request_id=request_id)
+        return found if {d["event"] for d in found} == {"pending", "approved"} else None
+
+    every = wait_for(both_planned, 30, "the request's pending and approved deliveries")
+    for event in (NotifyEvent.PENDING, NotifyEvent.APPROVED):
+        listed = deliveries(stack, request_id=request_id, event=str(event))
+        assert listed, event
+        assert sorted(d["id"] for d in listed) == sorted(
+            d["id"] for d in every if d["event"] == event
+        )
+    assert deliveries(stack, request_id=request_id, event=str(NotifyEvent.DENIED)) == []
+    with stack.client("operator") as http:
+        for event in ("approve", "", "x" * 10_000):
+            response = http.get("/v1/notifications", params={"event": event})
+            assert response.status_code == 422, response.text
+            assert response.json()["error"].startswith("unknown event: "), response.text
+            assert len(response.json()["error"]) < 200
+
+
 def test_a_receiver_answering_503_twice_gets_it_on_the_third_attempt(
     notify_stack: tuple[Stack, Receivers],
 ) -> None:
