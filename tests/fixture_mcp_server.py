@@ -1,8 +1,8 @@
 """A real MCP server (the official SDK, over stdio) for what the reference servers lack:
 audio, an answer larger than a completion message, content nested past the limit, an
 error that comes with an image, an image tool the tests' config caches, a tool that
-takes its server down mid-call, one whose answer is not JSON-RPC, one that writes bytes
-that are not UTF-8, and one that leaves a process running.
+takes its server down mid-call, one that stalls past its timeout, one whose answer is not
+JSON-RPC, one that writes bytes that are not UTF-8, and one that leaves a process running.
 
 Run as ``python -m tests.fixture_mcp_server`` from the repository root.
 """
@@ -26,6 +26,8 @@ READ_ONLY = types.ToolAnnotations(read_only_hint=True)
 WIRE = 1
 # The PNG signature: a block that is an image in name only is enough for these tests.
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode("ascii")
+# How long ``stall`` holds its answer: past the timeout of every tool of the tests' config.
+STALL_S = 30
 
 
 def wav(frames: int) -> str:
@@ -90,6 +92,18 @@ def exit_mid_call(ledger: str, run: str) -> str:
     with open(ledger, "a", encoding="utf-8") as out:
         out.write(run + "\n")
     os._exit(1)
+
+
+@server.tool()
+async def stall(ledger: str, stalls: int) -> str:
+    """Note the run in the file ``ledger``; the first ``stalls`` runs then answer long after
+    any caller's timeout, the next at once."""
+    with open(ledger, "a", encoding="utf-8") as out:
+        out.write("ran\n")
+    runs = len(Path(ledger).read_text(encoding="utf-8").splitlines())
+    if runs <= stalls:
+        await anyio.sleep(STALL_S)
+    return f"answered run {runs}"
 
 
 @server.tool(annotations=READ_ONLY)

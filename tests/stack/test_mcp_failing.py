@@ -1,8 +1,8 @@
 """MCP servers that fail on cue: the tests' own on the official SDK (it exits mid-call,
-answers with what is not JSON-RPC, writes bytes that are not UTF-8, leaves a process
-running) and a raw one over HTTP whose answer is larger than any answer read. Each call
-still ends with a clear error within its timeout, is run again only when its tool is
-idempotent, and leaves the session (or the next one) working."""
+stalls past its timeout, answers with what is not JSON-RPC, writes bytes that are not
+UTF-8, leaves a process running) and a raw one over HTTP whose answer is larger than any
+answer read. Each call still ends with a clear error within its timeout, is run again only
+when its tool is idempotent, and leaves the session (or the next one) working."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from typing import Any
 
 import psutil
 import pytest
+
+from router.status import CallStatus
 
 from ..support.handler_server import serving
 from ..support.launcher import REPO
@@ -127,6 +129,31 @@ def test_an_mcp_call_whose_server_dies_is_sent_again_only_for_an_idempotent_tool
     result = call(stack, tool, {"ledger": str(ledger), "run": "ran"})
 
     assert (result["status"], result["error_type"]) == ("failed", "ConnectionError")
+    assert ledger.read_text().splitlines() == ["ran"] * runs
+    assert retries(stack, result["call_id"]) == runs - 1
+
+
+@pytest.mark.parametrize(
+    ("tool", "runs", "status"),
+    [("media.stall", 1, CallStatus.FAILED), ("stall_idempotent", 3, CallStatus.SUCCEEDED)],
+    ids=["once", "idempotent"],
+)
+def test_an_mcp_call_that_stalls_past_its_timeout_is_sent_again_only_for_an_idempotent_tool(
+    mcp_stack: tuple[Stack, Path], tmp_path: Path, tool: str, runs: int, status: CallStatus
+) -> None:
+    stack, _ = mcp_stack
+    ledger = tmp_path / "runs.txt"
+    # The session up first (an earlier test may have ended its server): a start that took
+    # the first attempt's time would send nothing.
+    assert call(stack, "media.beep", {"frames": 8})["ok"]
+
+    result = call(stack, tool, {"ledger": str(ledger), "stalls": 2}, wait_s=45)
+
+    assert result["status"] == status, result
+    if status == CallStatus.FAILED:
+        assert (result["error"], result["error_type"]) == ("timeout after 2 s", "TimeoutError")
+    else:
+        assert result["value"] == {"result": "answered run 3"}
     assert ledger.read_text().splitlines() == ["ran"] * runs
     assert retries(stack, result["call_id"]) == runs - 1
 

@@ -71,14 +71,10 @@ def run_http(
         ) as response:
             body = _read(response, max_bytes)
     except SoftTimeLimitExceeded:
-        return Outcome.timed_out(tool.spec.timeout_s)
+        # The run's limit beats the client's timeout, whose clock starts later: a stall too.
+        return Outcome.timed_out(tool.spec.timeout_s, retryable=is_idempotent(tool))
     except httpx.TimeoutException as exc:
-        return Outcome(
-            ok=False,
-            error=f"timeout after {tool.spec.timeout_s:g} s",
-            error_type="TimeoutError",
-            retryable=_may_send_again(tool, exc),
-        )
+        return Outcome.timed_out(tool.spec.timeout_s, retryable=_may_send_again(tool, exc))
     except httpx.HTTPError as exc:
         # Connection refused, reset, DNS: the service may be back in a moment.
         if isinstance(exc, httpx.TransportError):

@@ -37,18 +37,11 @@ def run_mcp(
     assert target is not None
     try:
         result = connections.call_tool(target.server, target.tool, args, tool.spec.timeout_s)
-    except SoftTimeLimitExceeded:
-        return Outcome.timed_out(tool.spec.timeout_s)
+    except (SoftTimeLimitExceeded, TimeoutError):
+        # Either limit, the call may be out: sent again, a non-idempotent tool could act twice.
+        return Outcome.timed_out(tool.spec.timeout_s, retryable=is_idempotent(tool))
     except AnswerTooLarge as exc:
         return Outcome.too_large(max_bytes if max_bytes is not None else exc.limit_bytes)
-    except TimeoutError:
-        # The call was out: sent again, a tool that is not idempotent could act twice.
-        return Outcome(
-            ok=False,
-            error=f"timeout after {tool.spec.timeout_s:g} s",
-            error_type="TimeoutError",
-            retryable=is_idempotent(tool),
-        )
     except ConnectionError as exc:
         unreachable.report(f"MCP server {target.server}", error_message(exc))
         return Outcome(

@@ -100,8 +100,13 @@ class Outcome:
         )
 
     @classmethod
-    def timed_out(cls, timeout_s: float) -> Outcome:
-        return cls(ok=False, error=f"timeout after {timeout_s:g} s", error_type="TimeoutError")
+    def timed_out(cls, timeout_s: float, *, retryable: bool = False) -> Outcome:
+        return cls(
+            ok=False,
+            error=f"timeout after {timeout_s:g} s",
+            error_type="TimeoutError",
+            retryable=retryable,
+        )
 
 
 def _asked_wait(exc: BaseException) -> float | None:
