@@ -46,7 +46,7 @@ from .tools.config import PYTHON_CALLS_PER_MESSAGE, ToolConfig, load_config
 from .tools.mcp_client import McpConnections, parse_servers
 from .tools.ranking import Ranker
 from .tools.registry import ToolRegistry, import_handlers_from
-from .tools.routing import Rule, parse_rules
+from .tools.routing_config import Rule
 from .tools.selection.candidates import Strategy
 from .tools.selection.llm import LlmEndpoint, LlmSelector
 from .trust.keyring import KeyRing, load_keyring
@@ -127,9 +127,7 @@ class Runtime:
 
     @cached_property
     def routing_rules(self) -> list[Rule]:
-        return parse_rules(
-            list(self.tool_config.routing.get("rules") or []), file=str(self.settings.config)
-        )
+        return list(self.tool_config.routing.rules)
 
     @cached_property
     def ranker(self) -> Ranker:

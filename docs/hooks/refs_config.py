@@ -16,6 +16,7 @@ from router.settings import Settings
 from router.tools.config import ToolConfig, ToolSpec, parse_config
 from router.tools.mcp_client import HttpServer, StdioServer
 from router.tools.notify_config import EmailChannel, Notifications, SlackChannel, WebhookChannel
+from router.tools.routing_config import Routing, Rule
 
 # Top-level keys the loader also takes under another spelling.
 KEY_ALIASES = {"mcp_servers": "mcpServers"}
@@ -66,6 +67,8 @@ def tool_config_sections() -> list[tuple[type[BaseModel], str]]:
     sections += [
         (StdioServer, "An MCP server the router starts: `mcp_servers.<name>`"),
         (HttpServer, "An MCP server over HTTP: `mcp_servers.<name>` with a `url`"),
+        (Routing, "Routing: `routing`"),
+        (Rule, "A routing rule: `routing.rules[]`"),
         (Notifications, "Notifications: `notifications`"),
         (WebhookChannel, "A signed webhook: `notifications.channels.<name>`, `type: webhook`"),
         (SlackChannel, "A Slack webhook: `notifications.channels.<name>`, `type: slack`"),

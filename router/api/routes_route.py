@@ -49,4 +49,4 @@ async def route(request: Request, who: Principal = Depends(principal)) -> dict[s
             limit=limit,
         )
     )
-    return {"ok": True, **ranking.to_dict(limit)}
+    return ranking.answer(limit)

@@ -32,7 +32,7 @@ def tools(as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("task")
+@click.argument("task", default="")
 @click.option("--strategy", help="lexical, semantic, hybrid, llm, capability, cost or rules")
 @click.option("--capability", help="Only tools that declare this capability")
 @click.option("--limit", type=click.IntRange(1, 100), default=5, show_default=True)
@@ -40,14 +40,19 @@ def tools(as_json: bool) -> None:
 def route(
     task: str, strategy: str | None, capability: str | None, limit: int, as_json: bool
 ) -> None:
-    """Rank the tools for TASK as POST /v1/route does, with each one's reason."""
+    """Rank the tools for TASK as POST /v1/route does, with each one's reason.
+
+    TASK may be left out, as the API's task may: the tools of a --capability are then
+    ranked by the capability strategy, and --strategy cost ranks every tool; the strategies
+    that rank by text need a TASK or a --capability.
+    """
     rt = runtime()
     try:
         ranking = rt.ranker.rank(task=task, strategy=strategy, capability=capability, limit=limit)
     except (ConfigError, RequestError) as exc:
         fail(str(exc))
     if as_json:
-        click.echo(json.dumps(ranking.to_dict(limit), indent=2))
+        click.echo(json.dumps(ranking.answer(limit), indent=2))
         return
     click.echo(f"strategy: {ranking.strategy.value}")
     if ranking.fallback:

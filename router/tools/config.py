@@ -25,6 +25,7 @@ from .notify_config import (
     check_tool_channels,
     parse_notifications,
 )
+from .routing_config import Routing, parse_routing
 from .rules import ApprovalCount
 
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -217,8 +218,8 @@ class ToolConfig(_Strict):
     # Desktop's spelling `mcpServers` is accepted too, so its `claude_desktop_config.json`
     # works as a config as it is.
     mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    # ``{rules: [{pattern, tool, priority, description}]}`` for the ``rules`` strategy.
-    routing: dict[str, Any] = Field(default_factory=dict)
+    # Rules for the `rules` routing strategy (the `routing` table below).
+    routing: Routing = Routing()
     # Channels that tell approvers of requests pending, decided or expired, and the channels
     # of each approver role (the `notifications` tables below).
     notifications: Notifications = Notifications()
@@ -293,7 +294,7 @@ def check_headers(
 def _describe(error: ValidationError) -> str:
     first = error.errors()[0]
     where = ".".join(str(part) for part in first["loc"])
-    message = first["msg"]
+    message = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         message = "unknown key"
     return f"{where}: {message}" if where else message
@@ -347,9 +348,7 @@ def _parse(text: str, *, file: str, env: Mapping[str, str], used: dict[str, str]
                     server.get("headers"), env, file=file, tool=None, where=f"mcp server {name}"
                 )
     servers = interpolate(servers, env, file=file, tool=None, used=used)
-    routing = raw.get("routing") or {}
-    if not isinstance(routing, dict) or set(routing) - {"rules"}:
-        raise ConfigError("routing must be a mapping with a 'rules' list", file=file)
+    routing = parse_routing(raw.get("routing") or None, file=file)
     notifications = parse_notifications(
         raw.get("notifications"), env, file=file, interpolate=interpolate, used=used
     )

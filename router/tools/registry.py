@@ -24,6 +24,7 @@ from ..constants import MCP_STATUS_TOOL, queue_for
 from ..errors import ConfigError
 from .config import TOOL_NAME_RE, ToolConfig, ToolSpec
 from .mcp_import import import_mcp_tools, merge_imported
+from .routing_config import check_rule_tools
 from .rules import ToolRules, compile_rules
 from .schemas import schema_problem
 
@@ -187,7 +188,11 @@ class ToolRegistry:
             tools[spec.name] = build_tool(spec, file=file)
         for tool in tools.values():
             for fallback in tool.spec.fallbacks:
-                if fallback not in tools or fallback == tool.name:
+                if fallback == tool.name:
+                    raise ConfigError(
+                        f"fallback {fallback} is the tool itself", file=file, tool=tool.name
+                    )
+                if fallback not in tools:
                     raise ConfigError(f"unknown fallback: {fallback}", file=file, tool=tool.name)
                 if tools[fallback].spec.gated:
                     # A fallback runs without a request of its own: it must not need one.
@@ -196,6 +201,8 @@ class ToolRegistry:
                         file=file,
                         tool=tool.name,
                     )
+        # After the imports: a rule may name an MCP server's tool.
+        check_rule_tools(config.routing, tools, file=file)
         return cls(tools.values())
 
     def get(self, name: object) -> Tool | None:

@@ -15,27 +15,18 @@ Strategies, each a ranking with a score and a reason per candidate:
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BadRequest
 from ..names import echo_name
 from .registry import Tool, ToolRegistry
+from .routing_config import Rule
 from .selection.candidates import Candidate, Strategy
 from .selection.index import ToolIndex
 
-__all__ = ["Candidate", "Rule", "Strategy", "parse_rules", "route", "strategy_named"]
+__all__ = ["Candidate", "Rule", "Strategy", "route", "strategy_named"]
 
 DEFAULT_STRATEGY = Strategy.HYBRID
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    pattern: re.Pattern[str]
-    tool: str
-    priority: int
-    description: str
 
 
 def strategy_named(name: str | None) -> Strategy:
@@ -100,8 +91,8 @@ def route(
 def _by_rules(task: str, names: set[str], rules: list[Rule]) -> list[Candidate]:
     matched = []
     for rule in sorted(rules, key=lambda r: -r.priority):
-        if rule.pattern.search(task) and rule.tool in names:
-            description = rule.description or f"rule {rule.pattern.pattern!r}"
+        if rule.regex.search(task) and rule.tool in names:
+            description = rule.description or f"rule {rule.pattern!r}"
             matched.append(Candidate(rule.tool, float(rule.priority), description))
     return matched
 
@@ -165,23 +156,3 @@ def _by_cost(
             )
         )
     return sorted(ranked, key=lambda c: (-c.score, c.tool))
-
-
-def parse_rules(raw: list[dict[str, Any]], *, file: str) -> list[Rule]:
-    """``routing.rules`` from the config; a bad pattern is a config error."""
-    from ..errors import ConfigError
-
-    rules = []
-    for index, item in enumerate(raw):
-        try:
-            rules.append(
-                Rule(
-                    pattern=re.compile(str(item["pattern"]), re.IGNORECASE),
-                    tool=str(item["tool"]),
-                    priority=int(item.get("priority", 0)),
-                    description=str(item.get("description", "")),
-                )
-            )
-        except (KeyError, re.error, TypeError, ValueError) as exc:
-            raise ConfigError(f"routing.rules[{index}]: {exc}", file=file) from None
-    return rules

@@ -9,7 +9,7 @@ import pytest
 from router.errors import BadRequest, ConfigError
 from router.tools.config import parse_config
 from router.tools.registry import ToolRegistry
-from router.tools.routing import Candidate, Strategy, parse_rules, route, strategy_named
+from router.tools.routing import Candidate, Strategy, route, strategy_named
 
 from ..support.stack import Stack
 
@@ -24,20 +24,14 @@ tools:
   - {name: file_reader, handler: "tests.fixture_tools:echo",
      description: Read and extract text from attached documents, capabilities: [files.read]}
 """
-RULES = [
-    {
-        "pattern": r"\b(calculate|sum|average)\b",
-        "tool": "calculator",
-        "priority": 90,
-        "description": "use code for calculations",
-    },
-    {
-        "pattern": r"\b(latest|today|news)\b",
-        "tool": "web_search",
-        "priority": 100,
-        "description": "current information needs search",
-    },
-]
+ROUTING = r"""
+routing:
+  rules:
+    - {pattern: '\b(calculate|sum|average)\b', tool: calculator, priority: 90,
+       description: use code for calculations}
+    - {pattern: '\b(latest|today|news)\b', tool: web_search, priority: 100,
+       description: current information needs search}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -80,13 +74,11 @@ def test_capability_filters_and_cost_ranks_within_the_budget(catalogue: ToolRegi
 
 
 def test_rules_apply_in_priority_order(catalogue: ToolRegistry) -> None:
-    rules = parse_rules(RULES, file="catalogue.yaml")
+    rules = list(parse_config(CATALOGUE + ROUTING, file="catalogue.yaml", env={}).routing.rules)
     assert names(
         route(catalogue, task="calculate today's news sum", strategy=Strategy.RULES, rules=rules)
     ) == ["web_search", "calculator"]
     assert route(catalogue, task="hello", strategy=Strategy.RULES, rules=rules) == []
-    with pytest.raises(ConfigError):
-        parse_rules([{"pattern": "(", "tool": "x"}], file="catalogue.yaml")
 
 
 def test_llm_needs_the_ranker_and_unknown_strategies_are_refused(

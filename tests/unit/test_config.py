@@ -103,6 +103,11 @@ def test_high_risk_is_gated_by_default_and_others_are_not() -> None:
             "unknown fallback: zz",
         ),
         (
+            'tools:\n  - {name: e, handler: "tests.fixture_tools:echo", fallbacks: [e]}\n',
+            "e",
+            "fallback e is the tool itself",
+        ),
+        (
             'tools:\n  - {name: e, handler: "tests.fixture_tools:echo", url: "${NOPE}"}\n',
             "e",
             "environment variable NOPE is not set",
@@ -115,6 +120,36 @@ def test_config_mistakes_name_file_tool_and_reason(text: str, tool: str, reason:
     assert error.tool == tool
     assert reason in error.reason
     assert "t.yaml" in str(error) and reason in str(error)
+
+
+WEATHER = GOOD + '  - {name: weather, handler: "tests.fixture_tools:echo"}\nrouting:\n  rules:\n'
+
+
+@pytest.mark.parametrize(
+    ("rules", "reason"),
+    [
+        (
+            '    - {pattern: "weather(|forecast", tool: weather}\n',
+            "routing.rules[0].pattern: not a regular expression:"
+            " missing ), unterminated subpattern at position 7",
+        ),
+        ("    - {patern: weather, tool: weather}\n", "routing.rules[0].patern: unknown key"),
+        ("    - {pattern: weather}\n", "routing.rules[0].tool: Field required"),
+        (
+            "    - {pattern: weather, tool: weather, priority: high}\n",
+            "routing.rules[0].priority: Input should be a valid integer,"
+            " unable to parse string as an integer",
+        ),
+        (
+            "    - {pattern: echo, tool: echo}\n    - {pattern: weather, tool: wether}\n",
+            "routing.rules[1].tool: unknown tool: wether (did you mean weather?)",
+        ),
+        ("    []\n  ordre: [weather]\n", "routing.ordre: unknown key"),
+    ],
+)
+def test_routing_rule_mistakes_are_config_errors_naming_the_rule(rules: str, reason: str) -> None:
+    error = config_error(WEATHER + rules)
+    assert str(error) == f"config error (file t.yaml): {reason}"
 
 
 def test_unknown_top_level_key_is_a_config_error() -> None:

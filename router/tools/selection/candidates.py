@@ -42,8 +42,10 @@ class Ranking:
     candidates: list[Candidate]
     fallback: str | None = None
 
-    def to_dict(self, limit: int) -> dict[str, Any]:
+    def answer(self, limit: int) -> dict[str, Any]:
+        """``POST /v1/route``'s answer (and ``toolrouter route --json``'s)."""
         answer: dict[str, Any] = {
+            "ok": True,
             "strategy": self.strategy.value,
             "candidates": [c.to_dict() for c in self.candidates[:limit]],
         }
