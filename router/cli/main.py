@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
@@ -31,9 +30,6 @@ def main() -> None:
     # the console script alone would not, while the processes it starts would.
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
-    # Importing wordllama (the semantic strategy's model) logs the root logger at INFO to
-    # stderr; httpx would then add a line for each request the llm strategy makes.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 # -- processes ---------------------------------------------------------------------------

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import subprocess
+import sys
+
 import pytest
 
 from router.errors import BadRequest
@@ -124,3 +128,18 @@ def test_tool_embeddings_are_computed_once_per_text(catalogue: ToolRegistry) -> 
     second.semantic("mail")
     assert len(cached) == len(catalogue)
     assert all(embeddings._by_text[text] is vector for text, vector in cached.items())
+
+
+def test_loading_the_embedding_model_leaves_the_processes_logging_as_it_was() -> None:
+    # A fresh interpreter: wordllama's import configures logging only the first time.
+    probe = (
+        "import logging\n"
+        "from router.tools.selection.semantic import embedding_model\n"
+        "embedding_model()\n"
+        "root = logging.getLogger()\n"
+        "print(len(root.handlers), root.level)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["0", str(logging.WARNING)], done.stderr

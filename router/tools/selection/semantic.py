@@ -8,8 +8,10 @@ once per process, and embeds on the CPU.
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +37,9 @@ def embedding_model() -> Any:
     with _MODEL_LOCK:
         if _model is None:
             try:
-                import wordllama
-                from wordllama import WordLlama
+                with _logging_kept():
+                    import wordllama
+                    from wordllama import WordLlama
 
                 folder = Path(wordllama.__file__).parent
                 _model = WordLlama.load(disable_download=True, cache_dir=folder)
@@ -46,6 +49,19 @@ def embedding_model() -> Any:
             except (ImportError, OSError, ValueError, FileNotFoundError) as exc:
                 raise SemanticUnavailable(f"{UNAVAILABLE} ({type(exc).__name__})") from None
         return _model
+
+
+@contextmanager
+def _logging_kept() -> Iterator[None]:
+    """The root logger as it was: importing wordllama calls ``logging.basicConfig`` at
+    INFO, after which every library's INFO lines (httpx's, one per request) reach stderr."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
 
 
 class Embeddings:
