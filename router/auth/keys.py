@@ -140,6 +140,8 @@ class KeyStore:
                 .values(ended_at=now)
             )
         if result.rowcount != 1:
+            if row is not None:
+                raise Conflict(f"key already revoked: {name}")
             raise NotFound(f"unknown key: {name}")
         return self.announce() if self.announce is not None else None
 

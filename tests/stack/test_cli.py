@@ -150,6 +150,9 @@ def test_keys_revoke_makes_the_token_refused(home: Home) -> None:
     assert token not in listed and keep not in listed  # tokens are never shown again
     states = dict(line.split("\t")[0::2] for line in listed.splitlines())
     assert states == {"leaving": "revoked", "staying": "active"}
+    # Revoked twice: said as it is, not as a key that does not exist.
+    again = home.run("keys", "revoke", "leaving")
+    assert (again.returncode, again.stderr) == (2, "error: key already revoked: leaving\n")
 
 
 def test_keys_revoke_says_when_an_api_process_did_not_confirm(
