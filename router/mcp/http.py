@@ -49,7 +49,10 @@ def transport_security(settings: Settings) -> TransportSecuritySettings:
     if settings.api_host not in WILDCARD_HOSTS:
         host = f"[{settings.api_host}]" if ":" in settings.api_host else settings.api_host
         hosts.append(f"{host}:{settings.api_port}")
-    hosts += [part.strip() for part in settings.mcp_allowed_hosts.split(",") if part.strip()]
+    for part in settings.mcp_allowed_hosts.split(","):
+        if entry := part.strip():
+            # "Any port" includes the scheme's default, which a client leaves out of Host.
+            hosts += [entry, entry.removesuffix(":*")] if entry.endswith(":*") else [entry]
     hosts = list(dict.fromkeys(hosts))
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,

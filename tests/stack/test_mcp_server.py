@@ -24,6 +24,7 @@ import pytest
 from mcp import Client, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.server.transport_security import TransportSecurityMiddleware
 
 from router.cli import processes
 from router.mcp import transport_security
@@ -345,9 +346,17 @@ def test_mcp_accepts_localhost_the_api_host_and_the_configured_hosts_only() -> N
         "10.1.2.3:9000",
         "mcp.example.com",
         "proxy:*",
+        "proxy",
     }
     assert "https://mcp.example.com" in security.allowed_origins
     assert "http://localhost:*" in security.allowed_origins
+    # "Any port" as the SDK checks it: the scheme's default port, left out, included.
+    check = TransportSecurityMiddleware(security)
+    for host in ("proxy", "proxy:443", "proxy:8080", "mcp.example.com"):
+        assert check._validate_host(host), host
+    for origin in ("https://proxy", "http://proxy:8080"):
+        assert check._validate_origin(origin), origin
+    assert not check._validate_host("proxy.evil:443") and not check._validate_host("mcp.evil")
     # Listening on every address names no host of its own.
     anywhere = transport_security(Settings(api_host="0.0.0.0"))
     assert not [host for host in anywhere.allowed_hosts if host.startswith("0.0.0.0")]
