@@ -110,8 +110,8 @@ class Settings(BaseSettings):
     # larger one fails the call (`result too large`), and an HTTP answer is not read past it.
     max_result_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     # Largest arguments of a call, in bytes of their JSON (UTF-8): larger are refused with
-    # 413 (`arguments too large`). A call's body may be 16 KiB larger, for the JSON around
-    # them; a larger body is refused with 413 before it is parsed.
+    # 413 (`arguments too large`). A call's body may be six times this (arguments written
+    # escaped) plus 16 KiB; a larger body is refused with 413 before it is parsed.
     max_args_bytes: int = Field(default=256 * 1024, ge=1024)
     # A batch takes at most this many calls; more are refused with 413.
     max_batch_calls: int = Field(default=100_000, ge=1)

@@ -53,8 +53,8 @@ async def list_requests(
     limit: PageSize = None,
     who: Principal = Depends(principal),
 ) -> dict[str, Any]:
-    """Requests this key may decide (operators see all): pending ones oldest first,
-    decided ones most recently decided first."""
+    """Requests this key may read, those it may decide (operators see all): pending ones
+    oldest first, decided ones most recently decided first."""
     view = runtime_of(request).approvals_view
     if not (view.may_approve(who) or who.is_operator):
         raise Forbidden("approver or operator role required to list approval requests")

@@ -62,7 +62,8 @@ class ApprovalsView:
     def list_requests(
         self, who: Principal, status: str = "pending", limit: int = 200
     ) -> list[dict[str, Any]]:
-        """Requests this key may decide (operators: all), with their call's arguments."""
+        """Requests this key may read: those it may decide (operators: all), with their
+        call's arguments."""
         if status not in RequestStatus.__members__.values():
             raise BadRequest(f"unknown status: {echo_name(status)}")
         wanted = RequestStatus(status)

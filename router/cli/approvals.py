@@ -30,7 +30,7 @@ def _print(body: dict[str, object]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="The requests as one JSON array")
 @KEY_OPTION
 def list_requests(status: str, as_json: bool, key: str | None) -> None:
-    """Requests this key may decide."""
+    """Requests this key may read: those it may decide (an operator's: all)."""
     query = urlencode({"status": status})
     body = api_request("GET", f"/v1/approvals?{query}", key=key, role="approver")
     if not body.get("ok"):

@@ -193,7 +193,7 @@ class AsyncClient:
     # -- approvers -------------------------------------------------------------------
 
     async def approvals(self, status: str = "pending") -> list[dict[str, Any]]:
-        """Requests this key may decide (operators: all)."""
+        """Requests this key may read: those it may decide (operators: all)."""
         return answers.approval_requests(await self._checked(self._api.approvals(status)))
 
     async def approve(

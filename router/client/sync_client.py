@@ -195,7 +195,7 @@ class Client:
     # -- approvers -------------------------------------------------------------------
 
     def approvals(self, status: str = "pending") -> list[dict[str, Any]]:
-        """Requests this key may decide (operators: all)."""
+        """Requests this key may read: those it may decide (operators: all)."""
         return answers.approval_requests(self._checked(self._api.approvals(status)))
 
     def approve(
