@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     # Address the API binds to: loopback, until you put it behind TLS or a private network.
     api_host: str = "127.0.0.1"
     # Port the API listens on.
-    api_port: int = 8000
+    api_port: int = Field(default=8000, ge=1, le=65535)
     # API processes serving that port (uvicorn's workers, sharing its socket); 0: one per
     # two CPU cores (at most 8), leaving the rest to the workers and the database. Each is
     # a full API: any of them answers any request.
@@ -53,7 +53,7 @@ class Settings(BaseSettings):
     # Address Flower binds to; loopback, since its pages show every task and worker.
     flower_host: str = "127.0.0.1"
     # Port Flower listens on.
-    flower_port: int = 5555
+    flower_port: int = Field(default=5555, ge=1, le=65535)
     # Flower's basic-auth user; no comma (Flower would check only the part before it).
     flower_user: str = "admin"
     # Flower's basic-auth password, no comma either; empty: one is generated on first use

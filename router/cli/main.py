@@ -47,7 +47,9 @@ def up(verbose: bool) -> None:
 
 @main.command()
 @click.option("--host", default=None, help="Default: TOOLROUTER_API_HOST")
-@click.option("--port", type=int, default=None, help="Default: TOOLROUTER_API_PORT")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=None, help="Default: TOOLROUTER_API_PORT"
+)
 def api(host: str | None, port: int | None) -> None:
     """Run the HTTP API under uvicorn."""
     settings = get_settings()
@@ -57,7 +59,12 @@ def api(host: str | None, port: int | None) -> None:
 
 @main.command()
 @click.option("--risk", type=click.Choice(["low", "medium", "high"]), required=True)
-@click.option("--concurrency", type=int, default=None)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Pool processes; default: TOOLROUTER_WORKER_CONCURRENCY",
+)
 def worker(risk: str, concurrency: int | None) -> None:
     """Run a Celery worker for one risk queue."""
     settings = get_settings()
@@ -107,7 +114,13 @@ def beat() -> None:
 @main.command()
 def flower() -> None:
     """Run Flower on TOOLROUTER_FLOWER_PORT with basic auth."""
+    from .preflight import UpRefused, check_flower_port
+
     settings = get_settings()
+    try:
+        check_flower_port(settings)
+    except UpRefused as exc:
+        fail(str(exc))
     processes.exec_argv(processes.flower_argv(settings), processes.flower_env(settings))
 
 

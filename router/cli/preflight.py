@@ -75,16 +75,21 @@ def up_holds_state_dir(settings: Settings) -> bool:
 
 def check_ports(settings: Settings) -> None:
     """Each port `up` serves on must be free now, or nothing starts."""
-    wanted = [
-        ("the API", "TOOLROUTER_API_PORT", settings.api_host, settings.api_port),
-        ("Flower", "TOOLROUTER_FLOWER_PORT", settings.flower_host, settings.flower_port),
-    ]
-    for what, setting, host, port in wanted:
-        if not port_is_free(host, port):
-            raise UpRefused(
-                f"port {port} on {host} ({what}) is in use, by another toolrouter or another "
-                f"program; free it or set {setting}"
-            )
+    check_port("the API", "TOOLROUTER_API_PORT", settings.api_host, settings.api_port)
+    check_flower_port(settings)
+
+
+def check_flower_port(settings: Settings) -> None:
+    """Flower's port must be free: Flower itself reports a taken one with a traceback."""
+    check_port("Flower", "TOOLROUTER_FLOWER_PORT", settings.flower_host, settings.flower_port)
+
+
+def check_port(what: str, setting: str, host: str, port: int) -> None:
+    if not port_is_free(host, port):
+        raise UpRefused(
+            f"port {port} on {host} ({what}) is in use, by another toolrouter or another "
+            f"program; free it or set {setting}"
+        )
 
 
 def port_is_free(host: str, port: int) -> bool:
