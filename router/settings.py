@@ -16,6 +16,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Bind addresses meaning every interface: a server listens there, but nobody can open them.
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
+# What a database URL may start with: SQLite, or PostgreSQL through psycopg 3 (the store's
+# driver; `router.db.engine.normalize_url` gives the plain forms to it).
+DATABASE_DIALECTS = frozenset({"sqlite", "postgresql", "postgres", "postgresql+psycopg"})
 
 
 class Settings(BaseSettings):
@@ -25,7 +28,9 @@ class Settings(BaseSettings):
 
     # Where the embedded defaults live: the SQLite file, a private Redis, demo keys.
     state_dir: Path = Path(".toolrouter")
-    # Empty: SQLite under the state directory.
+    # Empty: SQLite under the state directory. Else `sqlite:///<path>`, or
+    # `postgresql://user:password@host/database` (`postgresql+psycopg://` alike): any other
+    # form stops every command and process at start-up, named.
     database_url: str = ""
     # Empty: Redis on localhost if one answers, else `toolrouter up` starts a private one.
     # Or the sentinels of a Redis Sentinel group, joined by `;`, as Celery takes them:
@@ -187,6 +192,13 @@ class Settings(BaseSettings):
             raise ValueError("Flower cannot check a login with a comma in it: choose one without")
         return value
 
+    @field_validator("database_url")
+    @classmethod
+    def _a_database_toolrouter_runs_on(cls, value: str) -> str:
+        if value:
+            _check_database_url(value)
+        return value
+
     @model_validator(mode="after")
     def _sentinel_needs_a_master(self) -> Settings:
         if self.redis_url.startswith("sentinel://") and not self.redis_sentinel_master:
@@ -248,6 +260,25 @@ class Settings(BaseSettings):
     def config_given(self) -> bool:
         """Whether the config file was named (``TOOLROUTER_CONFIG``): then it must exist."""
         return "config" in self.model_fields_set
+
+
+def _check_database_url(url: str) -> None:
+    """Refuse a URL the store cannot run on, before anything tries to connect with it."""
+    # Imported here: commands that only talk to the API never need SQLAlchemy.
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    accepted = (
+        "use sqlite:///<path>, or postgresql://<user>@<host>/<database>"
+        " (postgresql+psycopg:// alike)"
+    )
+    try:
+        dialect = make_url(url).drivername
+    except (ArgumentError, ValueError):
+        # Not the value itself: it may hold a password.
+        raise ValueError(f"not a database URL: {accepted}") from None
+    if dialect not in DATABASE_DIALECTS:
+        raise ValueError(f"{dialect}:// is not a database toolrouter runs on: {accepted}")
 
 
 @lru_cache(maxsize=1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,6 +65,18 @@ def pg_template() -> Iterator[None]:
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh, migrated database per test, on each backend."""
     yield from services.database_for(request.param, tmp_path, request)
+
+
+@pytest.fixture
+def empty_pg_database() -> Iterator[str]:
+    """A brand-new PostgreSQL database with no schema at all (not cloned from the template)."""
+    services.postgres_or_skip()
+    name = f"toolrouter_cli_{uuid.uuid4().hex[:12]}"
+    services._admin_execute(f"CREATE DATABASE {name} TEMPLATE template0")
+    try:
+        yield services.pg_url(name)
+    finally:
+        services.drop_pg_database(name)
 
 
 @pytest.fixture

@@ -9,12 +9,13 @@ import click
 
 from ..errors import ConfigError, Unavailable
 from ..status import AuditEvent
-from .common import COUNT_MAX, fail, runtime
+from .common import COUNT_MAX, fail, os_problem, runtime
 
 
 @click.group()
 def audit() -> None:
-    """The audit log."""
+    """The audit log of an existing deployment: where there is none (no database in the
+    state directory, or one with no schema) each command says so and creates nothing."""
 
 
 @audit.command("list")
@@ -38,7 +39,7 @@ def audit_list(
     """Print audit rows as JSON lines, oldest first."""
     from ..audit import log as audit_log
 
-    rt = runtime(tools=False)
+    rt = runtime(tools=False, existing=True)
     with rt.store.reading() as conn:
         rows = audit_log.query(
             conn,
@@ -58,7 +59,7 @@ def audit_list(
 def audit_verify(as_json: bool) -> None:
     """Check the keyed chain, its signed head, every checkpoint and archive segment; names
     every row that does not hold."""
-    rt = runtime(tools=False)
+    rt = runtime(tools=False, existing=True)
     try:
         report = rt.verify_audit()
     except (Unavailable, ConfigError) as exc:
@@ -85,7 +86,7 @@ def audit_head_command() -> None:
 
     from ..audit import head as audit_head
 
-    rt = runtime(tools=False)
+    rt = runtime(tools=False, existing=True)
     head = audit_head.current(rt.store, rt.keyring, rt.namespace.name, rt.clock)
     click.echo(json.dumps(asdict(head), sort_keys=True))
 
@@ -103,9 +104,12 @@ def audit_export(after_seq: int, output: str) -> None:
     """Write the hot audit rows as JSON lines (a copy; the log is unchanged)."""
     from ..audit import archive
 
-    rt = runtime(tools=False)
-    with click.open_file(output, "w") as handle, rt.store.reading(snapshot=True) as conn:
-        count = archive.export(conn, handle, after_seq=after_seq)
+    rt = runtime(tools=False, existing=True)
+    try:
+        with click.open_file(output, "w") as handle, rt.store.reading(snapshot=True) as conn:
+            count = archive.export(conn, handle, after_seq=after_seq)
+    except OSError as exc:
+        fail(f"cannot write the export: {os_problem(exc)}")
     click.echo(f"exported {count} rows", err=True)
 
 
@@ -114,16 +118,19 @@ def audit_archive() -> None:
     """Move rows older than the hot window to a compressed segment (the one archival path)."""
     from ..audit import archive
 
-    rt = runtime(tools=False)
+    rt = runtime(tools=False, existing=True)
     settings = rt.settings
-    result = archive.archive(
-        rt.store,
-        rt.audit,
-        rt.archive_dir,
-        clock=rt.clock,
-        hot_days=settings.audit_hot_days,
-        archive_days=settings.audit_archive_days,
-    )
+    try:
+        result = archive.archive(
+            rt.store,
+            rt.audit,
+            rt.archive_dir,
+            clock=rt.clock,
+            hot_days=settings.audit_hot_days,
+            archive_days=settings.audit_archive_days,
+        )
+    except OSError as exc:
+        fail(f"cannot archive the audit log: {os_problem(exc)}")
     if result.segment is None:
         click.echo(f"nothing older than {settings.audit_hot_days:g} days to archive")
     else:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -57,19 +59,61 @@ def get_settings() -> Settings:
         sys.exit(2)
 
 
-def runtime(prepare: bool = True, *, tools: bool = True) -> Runtime:
+def runtime(prepare: bool = True, *, tools: bool = True, existing: bool = False) -> Runtime:
     """A runtime on the shared settings; schema checked (or upgraded, on SQLite) first, and
-    the tool config loaded unless the command has no use for it (keys, audit, db)."""
+    the tool config loaded unless the command has no use for it (keys, audit, db).
+    ``existing``: the command reads a deployment, so it stops, creating nothing, where
+    there is none (a cron job run from the wrong directory)."""
     # Imported here: commands that talk to the API start without the runtime's weight.
     from ..runtime import Runtime
 
     rt = Runtime(get_settings())
+    if existing:
+        _require_deployment(rt)
     if prepare:
         try:
             rt.prepare(check_tools=tools)
         except (ConfigError, SchemaOutdated, Unavailable) as exc:
             fail(str(exc))
+        except OSError as exc:  # the state or secrets directory cannot be made or written
+            fail(os_problem(exc))
     return rt
+
+
+def _require_deployment(rt: Runtime) -> None:
+    """Stop unless the database holds a deployment: checked before the engine or the key is
+    made, as either would create one (a SQLite file, a key file)."""
+    from sqlalchemy.engine import make_url
+
+    from ..db.migrate import current_revision
+
+    settings = rt.settings
+    if settings.database_url:
+        where, hint = "the database TOOLROUTER_DATABASE_URL names", "check TOOLROUTER_DATABASE_URL"
+    else:
+        where = f"the state directory {settings.state_dir.resolve()}"
+        hint = "run this where the deployment runs, or set TOOLROUTER_STATE_DIR"
+    if settings.is_sqlite:
+        path = make_url(settings.resolved_database_url).database
+        if path and path != ":memory:" and not Path(path).exists():
+            fail(f"no deployment in {where}: {Path(path).resolve()} does not exist; {hint}")
+    try:
+        revision = current_revision(rt.engine)
+    except Unavailable as exc:
+        fail(str(exc))
+    if revision is None:
+        fail(f"no deployment in {where}: its database has no schema; {hint}")
+
+
+def os_problem(exc: OSError) -> str:
+    """An ``OSError`` as its file and the reason, in words: a file where a directory is
+    wanted is said so (``mkdir`` reports it as "File exists")."""
+    if exc.filename is None:
+        return exc.strerror or str(exc)
+    path = Path(os.fsdecode(exc.filename)).resolve()
+    if isinstance(exc, FileExistsError) and not path.is_dir():
+        return f"{path} is not a directory"
+    return f"{path}: {exc.strerror or exc}"
 
 
 def fail(message: str) -> NoReturn:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..errors import Unavailable
-from .common import fail, runtime
+from ..errors import ConfigError, Unavailable
+from .common import fail, os_problem, runtime
 
 
 @click.group()
@@ -22,6 +22,9 @@ def db_upgrade() -> None:
     rt = runtime(prepare=False)
     try:
         upgrade(rt.engine, existing_keyring(rt.settings, rt.namespace.name))
-    except Unavailable as exc:
+    # ConfigError: a migration that seals rows was not given the deployment's key.
+    except (ConfigError, Unavailable) as exc:
         fail(str(exc))
+    except OSError as exc:  # the SQLite file's directory cannot be made or written
+        fail(os_problem(exc))
     click.echo(f"schema at {head_revision()}")

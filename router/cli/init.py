@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .common import fail
+from .common import fail, os_problem
 
 STARTER_FILES = ("toolrouter.yaml", "my_tools.py")
 
@@ -28,9 +28,12 @@ def init(folder: Path) -> None:
     if existing:
         verb = "exists" if len(existing) == 1 else "exist"
         fail(f"{', '.join(existing)} already {verb}; nothing written")
-    folder.mkdir(parents=True, exist_ok=True)
     starter = resources.files("router.cli").joinpath("starter")
-    for name, path in zip(STARTER_FILES, targets, strict=True):
-        path.write_text(starter.joinpath(name).read_text(encoding="utf-8"), encoding="utf-8")
-        click.echo(f"wrote {path}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, path in zip(STARTER_FILES, targets, strict=True):
+            path.write_text(starter.joinpath(name).read_text(encoding="utf-8"), encoding="utf-8")
+            click.echo(f"wrote {path}")
+    except OSError as exc:
+        fail(os_problem(exc))
     click.echo("next: `toolrouter tools` lists them; `toolrouter up` serves them")

@@ -29,7 +29,7 @@ from ..settings import Settings
 from ..tools.config import config_in_use
 from . import processes
 from .children import Child, open_logs, record_running, running_file, stop_all
-from .common import local_url
+from .common import local_url, os_problem
 from .demo import demo_keys_file, ensure_demo_keys
 from .preflight import UpRefused, check_ports, hold_state_dir, public_url_warning
 from .privredis import redis_answers, start_private_redis
@@ -46,9 +46,11 @@ def run_up(settings: Settings, *, verbose: bool = False) -> int:
     try:
         _ = runtime.registry
         lock = hold_state_dir(settings)
-    except (ConfigError, UpRefused) as exc:
+    except (ConfigError, UpRefused, OSError) as exc:
         runtime.close()
-        print(f"error: {exc}", file=sys.stderr)
+        # An OSError: the state directory cannot be made or locked.
+        text = os_problem(exc) if isinstance(exc, OSError) else str(exc)
+        print(f"error: {text}", file=sys.stderr)
         return 2
     try:
         check_ports(settings)
