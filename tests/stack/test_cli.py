@@ -476,16 +476,21 @@ def test_a_setting_that_cannot_be_used_is_named_without_a_traceback(
     assert "Traceback" not in result.stderr + result.stdout
 
 
-def test_audit_list_shows_the_first_or_the_last_rows_oldest_first(home: Home) -> None:
+def upgraded_with_audit_rows(home: Home, count: int) -> None:
+    """The deployment's schema made, then ``count`` audit rows long past any hot window."""
     ok(home.run("db", "upgrade"))
     runtime = Runtime(home.settings())
     try:
         log = runtime.audit  # made before the write transaction: it reads the database
         with runtime.store.transaction() as conn:
-            rows = [AuditEntry(AuditEvent.QUEUED, "agent", tool=f"t{n}") for n in range(5)]
+            rows = [AuditEntry(AuditEvent.QUEUED, "agent", tool=f"t{n}") for n in range(count)]
             log.append(conn, rows, at=1)
     finally:
         runtime.close()
+
+
+def test_audit_list_shows_the_first_or_the_last_rows_oldest_first(home: Home) -> None:
+    upgraded_with_audit_rows(home, 5)
     every = [json.loads(line)["seq"] for line in ok(home.run("audit", "list")).splitlines()]
     assert len(every) >= 5 and every == sorted(every)
     first = ok(home.run("audit", "list", "--limit", "2")).splitlines()

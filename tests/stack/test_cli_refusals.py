@@ -12,17 +12,15 @@ import pytest
 from alembic import command
 from sqlalchemy import column, insert, table
 
-from router.audit.log import AuditEntry
 from router.auth.keys import token_hash
 from router.db.engine import make_engine
 from router.db.migrate import alembic_config, current_revision
 from router.runtime import Runtime
 from router.settings import Settings
-from router.status import AuditEvent
 
 from ..support import services
 from ..support.launcher import free_port
-from .test_cli import Home, ok
+from .test_cli import Home, ok, upgraded_with_audit_rows
 
 READ_ONLY_AUDIT = [
     ["audit", "verify"],
@@ -132,15 +130,7 @@ def test_audit_verify_refuses_a_postgres_database_without_a_schema(
 
 
 def test_audit_archive_into_a_plain_file_names_it_and_moves_nothing(home: Home) -> None:
-    ok(home.run("db", "upgrade"))
-    runtime = Runtime(home.settings())
-    try:
-        log = runtime.audit  # made before the write transaction: it reads the database
-        with runtime.store.transaction() as conn:
-            rows = [AuditEntry(AuditEvent.QUEUED, "agent", tool=f"t{n}") for n in range(3)]
-            log.append(conn, rows, at=1)  # long past any hot window
-    finally:
-        runtime.close()
+    upgraded_with_audit_rows(home, 3)
     before = ok(home.run("audit", "list"))
     in_the_way = home.state_dir / "audit-archive"
     in_the_way.write_text("not a folder\n", encoding="utf-8")
