@@ -53,6 +53,7 @@ def test_rows_and_counts_are_those_conn_execute_gives(runtime: Runtime) -> None:
             "error": None,
             "error_type": None,
             "answered_by": None,
+            "from_cache": None,
             "now": 8,
         }
         for attempt, claimed_at in ((2, 7), (1, 6), (1, None)):  # another claim's outcome
