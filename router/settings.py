@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import urllib.parse
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -264,21 +265,21 @@ class Settings(BaseSettings):
 
 def _check_database_url(url: str) -> None:
     """Refuse a URL the store cannot run on, before anything tries to connect with it."""
-    # Imported here: commands that only talk to the API never need SQLAlchemy.
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
     accepted = (
         "use sqlite:///<path>, or postgresql://<user>@<host>/<database>"
         " (postgresql+psycopg:// alike)"
     )
+    # Read with urllib, not SQLAlchemy: commands that only call the API never import it.
+    scheme, separator, _ = url.partition("://")
     try:
-        dialect = make_url(url).drivername
-    except (ArgumentError, ValueError):
+        _ = urllib.parse.urlsplit(url).port  # a port that is no number fails here
+    except ValueError:
+        separator = ""
+    if not separator or not scheme:
         # Not the value itself: it may hold a password.
-        raise ValueError(f"not a database URL: {accepted}") from None
-    if dialect not in DATABASE_DIALECTS:
-        raise ValueError(f"{dialect}:// is not a database toolrouter runs on: {accepted}")
+        raise ValueError(f"not a database URL: {accepted}")
+    if scheme.lower() not in DATABASE_DIALECTS:
+        raise ValueError(f"{scheme}:// is not a database toolrouter runs on: {accepted}")
 
 
 @lru_cache(maxsize=1)
