@@ -16,7 +16,7 @@ import binascii
 import logging
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Select, and_, delete, or_, select, update
+from sqlalchemy import ColumnElement, Row, Select, and_, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from ..clock import Clock
@@ -36,6 +36,7 @@ FINISHED_KEPT_MS = 120_000
 PRUNE_WINDOW = 100
 # Oldest first, ties by id: where a window ends is exact even among tasks of one moment.
 IN_ORDER = (mcp_tasks.c.created_at, mcp_tasks.c.task_id)
+_TERMINAL = frozenset(str(status) for status in TERMINAL_STATES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,50 +97,40 @@ class TaskLedger:
         in_window = mcp_tasks.c.owner == owner
         if (after := self._window_after.get(owner)) is not None:
             in_window = and_(in_window, _later_than(*after))
+        now = self.clock()
         try:
             with self.store.transaction() as conn:
-                # The window's last task, read along the index before any row goes.
-                last = conn.execute(
-                    select(mcp_tasks.c.created_at, mcp_tasks.c.task_id)
-                    .where(in_window)
-                    .order_by(*IN_ORDER)
-                    .offset(PRUNE_WINDOW - 1)
-                    .limit(1)
-                ).first()
-                conn.execute(
-                    delete(mcp_tasks).where(mcp_tasks.c.task_id.in_(self._stale(in_window)))
-                )
+                window = conn.execute(self._window(in_window)).all()
+                stale = [row.task_id for row in window if _stale(row, now)]
+                if stale:
+                    conn.execute(delete(mcp_tasks).where(mcp_tasks.c.task_id.in_(stale)))
         except SQLAlchemyError as exc:
             log.warning("MCP tasks of %s not pruned: %s", owner, exc)
             return
-        if last is None:  # a window short of full reached the newest: the next starts over
+        if len(window) < PRUNE_WINDOW:  # the window reached the newest: the next starts over
             self._window_after.pop(owner, None)
         else:
+            last = window[-1]
             self._window_after[owner] = (int(last.created_at), str(last.task_id))
 
-    def _stale(self, in_window: ColumnElement[bool]) -> Select[tuple[str]]:
-        """Of the ``PRUNE_WINDOW`` oldest tasks ``in_window``, by index, those past their
-        TTL whose call finished ``FINISHED_KEPT_MS`` ago or more."""
-        now = self.clock()
-        window = (
-            select(mcp_tasks.c.task_id, mcp_tasks.c.created_at, mcp_tasks.c.ttl_ms)
+    @staticmethod
+    def _window(in_window: ColumnElement[bool]) -> Select[tuple[str, int, int, str, int]]:
+        """The ``PRUNE_WINDOW`` oldest tasks ``in_window``, by index, with their calls' state."""
+        return (
+            select(
+                mcp_tasks.c.task_id,
+                mcp_tasks.c.created_at,
+                mcp_tasks.c.ttl_ms,
+                calls.c.status,
+                calls.c.updated_at,
+            )
+            .join(calls, calls.c.id == mcp_tasks.c.task_id)
             .where(in_window)
             .order_by(*IN_ORDER)
             .limit(PRUNE_WINDOW)
-            # Two processes pruning one key's tasks at once take turns, never deadlock.
-            .with_for_update(skip_locked=True)
-            .subquery()
-        )
-        return (
-            select(window.c.task_id)
-            .join(calls, calls.c.id == window.c.task_id)
-            .where(
-                and_(
-                    window.c.created_at + window.c.ttl_ms <= now,
-                    calls.c.status.in_([str(status) for status in TERMINAL_STATES]),
-                    calls.c.updated_at <= now - FINISHED_KEPT_MS,
-                )
-            )
+            # Two processes pruning one key's tasks at once take turns, never deadlock;
+            # the calls' rows stay free for the workers.
+            .with_for_update(skip_locked=True, of=mcp_tasks)
         )
 
     def owned(self, owner: str, task_id: str) -> TaskEntry | None:
@@ -187,6 +178,15 @@ class TaskLedger:
         more = len(entries) > limit
         entries = entries[:limit]
         return entries, (encode_cursor(entries[-1]) if more and entries else None)
+
+
+def _stale(task: Row[tuple[str, int, int, str, int]], now: int) -> bool:
+    """Past its TTL, and its call finished ``FINISHED_KEPT_MS`` ago or more."""
+    return (
+        task.created_at + task.ttl_ms <= now
+        and task.status in _TERMINAL
+        and task.updated_at <= now - FINISHED_KEPT_MS
+    )
 
 
 def _later_than(created_at: int, task_id: str) -> ColumnElement[bool]:
