@@ -46,7 +46,6 @@ from .tools.config import PYTHON_CALLS_PER_MESSAGE, ToolConfig, load_config
 from .tools.mcp_client import McpConnections, parse_servers
 from .tools.ranking import Ranker
 from .tools.registry import ToolRegistry, import_handlers_from
-from .tools.routing_config import Rule
 from .tools.selection.candidates import Strategy
 from .tools.selection.llm import LlmEndpoint, LlmSelector
 from .trust.keyring import KeyRing, load_keyring
@@ -126,10 +125,6 @@ class Runtime:
         )
 
     @cached_property
-    def routing_rules(self) -> list[Rule]:
-        return list(self.tool_config.routing.rules)
-
-    @cached_property
     def ranker(self) -> Ranker:
         settings = self.settings
         llm = None
@@ -146,7 +141,7 @@ class Runtime:
         return Ranker(
             self.store,
             self.registry,
-            self.routing_rules,
+            self.tool_config.routing.rules,
             default=Strategy(settings.route_strategy),
             llm=llm,
             shortlist=settings.route_llm_shortlist,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from ..clock import Clock, wall_clock_ms
@@ -31,7 +32,7 @@ class Ranker:
         self,
         store: Store,
         registry: ToolRegistry,
-        rules: list[Rule],
+        rules: Sequence[Rule],
         *,
         default: Strategy = routing.DEFAULT_STRATEGY,
         llm: LlmSelector | None = None,

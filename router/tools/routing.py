@@ -15,6 +15,7 @@ Strategies, each a ranking with a score and a reason per candidate:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import BadRequest
@@ -47,7 +48,7 @@ def route(
     strategy: Strategy = DEFAULT_STRATEGY,
     capability: str | None = None,
     budget: dict[str, Any] | None = None,
-    rules: list[Rule] | None = None,
+    rules: Sequence[Rule] = (),
     latency_s: dict[str, float | None] | None = None,
     success: dict[str, float | None] | None = None,
     index: ToolIndex | None = None,
@@ -84,11 +85,11 @@ def route(
     if strategy == Strategy.COST:
         return _by_cost(tools, budget or {}, latency_s or {})
     if strategy == Strategy.RULES:
-        return _by_rules(task, {t.name for t in tools}, rules or [])
+        return _by_rules(task, {t.name for t in tools}, rules)
     raise BadRequest(f"strategy {strategy.value} needs the ranker")
 
 
-def _by_rules(task: str, names: set[str], rules: list[Rule]) -> list[Candidate]:
+def _by_rules(task: str, names: set[str], rules: Sequence[Rule]) -> list[Candidate]:
     matched = []
     for rule in sorted(rules, key=lambda r: -r.priority):
         if rule.regex.search(task) and rule.tool in names:
