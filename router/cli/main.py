@@ -114,11 +114,11 @@ def beat() -> None:
 @main.command()
 def flower() -> None:
     """Run Flower on TOOLROUTER_FLOWER_PORT with basic auth."""
-    from .preflight import UpRefused, check_flower_port
+    from .preflight import Server, UpRefused, check_ports
 
     settings = get_settings()
     try:
-        check_flower_port(settings)
+        check_ports(settings, (Server.FLOWER,))
     except UpRefused as exc:
         fail(str(exc))
     processes.exec_argv(processes.flower_argv(settings), processes.flower_env(settings))

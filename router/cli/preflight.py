@@ -9,6 +9,7 @@ import fcntl
 import os
 import socket
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import IO, TYPE_CHECKING
 
 from ..files import private_dir, private_file
@@ -73,15 +74,22 @@ def up_holds_state_dir(settings: Settings) -> bool:
         return False
 
 
-def check_ports(settings: Settings) -> None:
-    """Each port `up` serves on must be free now, or nothing starts."""
-    check_port("the API", "TOOLROUTER_API_PORT", settings.api_host, settings.api_port)
-    check_flower_port(settings)
+class Server(StrEnum):
+    """What `up` serves on a port of its own."""
+
+    API = "the API"
+    FLOWER = "Flower"
 
 
-def check_flower_port(settings: Settings) -> None:
-    """Flower's port must be free: Flower itself reports a taken one with a traceback."""
-    check_port("Flower", "TOOLROUTER_FLOWER_PORT", settings.flower_host, settings.flower_port)
+def check_ports(settings: Settings, servers: tuple[Server, ...] = tuple(Server)) -> None:
+    """Each port these ``servers`` listen on must be free now, or nothing starts: Flower
+    itself reports a taken one with a traceback."""
+    ports = {
+        Server.API: ("TOOLROUTER_API_PORT", settings.api_host, settings.api_port),
+        Server.FLOWER: ("TOOLROUTER_FLOWER_PORT", settings.flower_host, settings.flower_port),
+    }
+    for server in servers:
+        check_port(server, *ports[server])
 
 
 def check_port(what: str, setting: str, host: str, port: int) -> None:
