@@ -41,7 +41,7 @@ def keys_create(name: str, roles: tuple[str, ...]) -> None:
 @click.argument("name")
 def keys_revoke(name: str) -> None:
     """Revoke a key by name."""
-    rt = runtime(tools=False)
+    rt = runtime(tools=False, existing=True)
     try:
         heard = rt.keys.revoke(name)
     except ToolrouterError as exc:
@@ -61,7 +61,7 @@ def keys_revoke(name: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="As one JSON array")
 def keys_list(as_json: bool) -> None:
     """List keys (never their tokens)."""
-    found = runtime(tools=False).keys.list()
+    found = runtime(tools=False, existing=True).keys.list()
     if as_json:
         click.echo(json.dumps(found, indent=2, sort_keys=True, default=str))
         return

@@ -68,7 +68,7 @@ def stats(as_json: bool) -> None:
     """Per tool: calls, success rate, p50/p95 latency, cost, errors by type; cost per key."""
     from ..tools import stats as tool_stats
 
-    rt = runtime()
+    rt = runtime(existing=True)
     with rt.store.reading() as conn:
         rows = [tool_stats.tool_stats(conn, rt.registry, tool.name) for tool in rt.registry]
         spent = tool_stats.cost_by_key(conn, rt.registry)

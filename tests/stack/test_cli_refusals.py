@@ -29,6 +29,8 @@ READ_ONLY_AUDIT = [
     ["audit", "head"],
     ["audit", "export"],
 ]
+# Commands that act on a deployment's rows: where there is none they have nothing to act on.
+ON_A_DEPLOYMENT = [*READ_ONLY_AUDIT, ["keys", "list"], ["keys", "revoke", "agent"], ["stats"]]
 
 
 @pytest.fixture
@@ -92,8 +94,8 @@ def test_a_database_url_toolrouter_cannot_use_is_refused_by_name(
 # -- commands that read a deployment where there is none ----------------------------------------
 
 
-@pytest.mark.parametrize("command_line", READ_ONLY_AUDIT)
-def test_audit_commands_refuse_a_directory_without_a_deployment_and_make_nothing(
+@pytest.mark.parametrize("command_line", ON_A_DEPLOYMENT)
+def test_commands_on_a_deployment_refuse_a_directory_without_one_and_make_nothing(
     tmp_path: Path, command_line: list[str]
 ) -> None:
     """A cron job that forgot its `cd`: no TOOLROUTER_STATE_DIR, run from somewhere else."""
