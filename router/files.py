@@ -15,6 +15,12 @@ DIR_MODE = 0o700
 FILE_MODE = 0o600
 
 
+def create_private_files() -> None:
+    """Make every file and directory this process creates from now on its owner's alone:
+    libraries write into the state directory too (beat's schedule, metrics' samples)."""
+    os.umask(0o077)
+
+
 def private_dir(path: Path) -> Path:
     """``path`` as a directory (made if missing) that only its owner may enter."""
     path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from .. import metrics, ui
 from ..canonical import shown_as_text
 from ..db.wal_checkpoints import WalCheckpointer
 from ..errors import RequestError, SchemaOutdated, Unavailable
+from ..files import create_private_files
 from ..heap import freeze_start_up_objects
 from ..mcp import McpEndpoint
 from ..notify.announce import ANY_CHANNEL
@@ -142,6 +143,7 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
             await app.state.listener.stop()
             runtime.close()
 
+    create_private_files()
     # Before any metric exists in this process: samples go to the shared directory.
     metrics.enable(runtime.settings)
     # The config, the schema and the key first: the listener below needs the key.

@@ -85,7 +85,8 @@ def test_a_running_sqlite_deployment_keeps_its_files_owner_only(stack: Stack) ->
 def test_a_careless_umask_still_leaves_every_file_owner_only(
     redis_base: str, tmp_path: Path
 ) -> None:
-    """Started with umask 000 in a state directory someone made world-writable."""
+    """Started with umask 000 in a state directory someone made world-writable: the API,
+    Flower, a worker and beat, each as the operator starts it."""
     state = tmp_path / "state"
     state.mkdir()
     state.chmod(0o777)
@@ -135,13 +136,23 @@ def test_a_careless_umask_still_leaves_every_file_owner_only(
         # A write through the API, so its connections keep the write-ahead log open.
         with runtime_of(settings) as runtime:
             token = runtime.keys.create("careless", ["agent"])
+        # A worker and beat: Celery and prometheus-client write files of their own there.
+        start([sys.executable, "-m", "router.cli.main", "worker", "--risk", "low"], "worker.log")
+        start([sys.executable, "-m", "router.cli.main", "beat"], "beat.log")
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as http:
-            http.post(
+            answer = http.post(
                 "/v1/calls",
-                json={"tool": "echo", "args": {}},
+                json={"tool": "echo", "args": {}, "wait_s": 60},
                 headers={"Authorization": f"Bearer {token}"},
-            )
+            ).json()
+        assert answer["status"] == "succeeded", answer
         modes = eventually(lambda: all_present(modes_of(settings)), "every file of the deployment")
+        eventually(
+            lambda: (
+                list(state.glob("celerybeat-schedule*")) and list((state / "metrics").glob("*.db"))
+            ),
+            "beat's schedule and the processes' metric samples",
+        )
     finally:
         for process in started:
             stop_group(process)
@@ -153,6 +164,6 @@ def test_a_careless_umask_still_leaves_every_file_owner_only(
     )
     print(
         f"[sqlite] umask 000, state dir made 0777 beforehand: {octal(modes)}; secrets root "
-        f"{oct(mode(secrets_root))}; inside the 0700 state dir, still group/other-accessible: "
-        f"{len(loose)} {loose[:3]}"
+        f"{oct(mode(secrets_root))}; group/other-accessible in the state dir: {loose}"
     )
+    assert loose == []
