@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import urllib.parse
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Bind addresses meaning every interface: a server listens there, but nobody can open them.
@@ -286,3 +287,16 @@ def _check_database_url(url: str) -> None:
 def get_settings() -> Settings:
     """The process-wide settings, read once."""
     return Settings()
+
+
+def settings_or_exit() -> Settings:
+    """``get_settings()`` for a process's entry point: a setting that cannot be used stops
+    the process with one line per problem, each naming its variable, and no traceback."""
+    try:
+        return get_settings()
+    except ValidationError as exc:
+        for error in exc.errors():
+            field = "".join(str(part) for part in error["loc"])
+            where = f"TOOLROUTER_{field.upper()}: " if field else ""
+            print(f"error: {where}{error['msg'].removeprefix('Value error, ')}", file=sys.stderr)
+        sys.exit(2)

@@ -204,8 +204,8 @@ def app_from_env() -> FastAPI:
     uvicorn believes ``X-Forwarded-For`` from 127.0.0.1 unless told otherwise: pass
     ``--no-proxy-headers`` (or ``--forwarded-allow-ips`` with the proxies), as ``toolrouter
     api`` does from ``TOOLROUTER_TRUSTED_PROXIES``."""
-    from ..settings import get_settings
+    from ..settings import settings_or_exit
 
-    settings = get_settings()
+    settings = settings_or_exit()
     # ``toolrouter api`` starts this many of these processes; they split one pool.
     return create_app(Runtime(settings, pool_share=settings.resolved_api_processes))

@@ -45,18 +45,9 @@ def get_settings() -> Settings:
     """The shared settings. A setting that cannot be used stops the command, named, without
     a traceback. Imported on first use: help needs no settings, and pydantic's are the
     larger part of the command line's start."""
-    from pydantic import ValidationError
+    from ..settings import settings_or_exit
 
-    from ..settings import get_settings as shared_settings
-
-    try:
-        return shared_settings()
-    except ValidationError as exc:
-        for error in exc.errors():
-            field = "".join(str(part) for part in error["loc"])
-            where = f"TOOLROUTER_{field.upper()}: " if field else ""
-            click.echo(f"error: {where}{error['msg'].removeprefix('Value error, ')}", err=True)
-        sys.exit(2)
+    return settings_or_exit()
 
 
 def runtime(prepare: bool = True, *, tools: bool = True, existing: bool = False) -> Runtime:
@@ -88,8 +79,11 @@ def _require_deployment(rt: Runtime) -> None:
     from ..db.migrate import current_revision
 
     settings = rt.settings
+    if (state_dir := settings.state_dir.resolve()).exists() and not state_dir.is_dir():
+        fail(f"{state_dir} is not a directory")
     if settings.database_url:
-        where, hint = "the database TOOLROUTER_DATABASE_URL names", "check TOOLROUTER_DATABASE_URL"
+        where = "the database TOOLROUTER_DATABASE_URL names"
+        hint = "check TOOLROUTER_DATABASE_URL, or make the schema: run `toolrouter db upgrade`"
     else:
         where = f"the state directory {settings.state_dir.resolve()}"
         hint = "run this where the deployment runs, or set TOOLROUTER_STATE_DIR"

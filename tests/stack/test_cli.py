@@ -178,6 +178,7 @@ def test_keys_revoke_says_when_an_api_process_did_not_confirm(
 
 
 def test_keys_revoke_of_an_unknown_name_fails_clearly(home: Home) -> None:
+    ok(home.run("keys", "create", "--name", "somebody", "--role", "agent"))
     result = home.run("keys", "revoke", "nobody")
     assert result.returncode != 0
     assert "nobody" in result.stderr and "Traceback" not in result.stderr

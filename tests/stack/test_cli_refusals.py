@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,6 +92,35 @@ def test_a_database_url_toolrouter_cannot_use_is_refused_by_name(
     assert not home.state_dir.exists() and tree(secrets) == []
 
 
+# Each process as an operator may start it without `toolrouter`.
+PROCESSES_STARTED_DIRECTLY = [
+    ["-m", "celery", "-A", "workers.app", "worker", "-Q", "tools.low"],
+    ["-m", "celery", "-A", "workers.app", "beat"],
+    ["-m", "uvicorn", "--factory", "router.api.app:app_from_env", "--port", "0"],
+]
+
+
+@pytest.mark.parametrize("argv", PROCESSES_STARTED_DIRECTLY, ids=lambda argv: argv[1])
+def test_a_process_started_directly_refuses_a_bad_database_url_in_one_line(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    home = Home(tmp_path, TOOLROUTER_DATABASE_URL="mysql://u:hunter2@h/db")
+    secrets = own_secrets(home, tmp_path)
+    result = subprocess.run(
+        [sys.executable, *argv],
+        env=home.env,
+        cwd=home.cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    line = refused(result)
+    assert line.startswith("error: TOOLROUTER_DATABASE_URL: mysql:// is not a database"), line
+    assert "hunter2" not in line
+    assert not home.state_dir.exists() and tree(secrets) == []
+
+
 # -- commands that read a deployment where there is none ----------------------------------------
 
 
@@ -118,7 +148,8 @@ def test_audit_verify_refuses_a_postgres_database_without_a_schema(
     line = refused(home.run("audit", "verify"))
     assert line == (
         "error: no deployment in the database TOOLROUTER_DATABASE_URL names: its database has"
-        " no schema; check TOOLROUTER_DATABASE_URL"
+        " no schema; check TOOLROUTER_DATABASE_URL, or make the schema: run `toolrouter db"
+        " upgrade`"
     )
     engine = make_engine(empty_pg_database)
     try:
