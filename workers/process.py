@@ -97,11 +97,13 @@ def _fresh_after_fork(**_: Any) -> None:
 
 # Celery's line per task received and succeeded: the audit log and Flower hold every task.
 TASK_LOGGERS = ("celery.worker.strategy", "celery.app.trace")
+# httpx's line per request: the audit log holds every call, and the URL may hold a secret.
+REQUEST_LOGGERS = ("httpx",)
 
 
 @signals.after_setup_logger.connect
 def _quiet_task_lines(**_: Any) -> None:
-    for name in TASK_LOGGERS:
+    for name in TASK_LOGGERS + REQUEST_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 

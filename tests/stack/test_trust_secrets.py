@@ -52,12 +52,19 @@ from ..support.trust import (
 class ChattyHook(BaseHTTPRequestHandler):
     """An endpoint that says no, repeating what it was sent (as many real services do)."""
 
+    # The request lines of ``/keyed``, as they arrived.
+    keyed_paths: list[str] = []
+
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
         self._refuse(f"no hook at {self.path} for {self.headers.get('Authorization')}")
 
     def do_GET(self) -> None:
+        if self.path.startswith("/keyed"):
+            self.keyed_paths.append(self.path)
+            self._refuse(f"no such account; request was GET {self.path}")
+            return
         # What it was asked (the caller's query) before the key it was sent.
         query = urllib.parse.unquote(urllib.parse.urlsplit(self.path).query)
         self._refuse(f"asked {query} by {self.headers.get('Authorization')}")
@@ -79,6 +86,7 @@ class SecretStack:
     stack: Stack
     backend: str
     secret: str
+    query_key: str
     closed_port: int
     tokens: dict[str, str] = field(default_factory=dict)
 
@@ -116,6 +124,13 @@ tools:
         url: "http://127.0.0.1:{chatty}/query"
         method: GET
         headers: {{Authorization: "Bearer ${{TR_TEST_TOKEN}}"}}
+  - name: hook_keyed
+    risk: low
+    timeout_s: 10
+    handler:
+      http:
+        url: "http://127.0.0.1:{chatty}/keyed?key=${{TR_TEST_QUERY_KEY}}"
+        method: GET
 """
 
 
@@ -133,7 +148,8 @@ def secret_stack(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SecretStack]:
     """An API and a worker of their own whose config holds a ``${TR_TEST_TOKEN}`` secret
-    in an HTTP tool's url and header, and a tool that answers as deeply as it is asked."""
+    in an HTTP tool's url and header, a ``${TR_TEST_QUERY_KEY}`` in another's query, and a
+    tool that answers as deeply as it is asked."""
     backend = request.param
     state_dir = tmp_path_factory.mktemp(f"trust-{backend}")
     databases = services.database_for(backend, state_dir, request)
@@ -144,6 +160,8 @@ def secret_stack(
     config = state_dir / "tools.yaml"
     config.write_text(SECRET_CONFIG.format(closed=closed, chatty=chatty_port), encoding="utf-8")
     secret = f"trs-{uuid.uuid4().hex}"
+    # What URLs encode: sent in a query, it goes out as something other than itself.
+    query_key = f"sk+Live/{uuid.uuid4().hex[:12]}=="
     private = SecretStack(
         Stack(
             env=stack_env(
@@ -152,11 +170,13 @@ def secret_stack(
                 state_dir=state_dir,
                 TOOLROUTER_CONFIG=str(config),
                 TR_TEST_TOKEN=secret,
+                TR_TEST_QUERY_KEY=query_key,
             ),
             state_dir=state_dir,
         ),
         backend,
         secret,
+        query_key,
         closed,
     )
     with runtime_of(private.stack.settings) as runtime:
@@ -378,3 +398,50 @@ def test_a_secret_across_the_error_texts_cut_is_replaced_whole(secret_stack: Sec
     assert result["status"] == "failed" and result["error_type"] == "HTTPError", result
     assert secret[: len(secret) // 2] not in result["error"]
     assert result["error"].endswith(" by Bearer ${TR_TEST_TOKEN}"), result["error"][-80:]
+
+
+def test_a_secret_in_a_get_tools_query_is_hidden_in_the_form_it_was_sent(
+    secret_stack: SecretStack,
+) -> None:
+    """A key with ``+``, ``/`` and ``=`` in the url's query goes out percent-encoded. In
+    that form too it shows in no answer, audit row or log, though the service repeats the
+    request line it was sent."""
+    key, stack = secret_stack.query_key, secret_stack.stack
+    ChattyHook.keyed_paths.clear()
+    with secret_stack.client() as http:
+        accepted = http.post("/v1/calls", json={"tool": "hook_keyed", "args": {"note": "x"}})
+        assert accepted.status_code == 200, accepted.text[:300]
+        result = finished(http, accepted.json()["call_id"])
+        described = http.get("/v1/tools/hook_keyed").text
+    with secret_stack.client("operator") as http:
+        audit_text = http.get("/v1/audit", params={"limit": 1000}).text
+    [path] = ChattyHook.keyed_paths
+    sent = urllib.parse.urlsplit(path).query.split("&")[0].removeprefix("key=")
+    # Else the key went out as written and this test would show nothing new.
+    assert sent != key, path
+    forms = {key, sent, urllib.parse.unquote_plus(sent)}
+    assert result["status"] == "failed" and result["error_type"] == "HTTPError", result
+    with runtime_of(stack.settings) as runtime, runtime.store.reading() as conn:
+        rows = [str(tuple(row)) for row in conn.execute(sql_select(calls)).all()]
+        rows += [str(tuple(row)) for row in conn.execute(sql_select(audit_log)).all()]
+    places = {
+        "answer": json.dumps(result),
+        "tool": described,
+        "audit": audit_text,
+        "rows": "\n".join(rows),
+        **{f"{name} log": stack.log(name) for name in ("api", "worker")},
+    }
+    leaks = sorted(
+        f"{form!r} in {place}" for place, text in places.items() for form in forms if form in text
+    )
+    assert leaks == [], leaks
+    assert result["error"] == (
+        "HTTP 404: no such account; request was GET /keyed?key=${TR_TEST_QUERY_KEY}&note=x"
+    ), result["error"]
+    # Nor does the worker write httpx's line per request, whatever form its URL takes.
+    assert "HTTP Request:" not in places["worker log"]
+    print(
+        f"[{secret_stack.backend}] key {key!r} in a GET url went out as {sent!r}; "
+        f"the service's echo became {result['error']!r}; found in the answer, audit, "
+        f"{len(rows)} rows and the logs: 0"
+    )
