@@ -202,7 +202,7 @@ class Runtime:
         return Explainer(
             self.dispatcher,
             Limiter(client, self.namespace),
-            ResultCache(client, self.namespace, self.keyring),
+            ResultCache(client, self.namespace, self.keyring, clock=self.clock),
             self.namespace,
         )
 

@@ -16,6 +16,7 @@ from typing import Any
 import redis
 
 from .. import metrics
+from ..clock import Clock, wall_clock_ms
 from ..constants import RATE_BUCKET, RESULT_CACHE
 from ..errors import Unavailable
 from ..metrics import Untrusted
@@ -108,12 +109,20 @@ class Limiter:
 class ResultCache:
     """Values of successful runs by tool and canonical-argument digest, for ``cache_ttl_s``.
 
-    Each value is stored with a tag over the tool, the digest and the value: Redis is not
-    trusted, and a value planted there must never become a call's result.
+    Each value is stored with its expiry and a tag over the tool, the digest, the expiry and
+    the value: Redis is not trusted, and a value planted there, or kept there past its TTL,
+    must never become a call's result.
     """
 
-    def __init__(self, client: redis.Redis, namespace: Namespace, keyring: KeyRing) -> None:
-        self.client, self.namespace, self.keyring = client, namespace, keyring
+    def __init__(
+        self,
+        client: redis.Redis,
+        namespace: Namespace,
+        keyring: KeyRing,
+        *,
+        clock: Clock = wall_clock_ms,
+    ) -> None:
+        self.client, self.namespace, self.keyring, self.clock = client, namespace, keyring, clock
 
     def _key(self, tool: Tool, args_sha256: str) -> str:
         return self.namespace.key(RESULT_CACHE, tool.name, args_sha256)
@@ -127,25 +136,41 @@ class ResultCache:
             return None  # a cache that is down is a miss, not a failure
         if not isinstance(stored, bytes):
             return None
-        tag, _, value = stored.decode("utf-8", "replace").partition("|")
-        if not self.keyring.verify(Purpose.COMPLETION, f"{tool.name}|{args_sha256}|{value}", tag):
-            log.warning("a cached result of %s did not verify; running the tool", tool.name)
-            metrics.untrusted(Untrusted.CACHED_RESULT)
-            return None
-        return value
+        now = self.clock()
+        tag, _, rest = stored.decode("utf-8", "replace").partition("|")
+        expires, _, value = rest.partition("|")
+        signed = expires.isdigit() and self.keyring.verify(
+            Purpose.COMPLETION, f"{tool.name}|{args_sha256}|{expires}|{value}", tag
+        )
+        # Redis's own expiry is not trusted: the signed one bounds the entry, and so does
+        # the tool's TTL now, should the config have lowered it since.
+        if signed and now < int(expires) <= now + _ttl_ms(tool):
+            return value
+        if not signed and self.keyring.verify(
+            Purpose.COMPLETION, f"{tool.name}|{args_sha256}|{rest}", tag
+        ):
+            return None  # written before entries carried their expiry: Redis expires it
+        log.warning("a cached result of %s did not verify or is out of date", tool.name)
+        metrics.untrusted(Untrusted.CACHED_RESULT)
+        return None
 
     def put(self, tool: Tool, args_sha256: str, value_json: str) -> None:
         if tool.spec.cache_ttl_s <= 0:
             return
-        tag = self.keyring.sign(Purpose.COMPLETION, f"{tool.name}|{args_sha256}|{value_json}")
+        ttl_ms = _ttl_ms(tool)
+        expires = self.clock() + ttl_ms
+        text = f"{tool.name}|{args_sha256}|{expires}|{value_json}"
+        tag = self.keyring.sign(Purpose.COMPLETION, text)
         try:
             self.client.set(
-                self._key(tool, args_sha256),
-                f"{tag}|{value_json}",
-                px=int(tool.spec.cache_ttl_s * 1000),
+                self._key(tool, args_sha256), f"{tag}|{expires}|{value_json}", px=ttl_ms
             )
         except redis.RedisError:
             pass
+
+
+def _ttl_ms(tool: Tool) -> int:
+    return int(tool.spec.cache_ttl_s * 1000)
 
 
 def fallback_chain(tool: Tool, chain: Sequence[str] | None) -> list[str]:

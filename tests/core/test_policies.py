@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,11 +13,13 @@ import redis
 from sqlalchemy import select
 
 from router.clock import FakeClock
+from router.constants import RESULT_CACHE
 from router.db.schema import calls
 from router.dispatch.batches import BatchService
 from router.runtime import Runtime
 from router.tools import stats
 from router.tools.config import parse_rate
+from router.trust.keyring import Purpose
 from workers.execution import Executor
 
 from ..support.audit import call_audit_rows
@@ -82,6 +88,87 @@ def test_identical_arguments_within_the_ttl_return_the_cached_value(
         spent = stats.cost_by_key(conn, runtime.registry)
     assert (shown["calls"], shown["by_status"], shown["cost"]) == (3, {"succeeded": 3}, 1.0)
     assert spent == {requester: 1.0}
+
+
+CACHE_LOGGER = "router.messaging.policies"
+REFUSED_ENTRY = "a cached result of cached_ledger did not verify or is out of date"
+
+
+def cache_entry(runtime: Runtime, call_id: str) -> str:
+    """The Redis key of the cache entry a call of ``cached_ledger`` reads and writes."""
+    digest = runtime.calls.read(call_id).args_sha256
+    return runtime.namespace.key(RESULT_CACHE, "cached_ledger", digest)
+
+
+def ran_not_cached(runtime: Runtime, call_id: str) -> bool:
+    ok_row = next(r for r in call_audit_rows(runtime, call_id) if r["event"] == "ok")
+    return "cached" not in ok_row["detail"]
+
+
+def test_a_cache_entry_written_back_after_its_ttl_is_not_an_answer(
+    runtime: Runtime, tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    args = {"path": str(tmp_path / "ledger")}
+    worker = executor(runtime)
+    first = queue_call(runtime, "cached_ledger", args)
+    assert worker.run(first, "cached_ledger") == "ok"
+    client = redis.Redis.from_url(runtime.redis_url)
+    key = cache_entry(runtime, first)
+    copied = client.get(key)
+    assert copied is not None
+    # The TTL passes and Redis drops the entry; whoever can write to Redis puts the copy
+    # back, with no expiry.
+    tool = runtime.registry.get("cached_ledger")
+    assert tool is not None
+    clock.advance(int(tool.spec.cache_ttl_s * 1000))
+    client.delete(key)
+    client.set(key, copied)
+    replayed = queue_call(runtime, "cached_ledger", args)
+    with caplog.at_level(logging.WARNING, logger=CACHE_LOGGER):
+        assert worker.run(replayed, "cached_ledger") == "ok"
+    assert len((tmp_path / "ledger").read_text().splitlines()) == 2
+    assert ran_not_cached(runtime, replayed)
+    assert [r.getMessage() for r in caplog.records] == [REFUSED_ENTRY]
+    client.close()
+
+
+def test_a_cache_entry_signed_to_outlive_the_tools_ttl_is_not_an_answer(
+    runtime: Runtime, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As a worker wrote it while the config gave the tool a longer TTL than it has now."""
+    args = {"path": str(tmp_path / "ledger")}
+    worker = executor(runtime)
+    call_id = queue_call(runtime, "cached_ledger", args)
+    tool = runtime.registry.get("cached_ledger")
+    assert tool is not None
+    longer = replace(
+        tool, spec=tool.spec.model_copy(update={"cache_ttl_s": tool.spec.cache_ttl_s * 2})
+    )
+    digest = runtime.calls.read(call_id).args_sha256
+    worker.calls.cache.put(longer, digest, json.dumps({"pid": -1}))
+    with caplog.at_level(logging.WARNING, logger=CACHE_LOGGER):
+        assert worker.run(call_id, "cached_ledger") == "ok"
+    assert runtime.calls.read(call_id).result().to_dict()["value"] == {"pid": os.getpid()}
+    assert ran_not_cached(runtime, call_id)
+    assert [r.getMessage() for r in caplog.records] == [REFUSED_ENTRY]
+
+
+def test_a_cache_entry_from_before_entries_carried_their_expiry_is_a_plain_miss(
+    runtime: Runtime, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    args = {"path": str(tmp_path / "ledger")}
+    call_id = queue_call(runtime, "cached_ledger", args)
+    digest = runtime.calls.read(call_id).args_sha256
+    value = json.dumps({"pid": -1})
+    tag = runtime.keyring.sign(Purpose.COMPLETION, f"cached_ledger|{digest}|{value}")
+    client = redis.Redis.from_url(runtime.redis_url)
+    client.set(cache_entry(runtime, call_id), f"{tag}|{value}", ex=60)
+    client.close()
+    with caplog.at_level(logging.WARNING, logger=CACHE_LOGGER):
+        assert executor(runtime).run(call_id, "cached_ledger") == "ok"
+    assert runtime.calls.read(call_id).result().to_dict()["value"] == {"pid": os.getpid()}
+    assert ran_not_cached(runtime, call_id)
+    assert caplog.records == []  # not counted as tampering
 
 
 def test_over_the_rate_limit_a_call_waits_and_the_bucket_is_shared(

@@ -30,6 +30,7 @@ import redis
 
 from router.canonical import args_digest
 from router.cli import processes
+from router.clock import wall_clock_ms
 from router.constants import (
     CALL_DONE_CHANNEL,
     DECIDE_TASK,
@@ -391,8 +392,9 @@ def test_planted_cached_results_are_not_answers(stack: Stack, tmp_path: Path) ->
         plants["untagged"] = (untagged, planted_value)
         other_tag = args_of("other-key")
         digest = args_digest(other_tag)
-        tag = attacker.sign(Purpose.COMPLETION, f"{tool}|{digest}|{planted_value}")
-        plants["tag made with another key"] = (other_tag, f"{tag}|{planted_value}")
+        expires = wall_clock_ms() + 60_000
+        tag = attacker.sign(Purpose.COMPLETION, f"{tool}|{digest}|{expires}|{planted_value}")
+        plants["tag made with another key"] = (other_tag, f"{tag}|{expires}|{planted_value}")
         copied = args_of("copied")
         plants["real entry copied from other args"] = (copied, genuine_entry)
         for args, stored in plants.values():

@@ -52,7 +52,7 @@ class CallRunner:
         self.redact = runtime.redactor
         client = ledger.notifier.client
         self.limiter = Limiter(client, runtime.namespace)
-        self.cache = ResultCache(client, runtime.namespace, runtime.keyring)
+        self.cache = ResultCache(client, runtime.namespace, runtime.keyring, clock=self.clock)
         # The call this runner claimed last, and its claim: a timeout is recorded against
         # that claim alone.
         self.last_claim: tuple[str, Fence] | None = None
