@@ -106,6 +106,10 @@ class Limiter:
         return RateState(limit, capacity, max(0, math.floor(tokens)), wait)
 
 
+# How far the clocks of Redis and of the machines that share a cache may differ from ours.
+CLOCK_SKEW_MS = 5_000
+
+
 class ResultCache:
     """Values of successful runs by tool and canonical-argument digest, for ``cache_ttl_s``.
 
@@ -142,13 +146,15 @@ class ResultCache:
         signed = expires.isdigit() and self.keyring.verify(
             Purpose.COMPLETION, f"{tool.name}|{args_sha256}|{expires}|{value}", tag
         )
-        # Redis's own expiry is not trusted: the signed one bounds the entry, and so does
-        # the tool's TTL now, should the config have lowered it since.
-        if signed and now < int(expires) <= now + _ttl_ms(tool):
-            return value
-        if not signed and self.keyring.verify(
-            Purpose.COMPLETION, f"{tool.name}|{args_sha256}|{rest}", tag
-        ):
+        if signed:
+            # Redis's own expiry is not trusted: the signed one bounds the entry, and so
+            # does the tool's TTL now, should the config have lowered it since.
+            expires_at, ttl_ms = int(expires), _ttl_ms(tool)
+            if now < expires_at <= now + ttl_ms:
+                return value
+            if now - CLOCK_SKEW_MS < expires_at <= now + ttl_ms + CLOCK_SKEW_MS:
+                return None  # Redis's or the writer's clock a little off ours: no alarm
+        elif self.keyring.verify(Purpose.COMPLETION, f"{tool.name}|{args_sha256}|{rest}", tag):
             return None  # written before entries carried their expiry: Redis expires it
         log.warning("a cached result of %s did not verify or is out of date", tool.name)
         metrics.untrusted(Untrusted.CACHED_RESULT)
