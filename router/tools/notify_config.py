@@ -143,10 +143,12 @@ def parse_notifications(
     """The ``notifications`` table, its secrets checked before interpolation."""
     if raw is None:
         return Notifications()
-    if not isinstance(raw, dict) or set(raw) - {"channels", "roles", "keys"}:
+    if not isinstance(raw, dict):
         raise ConfigError(
-            "notifications must be a mapping with 'channels', 'roles' and 'keys'", file=file
+            "notifications must be a mapping of 'channels', 'roles' and 'keys'", file=file
         )
+    if unknown := set(raw) - {"channels", "roles", "keys"}:
+        raise ConfigError(f"notifications.{sorted(map(str, unknown))[0]}: unknown key", file=file)
     channels = raw.get("channels") or {}
     if not isinstance(channels, dict):
         raise ConfigError("notifications.channels must be a mapping", file=file)

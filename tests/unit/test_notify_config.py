@@ -44,6 +44,7 @@ def test_channels_come_from_the_tool_then_its_roles_each_once() -> None:
         (("type: slack", "type: pigeon"), "notifications.channels.chat"),
         (("to: [b@test]", "to: []"), "finance-mail.to"),
         (("from_addr: a@test", "from_addr: a@test, colour: red"), "colour: unknown key"),
+        (("  roles:", "  role:"), "notifications.role: unknown key"),
         (('url: "https://ops.test/hook"', 'url: "ftp://ops.test"'), "ops-hook.url"),
         (('url: "https://ops.test/hook"', 'url: "https://ops.test:99999/hook"'), "65535"),
         (('url: "https://ops.test/hook"', 'url: "https://ops.test:0/hook"'), "65535"),
