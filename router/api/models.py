@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..approval.model import MAX_REASON_CHARS
 from ..results import REJECTED
 from ..status import CallStatus
 
@@ -287,7 +288,7 @@ CANCEL_RESPONSES: Responses = {
 class DecisionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    reason: str | None = Field(default=None, max_length=2000)
+    reason: str | None = Field(default=None, max_length=MAX_REASON_CHARS)
     wait_s: float | None = Field(default=None, ge=0, description="approve only: wait for the call")
     args: dict[str, Any] | None = Field(default=None, description="approve only: edited arguments")
     expected_args_sha256: str | None = Field(

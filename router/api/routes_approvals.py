@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import WithJsonSchema
 
-from ..approval.model import Decision
+from ..approval.model import MAX_REASON_CHARS, Decision
 from ..auth.principal import Principal
 from ..canonical import SHA256_HEX
 from ..dispatch.checks import EditRefused
@@ -78,7 +78,7 @@ async def _decide(
     raw = await request.body()
     limit = decision_body_bytes(runtime.settings)
     body = object_body(raw, limit=limit, allowed=DECISION_FIELDS[decision]) if raw.strip() else {}
-    reason = optional_string(body, "reason", max_len=2000)
+    reason = optional_string(body, "reason", max_len=MAX_REASON_CHARS)
     wait_s = wait_seconds(body.get("wait_s"), maximum=runtime.settings.max_wait_s)
     args = body.get("args")
     if args is not None and not isinstance(args, dict):

@@ -16,6 +16,10 @@ class RequestStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+# The longest reason a decision keeps, from the API, the inbox or the command line.
+MAX_REASON_CHARS = 2000
+
+
 class Decision(StrEnum):
     APPROVE = "approve"
     DENY = "deny"

@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.datastructures import FormData
 
-from ..approval.model import Decision
+from ..approval.model import MAX_REASON_CHARS, Decision
 from ..auth.principal import Principal
 from ..auth.sessions import (
     COOKIE,
@@ -338,12 +338,18 @@ def flash_of(lines: list[str], refused: list[str]) -> str:
 
 def reason_of(form: FormData) -> str | None:
     """The form's reason, its lines and runs of spaces joined by single spaces (as the API
-    takes it: printable, at most 2000 characters); ``ValueError`` naming the first
-    character it cannot keep (a NUL, which no database stores; an invisible format mark)."""
+    takes it: printable, at most ``MAX_REASON_CHARS``); ``ValueError`` naming the first
+    character it cannot keep (a NUL, which no database stores; an invisible format mark),
+    or its length past the limit."""
     given = form.get("reason") or ""
     if not isinstance(given, str):  # a file sent in the reason's place
         raise ValueError("The reason must be text. Nothing was sent.")
-    reason = " ".join(given.split())[:2000]
+    reason = " ".join(given.split())
+    if len(reason) > MAX_REASON_CHARS:  # a browser stops at it; a script may not
+        raise ValueError(
+            f"The reason is {len(reason)} characters, over the limit of {MAX_REASON_CHARS}; "
+            "shorten it. Nothing was sent."
+        )
     for position, character in enumerate(reason, start=1):
         if not character.isprintable():
             raise ValueError(

@@ -10,6 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
+from router.approval.model import MAX_REASON_CHARS
+
 from ..support.calls import submit_pending
 from ..support.inbox import csrf_of, sign_in_with
 from ..support.stack import Stack
@@ -104,6 +106,26 @@ def test_a_file_in_the_reasons_place_is_refused_and_nothing_is_decided(
     sent = inbox.post("/ui/decide", data=form, files={"reason": ("hostname", b"box\n")})
     assert sent.status_code == 303
     assert "The reason must be text. Nothing was sent." in html.unescape(inbox.get("/ui/").text)
+    request = request_of(stack, call["request_id"])
+    assert (request["status"], request["decisions"]) == ("pending", [])
+    settle(stack, call["request_id"])
+
+
+def test_a_reason_past_the_limit_is_refused_not_cut_and_nothing_is_decided(
+    stack: Stack, inbox: httpx.Client
+) -> None:
+    """A browser stops typing at the limit; a script posting the form does not."""
+    call = submit_pending(stack, "high_echo", args={"n": 2})
+    form = {
+        "decision": "deny",
+        "csrf": csrf_of(inbox.get("/ui/")),
+        "request_id": call["request_id"],
+        "reason": "x" * (MAX_REASON_CHARS + 1),
+    }
+    sent = inbox.post("/ui/decide", data=form)
+    assert sent.status_code == 303
+    flash = html.unescape(inbox.get("/ui/").text)
+    assert f"over the limit of {MAX_REASON_CHARS}; shorten it. Nothing was sent." in flash
     request = request_of(stack, call["request_id"])
     assert (request["status"], request["decisions"]) == ("pending", [])
     settle(stack, call["request_id"])
