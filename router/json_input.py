@@ -37,21 +37,22 @@ def parse_json(raw: bytes, *, limit: int) -> Any:
     return decode_json(raw)
 
 
-def decode_json(raw: bytes) -> Any:
-    """``parse_json`` of a text whose size is checked already."""
+def decode_json(raw: bytes, *, what: str = "body") -> Any:
+    """``parse_json`` of a text whose size is checked already; ``what`` names it in the
+    refusal (a batch's line is a ``call``, not the body)."""
     try:
-        return json.loads(text_of(raw), parse_constant=no_constants)
+        return json.loads(text_of(raw, what=what), parse_constant=no_constants)
     except (RecursionError, ValueError) as exc:
-        raise malformed(exc) from None
+        raise malformed(exc, what=what) from None
 
 
-def text_of(raw: bytes) -> str:
+def text_of(raw: bytes, *, what: str = "body") -> str:
     """The body as text: refused when empty or not UTF-8."""
-    refuse_empty(raw)
+    refuse_empty(raw, what=what)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise not_utf8(exc.start) from None
+        raise not_utf8(exc.start, what=what) from None
 
 
 def check_utf8(raw: bytes) -> None:
@@ -66,28 +67,28 @@ def check_utf8(raw: bytes) -> None:
             raise not_utf8(start - len(decoder.getstate()[0]) + exc.start) from None
 
 
-def refuse_empty(raw: bytes) -> None:
+def refuse_empty(raw: bytes, *, what: str = "body") -> None:
     if BLANK.fullmatch(raw):  # ``raw.strip()`` would copy the body
-        raise BadRequest("malformed body: empty; expected a JSON object")
+        raise BadRequest(f"malformed {what}: empty; expected a JSON object")
 
 
-def not_utf8(byte: int) -> BadRequest:
-    return BadRequest(f"malformed body: not valid UTF-8 (byte {byte})")
+def not_utf8(byte: int, *, what: str = "body") -> BadRequest:
+    return BadRequest(f"malformed {what}: not valid UTF-8 (byte {byte})")
 
 
-def malformed_at(message: str, line: int, column: int) -> BadRequest:
+def malformed_at(message: str, line: int, column: int, *, what: str = "body") -> BadRequest:
     """``json``'s error where it found it (counted in characters, from 1)."""
-    return BadRequest(f"malformed body: {message} at line {line} column {column}")
+    return BadRequest(f"malformed {what}: {message} at line {line} column {column}")
 
 
-def malformed(exc: RecursionError | ValueError) -> BadRequest:
+def malformed(exc: RecursionError | ValueError, *, what: str = "body") -> BadRequest:
     """The message for what ``json`` raised on a body (``JSONDecodeError`` is a
     ``ValueError``; so are ``NaN`` and an integer of too many digits)."""
     if isinstance(exc, RecursionError):
-        return BadRequest("malformed body: nested too deeply")
+        return BadRequest(f"malformed {what}: nested too deeply")
     if isinstance(exc, json.JSONDecodeError):
-        return malformed_at(exc.msg, exc.lineno, exc.colno)
+        return malformed_at(exc.msg, exc.lineno, exc.colno, what=what)
     if "integer string conversion" in str(exc):  # Python's own advice is not ours
         limit_digits = sys.get_int_max_str_digits()
-        return BadRequest(f"malformed body: an integer of more than {limit_digits} digits")
-    return BadRequest(f"malformed body: {exc}")
+        return BadRequest(f"malformed {what}: an integer of more than {limit_digits} digits")
+    return BadRequest(f"malformed {what}: {exc}")

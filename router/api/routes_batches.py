@@ -74,7 +74,7 @@ def ndjson_calls(raw: bytes, *, line_limit: int, max_calls: int) -> list[object]
             continue
         text = line.rstrip(b"\n")
         if len(text) > line_limit:
-            items.append(Malformed(str(too_large(len(text), line_limit))))
+            items.append(Malformed(f"call is {len(text)} bytes, over the limit of {line_limit}"))
         else:
             items.append(Unread(text))
     return items

@@ -40,7 +40,7 @@ def parse_call(item: object) -> tuple[object, object, str | None] | str:
         return item.error
     if isinstance(item, Unread):
         try:
-            item = decode_json(item.text)
+            item = decode_json(item.text, what="call")
         except BadRequest as exc:
             return str(exc)
     if not isinstance(item, dict):

@@ -154,7 +154,7 @@ def test_ndjson_body_takes_one_call_per_line_and_rejects_bad_lines_by_index(
         receipt = response.json()
         assert receipt["total"] == 4
         assert [r["index"] for r in receipt["rejected"]] == [1, 3]
-        assert all(r["error"].startswith("malformed body") for r in receipt["rejected"])
+        assert all(r["error"].startswith("malformed call") for r in receipt["rejected"])
         settled(http, receipt["batch_id"], succeeded=2)
         values = [line["value"] for line in results(http, receipt["batch_id"])]
     assert values == [{"n": 1}, {"n": 2}]

@@ -147,7 +147,7 @@ def test_a_batch_counts_a_too_deep_call_as_rejected(stack: Stack) -> None:
     assert json_receipt["rejected"] == [{"index": 1, "error": ARGS_TOO_DEEP}]
     assert ndjson_receipt["total"] == 3 and ndjson_receipt["accepted"] == 1
     assert ndjson_receipt["rejected"] == [
-        {"index": 1, "error": "malformed body: nested too deeply"},
+        {"index": 1, "error": "malformed call: nested too deeply"},
         {"index": 2, "error": ARGS_TOO_DEEP},
     ]
     assert [state["rejected"] for state in states] == [1, 2], states

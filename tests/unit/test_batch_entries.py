@@ -209,11 +209,11 @@ def test_ndjson_lines_are_kept_as_text_and_a_long_one_is_rejected_at_its_index()
     items = ndjson_calls(raw, line_limit=50, max_calls=10)
     assert items == [
         Unread(b'{"tool": "t"}'),
-        Malformed("body is 112 bytes, over the limit of 50"),
+        Malformed("call is 112 bytes, over the limit of 50"),
         Unread(b'{"tool"'),
     ]
     assert parse_call(items[0]) == ("t", {}, None)
-    assert parse_call(items[2]) == "malformed body: Expecting ':' delimiter at line 1 column 8"
+    assert parse_call(items[2]) == "malformed call: Expecting ':' delimiter at line 1 column 8"
     with pytest.raises(PayloadTooLarge):
         ndjson_calls(b"{}\n{}\n{}\n", line_limit=50, max_calls=2)
 
@@ -232,7 +232,7 @@ def test_chunks_hold_so_many_calls_and_so_many_bytes_of_unread_text() -> None:
 def test_an_unread_entry_that_is_not_json_is_rejected_with_json_s_words() -> None:
     with pytest.raises(BadRequest):
         object_body(b"\xff", limit=10, allowed=ALLOWED)
-    assert parse_call(Unread(b"\xff")) == "malformed body: not valid UTF-8 (byte 0)"
+    assert parse_call(Unread(b"\xff")) == "malformed call: not valid UTF-8 (byte 0)"
 
 
 @settings(max_examples=200, deadline=None)
