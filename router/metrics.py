@@ -46,6 +46,16 @@ class Tampered(StrEnum):
     UI_SESSION = "ui_session"
 
 
+class NotifyOutcome(StrEnum):
+    """How one notification attempt (or the hand-over to the queue) ended."""
+
+    DELIVERED = "delivered"
+    RETRIED = "retried"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    NOT_QUEUED = "not_queued"
+
+
 def metrics_dir(settings: Settings) -> Path:
     return (settings.state_dir / "metrics").resolve()
 
@@ -99,7 +109,7 @@ def _instruments() -> dict[str, Any]:
         "notifications": Counter(
             "toolrouter_notifications_total",
             "Notification attempts to approvers, by channel type and outcome "
-            "(delivered, retried, failed, not_queued)",
+            f"({', '.join(NotifyOutcome)})",
             ["channel_type", "outcome"],
         ),
         "approval_wait": Histogram(
