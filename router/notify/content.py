@@ -80,7 +80,7 @@ class Notice:
         ]
         if self.event is NotifyEvent.ESCALATED:
             facts.append(("Escalated to", self.escalated_to_text))
-            facts.append(("Waiting for", duration(max(0, self.at - self.created_at) // 1000)))
+            facts.append(("Waiting for", self.waiting_for))
         if self.event is NotifyEvent.EDITED:
             # True whether or not anyone had approved: an edit is the editor's approval.
             facts.append(("Edited by", f"{self.edited_by} (counts as their approval)"))
@@ -88,6 +88,11 @@ class Notice:
         if self.event in WAITING:
             facts.append(("Expires in", duration(self.expires_in_s)))
         return facts
+
+    @property
+    def waiting_for(self) -> str:
+        """How long the request has waited, as of this notice."""
+        return duration(max(0, self.at - self.created_at) // 1000)
 
     @property
     def escalated_to_text(self) -> str:

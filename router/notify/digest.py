@@ -4,8 +4,8 @@ An agent's batch of gated calls makes one request per call, announced together. 
 read by a program, still gets one signed document per request; a Slack channel or a
 mailbox, read by people, gets one message for the requests of one announcement once they
 are ``DIGEST_FROM`` or more: how many, the first ``LISTED`` with their tool, requester and
-arguments, and the link to the inbox. Each request keeps its own delivery row, recorded
-with that message's outcome.
+arguments (and an edit's editor, an escalation's wait and group), and the link to the
+inbox. Each request keeps its own delivery row, recorded with that message's outcome.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class Digest:
         """Each listed request: its text and its own link."""
         return [
             (
-                f"{notice.tool} by {notice.requested_by}{_edited_by(notice)} "
+                f"{notice.tool} by {notice.requested_by}{_detail(notice)} "
                 f"({notice.request_id}): {shortened(notice.args_summary, LINE_SUMMARY_CHARS)}",
                 notice.link,
             )
@@ -110,9 +110,14 @@ class Digest:
         return f"{more}Every one is in the inbox"
 
 
-def _edited_by(notice: Notice) -> str:
-    # Edits by different approvers may share a digest: each line names its own editor.
-    return f", edited by {notice.edited_by}" if notice.event is NotifyEvent.EDITED else ""
+def _detail(notice: Notice) -> str:
+    # Edits by different approvers may share a digest, and escalations of requests made at
+    # different times or of tools with different groups: each line says its own.
+    if notice.event is NotifyEvent.EDITED:
+        return f", edited by {notice.edited_by}"
+    if notice.event is NotifyEvent.ESCALATED:
+        return f", waiting {notice.waiting_for}, escalated to {notice.escalated_to_text}"
+    return ""
 
 
 def slack_digest(digest: Digest) -> bytes:

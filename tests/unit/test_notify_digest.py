@@ -112,6 +112,34 @@ def test_each_line_of_a_digest_of_edits_names_its_editor() -> None:
     assert all(", edited by" not in text for text, _ in Digest((notice(1),), INBOX).lines())
 
 
+def test_each_line_of_a_digest_of_escalations_says_how_long_and_to_whom() -> None:
+    """One escalation names its group and its wait in lines of their own; a digest's requests,
+    made at different times, of tools with different groups, each name theirs on its line."""
+    escalations = tuple(
+        dataclasses.replace(
+            notice(i),
+            event=NotifyEvent.ESCALATED,
+            at=at,
+            escalated_roles=roles,
+            escalated_keys=keys,
+        )
+        for i, (at, roles, keys) in enumerate(
+            [
+                (900_000, ("manager",), ()),
+                (905_000, ("manager",), ("alice",)),
+                (3_700_000, (), ("bo",)),
+            ]
+        )
+    )
+    texts = [text for text, _ in Digest(escalations, INBOX).lines()]
+    assert [text.split(" (")[0] for text in texts] == [
+        "wire by agent-7, waiting 15 min 0 s, escalated to role manager",
+        "wire by agent-7, waiting 15 min 5 s, escalated to role manager, key alice",
+        "wire by agent-7, waiting 1 h 1 min, escalated to key bo",
+    ]
+    assert all("waiting" not in text for text, _ in Digest((notice(1),), INBOX).lines())
+
+
 def test_a_long_summary_is_cut_in_a_digest_line() -> None:
     digest = Digest((notice(1, summary="x" * 500), notice(2), notice(3)), INBOX)
     first = digest.lines()[0][0]
