@@ -15,8 +15,9 @@ from router.constants import (
     NOTIFY_TASK,
     RESEND_TASK,
 )
+from router.metrics import NotifyOutcome
 from router.notify.digest import PER_MESSAGE, grouped
-from router.notify.model import NotifyEvent, Outcome
+from router.notify.model import NotifyEvent
 
 from . import process
 from .app import app
@@ -93,6 +94,6 @@ def deliver(delivery_ids: Any) -> str:
         log.warning("ignored a delivery message that names no deliveries")
         return "ignored"
     attempted = process.current().runtime.courier.attempt_many(ids)
-    if attempted.outcome is Outcome.RETRIED and attempted.retry_in_s is not None:
+    if attempted.outcome is NotifyOutcome.RETRIED and attempted.retry_in_s is not None:
         _deliver_later(ids, attempted.retry_in_s)
     return str(attempted.outcome or "skipped")

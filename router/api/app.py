@@ -21,8 +21,8 @@ from ..errors import RequestError, SchemaOutdated, Unavailable
 from ..files import create_private_files
 from ..heap import freeze_start_up_objects
 from ..mcp import McpEndpoint
+from ..metrics import NotifyOutcome
 from ..notify.announce import ANY_CHANNEL
-from ..notify.model import Outcome as NotifyOutcome
 from ..runtime import Runtime
 from ..settings import Settings
 from ..tools.notify_config import ChannelType

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from .. import metrics
 from ..constants import NOTIFICATIONS_QUEUE, NOTIFY_TASK
-from .model import NotifyEvent, Outcome
+from ..metrics import NotifyOutcome
+from .model import NotifyEvent
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -63,7 +64,7 @@ class Announcer:
             self._pool.submit(self._send, event, ids)
         except Exception:
             log.exception("could not announce %s for %d requests", event, len(requests))
-            metrics.notification(ANY_CHANNEL, Outcome.NOT_QUEUED)
+            metrics.notification(ANY_CHANNEL, NotifyOutcome.NOT_QUEUED)
 
     def _send(self, event: NotifyEvent, ids: list[str]) -> None:
         try:
@@ -75,7 +76,7 @@ class Announcer:
             )
         except Exception as exc:
             log.warning("notifications of %d requests not queued: %s", len(ids), exc)
-            metrics.notification(ANY_CHANNEL, Outcome.NOT_QUEUED)
+            metrics.notification(ANY_CHANNEL, NotifyOutcome.NOT_QUEUED)
 
     def flush(self) -> None:
         """Wait for the announcements handed over so far (tests, and a process's exit)."""

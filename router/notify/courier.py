@@ -20,6 +20,7 @@ from ..canonical import load_for_display
 from ..clock import Clock, wall_clock_ms
 from ..db.rows import CallRow
 from ..db.store import Store
+from ..metrics import NotifyOutcome
 from ..settings import Settings
 from ..tools.config import ToolSpec
 from ..tools.notify_config import Notifications
@@ -28,7 +29,7 @@ from ..trust.redaction import Redactor
 from . import deliveries, escalation
 from .content import Notice, summarize
 from .digest import FOR_PEOPLE, Digest, Planned
-from .model import WAITING, Delivery, DeliveryStatus, NotifyEvent, Outcome
+from .model import WAITING, Delivery, DeliveryStatus, NotifyEvent
 from .senders import AttemptFailed, send
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 class Attempted:
     """How one attempt ended; ``retry_in_s`` when another is due."""
 
-    outcome: Outcome | None
+    outcome: NotifyOutcome | None
     retry_in_s: float | None = None
 
 
@@ -133,7 +134,7 @@ class Courier:
             )
             lost = deliveries.take_overdue(conn, before=now - lost_after_ms, now=now, limit=limit)
         for channel_type in failed:
-            metrics.notification(channel_type, Outcome.FAILED)
+            metrics.notification(channel_type, NotifyOutcome.FAILED)
         if failed:
             log.warning(
                 "%d notification deliveries failed for good: %s",
@@ -184,9 +185,9 @@ class Courier:
                     if self._one_each(delivery.channel):
                         break
         for delivery in past:
-            metrics.notification(delivery.channel_type, Outcome.SKIPPED)
+            metrics.notification(delivery.channel_type, NotifyOutcome.SKIPPED)
         if not claimed:
-            return Attempted(Outcome.SKIPPED) if past else NOTHING_CLAIMED
+            return Attempted(NotifyOutcome.SKIPPED) if past else NOTHING_CLAIMED
         channel = self.notifications.channels.get(claimed[0][0].channel)
         sent: list[Delivery] = []
         notices: list[Notice] = []
@@ -200,7 +201,7 @@ class Courier:
         if gone:
             self._record_all(gone, "channel or request is gone", retryable=False)
         if channel is None or not sent:
-            return Attempted(Outcome.FAILED)
+            return Attempted(NotifyOutcome.FAILED)
         public = self.settings.resolved_public_url
         message = notices[0] if len(notices) == 1 else Digest(tuple(notices), f"{public}/ui/")
         try:
@@ -214,8 +215,8 @@ class Courier:
             for delivery in sent:
                 deliveries.finish(conn, delivery.id, DeliveryStatus.DELIVERED, now=self.clock())
         for delivery in sent:
-            metrics.notification(delivery.channel_type, Outcome.DELIVERED)
-        return Attempted(Outcome.DELIVERED)
+            metrics.notification(delivery.channel_type, NotifyOutcome.DELIVERED)
+        return Attempted(NotifyOutcome.DELIVERED)
 
     def _why_not(self, request: ApprovalRequest, delivery: Delivery, now: int) -> str | None:
         """Why a claimed delivery is not sent after all: its request has moved on (a retry
@@ -274,10 +275,10 @@ class Courier:
                 self.settings.notify_max_backoff_s,
                 self.settings.notify_backoff_s * 2 ** (attempts - 1),
             )
-            status, outcome = DeliveryStatus.RETRYING, Outcome.RETRIED
+            status, outcome = DeliveryStatus.RETRYING, NotifyOutcome.RETRIED
             next_at: int | None = now + int(delay * 1000)
         else:
-            status, outcome, next_at, delay = DeliveryStatus.FAILED, Outcome.FAILED, None, 0.0
+            status, outcome, next_at, delay = DeliveryStatus.FAILED, NotifyOutcome.FAILED, None, 0.0
             log.warning(
                 "notification %s failed for good after %d attempts: %s",
                 delivery_id,
@@ -289,7 +290,7 @@ class Courier:
                 conn, delivery_id, status, now=now, error=reason, next_attempt_at=next_at
             )
         metrics.notification(channel_type, outcome)
-        return Attempted(outcome, delay if outcome is Outcome.RETRIED else None)
+        return Attempted(outcome, delay if outcome is NotifyOutcome.RETRIED else None)
 
     def _record_all(self, sent: Sequence[Delivery], reason: str, *, retryable: bool) -> Attempted:
         """``_record`` of each delivery a message carried; retried once all are due again."""
@@ -297,7 +298,11 @@ class Courier:
             self._record(d.id, d.channel_type, d.attempts + 1, reason, retryable) for d in sent
         ]
         delays = [a.retry_in_s for a in recorded if a.retry_in_s is not None]
-        return Attempted(Outcome.RETRIED, max(delays)) if delays else Attempted(Outcome.FAILED)
+        return (
+            Attempted(NotifyOutcome.RETRIED, max(delays))
+            if delays
+            else Attempted(NotifyOutcome.FAILED)
+        )
 
 
 def _shows(request: ApprovalRequest, event: NotifyEvent, spec: ToolSpec | None, now: int) -> bool:

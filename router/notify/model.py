@@ -6,8 +6,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from ..metrics import NotifyOutcome
-
 
 class NotifyEvent(StrEnum):
     """What happened to a request; each but ``pending``, ``escalated`` and ``edited`` is the
@@ -40,10 +38,6 @@ class DeliveryStatus(StrEnum):
 
 # Statuses from which an attempt may start.
 OPEN_STATUSES = frozenset({DeliveryStatus.PENDING, DeliveryStatus.RETRYING})
-
-# How one attempt (or the hand-over to the queue) ended: the metric's ``outcome``, defined
-# beside the metric so that its help lists every outcome.
-Outcome = NotifyOutcome
 
 
 @dataclass(frozen=True, slots=True)

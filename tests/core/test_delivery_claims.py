@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from approvals.gate import Gate
 from router.clock import FakeClock
+from router.metrics import NotifyOutcome
 from router.notify import deliveries
-from router.notify.model import DeliveryStatus, NotifyEvent, Outcome
+from router.notify.model import DeliveryStatus, NotifyEvent
 from router.runtime import Runtime
 
 
@@ -66,7 +67,7 @@ def test_an_escalation_due_after_its_request_was_decided_is_skipped_with_its_rea
     answer = Gate(runtime, runtime.notifier()).decide(result.request_id, "approver", "deny")
     assert answer.ok and answer.status == "denied"
 
-    assert runtime.courier.attempt_many([planned.id]).outcome is Outcome.SKIPPED
+    assert runtime.courier.attempt_many([planned.id]).outcome is NotifyOutcome.SKIPPED
     with runtime.store.reading() as conn:
         delivery = deliveries.get(conn, planned.id)
     assert delivery is not None

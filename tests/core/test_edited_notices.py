@@ -12,9 +12,10 @@ import pytest
 
 from approvals.gate import Gate
 from router.clock import FakeClock
+from router.metrics import NotifyOutcome
 from router.notify.courier import EDITED_AGAIN
 from router.notify.deliveries import get
-from router.notify.model import DeliveryStatus, NotifyEvent, Outcome
+from router.notify.model import DeliveryStatus, NotifyEvent
 from router.runtime import Runtime
 
 from ..support.receivers import accept
@@ -76,8 +77,8 @@ def test_each_edit_is_told_once_and_a_replaced_one_not_at_all(
     (second,) = runtime.courier.fan_out(NotifyEvent.EDITED, [request_id])
 
     # The first edit's notice, due after the second edit: it would tell the second's words.
-    assert runtime.courier.attempt_many([first.id]).outcome is Outcome.SKIPPED
-    assert runtime.courier.attempt_many([second.id]).outcome is Outcome.DELIVERED
+    assert runtime.courier.attempt_many([first.id]).outcome is NotifyOutcome.SKIPPED
+    assert runtime.courier.attempt_many([second.id]).outcome is NotifyOutcome.DELIVERED
     (told,) = [seen.json() for seen in hook.seen]
     assert (told["event"], told["edited_by"]) == ("edited", "approver")
     with runtime.store.reading() as conn:

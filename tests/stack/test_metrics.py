@@ -9,8 +9,7 @@ import uuid
 
 import httpx
 
-from router.metrics import Tampered, Untrusted
-from router.notify.model import Outcome
+from router.metrics import NotifyOutcome, Tampered, Untrusted
 from router.runtime import Runtime
 from router.tools.notify_config import ChannelType
 
@@ -58,13 +57,13 @@ def test_the_counters_to_alert_on_are_shown_before_anything_counts(stack: Stack)
         assert sample(text, "toolrouter_untrusted_messages_total", f'kind="{message}"') is not None
     for row in Tampered:
         assert sample(text, "toolrouter_tampered_records_total", f'kind="{row}"') is not None
-    attempts = [(channel, outcome) for channel in ChannelType for outcome in Outcome]
-    for channel, outcome in [*attempts, ("any", Outcome.NOT_QUEUED)]:
+    attempts = [(channel, outcome) for channel in ChannelType for outcome in NotifyOutcome]
+    for channel, outcome in [*attempts, ("any", NotifyOutcome.NOT_QUEUED)]:
         labels = f'channel_type="{channel}",outcome="{outcome}"'
         shown = sample(text, "toolrouter_notifications_total", labels) is not None
         # A channel's attempt is delivered, retried, failed or skipped; only the hand-over to the
         # queue, before any channel, is not_queued.
-        assert shown is ((channel == "any") == (outcome == Outcome.NOT_QUEUED)), labels
+        assert shown is ((channel == "any") == (outcome == NotifyOutcome.NOT_QUEUED)), labels
 
 
 def test_tool_stats_show_calls_success_latency_and_errors(stack: Stack) -> None:

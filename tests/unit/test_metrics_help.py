@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import REGISTRY, generate_latest
 
 from router import metrics
-from router.notify.model import Outcome
+from router.metrics import NotifyOutcome
 
 
 def test_the_help_of_notification_attempts_names_every_outcome() -> None:
@@ -17,4 +17,4 @@ def test_the_help_of_notification_attempts_names_every_outcome() -> None:
     ]
     assert len(helps) == 1
     listed = helps[0].rpartition("(")[2].rstrip(")").split(", ")
-    assert listed == list(Outcome)
+    assert listed == list(NotifyOutcome)
