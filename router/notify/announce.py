@@ -49,9 +49,14 @@ class Announcer:
         self._pool: ThreadPoolExecutor | None = None
 
     def channels_for(self, tool: str, approvers: Sequence[str]) -> list[str]:
+        """The channels that may hear of a request: its own, and its escalation group's,
+        who hear what happens to a request once it has escalated."""
         found = self.registry.get(tool)
         own = found.spec.notify if found is not None else ()
-        return self.notifications.channels_for(approvers, own)
+        names = self.notifications.channels_for(approvers, own)
+        if found is not None and found.spec.escalate_to is not None:
+            names += self.notifications.escalation_channels(found.spec.escalate_to)
+        return names
 
     def announce(self, event: NotifyEvent, requests: Sequence[Announced]) -> None:
         """Queue the event of each request that has channels. Never raises."""

@@ -87,6 +87,10 @@ class Courier:
                 else:
                     own = spec.notify if spec is not None else ()
                     names = self.notifications.channels_for(request.approvers, own)
+                    if spec is not None and spec.escalate_to is not None:
+                        # Those told of its escalation hear what happens to it after.
+                        told = escalation.recorded(conn, [request.id]).get(request.id)
+                        names = list(dict.fromkeys([*names, *(told or {}).get("channels", [])]))
                 channels = [
                     (name, self.notifications.channels[name].type)
                     for name in names

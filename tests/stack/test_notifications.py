@@ -769,6 +769,18 @@ def test_an_undecided_request_is_escalated_once_to_its_group_and_a_decided_one_n
     assert shown["escalation"]["to"] == {"roles": ["manager"], "keys": ["alice"]}
     assert shown["escalation"]["channels"] == ["boss-hook", "chat"]
     assert shown["created_at"] + 1000 <= shown["escalation"]["at"] <= body["sent_at"]
+    # Those told of the escalation hear the decision too, though no approver role names
+    # their channels; the request decided before it escalated told them nothing.
+    with stack.client("lead") as http:
+        answer = http.post(f"/v1/approvals/{request_id}/approve", json={}).json()
+        assert answer["status"] == "approved", answer
+
+    def told(about: str, event: str) -> list[Seen]:
+        return [s for s in boss(about) if s.json()["event"] == event]
+
+    wait_for(lambda: told(request_id, "approved"), 30, "the approval on the escalation hook")
+    wait_for(lambda: len(receivers.seen(receivers.chat, request_id)) == 2, 30, "the Slack approval")
+    assert deliveries(stack, request_id=decided) == []
 
 
 def test_the_inbox_shows_an_escalated_request_with_when_and_to_whom(
