@@ -1,12 +1,15 @@
 """An HTTP tool whose service stalls past the tool's ``timeout_s``, through a real API and
 a prefork worker, which keeps each call's own time limit: the stalled attempt is sent
-again only when the tool is idempotent, as a reset is."""
+again only when the tool is idempotent, as a reset is; one that never connects is sent
+again whatever the tool."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -31,7 +34,23 @@ tools:
     handler: {{http: {{url: "{url}/search"}}}}
     timeout_s: 2
     retry: {{max_attempts: 3, backoff_s: 0.1}}
+  - name: unreachable_once
+    handler: {{http: {{url: "{black_hole}/search"}}}}
+    timeout_s: 2
+    retry: {{max_attempts: 3, backoff_s: 0.1}}
 """
+
+
+@contextmanager
+def black_hole() -> Iterator[str]:
+    """An address whose connections never open: a listener that accepts nothing, its one
+    place in the kernel's queue taken, so the kernel drops each new connection's SYN."""
+    with socket.socket() as listener, socket.socket() as queued:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        queued.connect(listener.getsockname())
+        host, port = listener.getsockname()
+        yield f"http://{host}:{port}"
 
 
 def stalling(runs: Counter[str]) -> Script:
@@ -64,12 +83,13 @@ def stall_stack(
     state_dir = tmp_path_factory.mktemp("http-stalls")
     with (
         ScriptedServer(stalling(runs)) as service,
+        black_hole() as nowhere,
         own_stack(
             state_dir,
             f"{redis_base}/{REDIS_DB}",
             request,
             keys={"agent": ["agent"], "operator": ["operator"]},
-            tools=CONFIG.format(url=service.url),
+            tools=CONFIG.format(url=service.url, black_hole=nowhere),
         ) as stack,
     ):
         stack.start_api()
@@ -97,3 +117,12 @@ def test_a_stalled_answer_is_never_sent_twice_for_a_tool_that_is_not_idempotent(
     assert (result["error"], result["error_type"]) == ("timeout after 2 s", "TimeoutError")
     assert runs[result["call_id"]] == 1
     assert retries(stall_stack, result["call_id"]) == 0
+
+
+def test_a_connection_that_never_opens_is_tried_again_for_any_tool(stall_stack: Stack) -> None:
+    """The request never left, so a tool that is not idempotent is sent again too."""
+    result = call(stall_stack, "unreachable_once", {"q": "z"}, wait_s=45)
+
+    assert result["status"] == CallStatus.FAILED, result
+    assert (result["error"], result["error_type"]) == ("no connection within 1 s", "ConnectTimeout")
+    assert retries(stall_stack, result["call_id"]) == 2

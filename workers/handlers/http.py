@@ -30,6 +30,9 @@ _client_pid: int | None = None
 MAX_ERROR_TEXT = 500
 # Failures before the request left: sending it again cannot make the service act twice.
 NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# A connection gets this share of the tool's timeout: one that does not open fails before
+# the run's own limit, as a connection error any tool may retry, not as a stall.
+CONNECT_SHARE = 0.5
 
 
 def client() -> httpx.Client:
@@ -65,14 +68,23 @@ def run_http(
         if spec.method == "GET"
         else {"json": args}
     )
+    connect_s = tool.spec.timeout_s * CONNECT_SHARE
+    timeout = httpx.Timeout(tool.spec.timeout_s, connect=connect_s)
     try:
         with client().stream(
-            spec.method, spec.url, headers=headers, timeout=tool.spec.timeout_s, **request
+            spec.method, spec.url, headers=headers, timeout=timeout, **request
         ) as response:
             body = _read(response, max_bytes)
     except SoftTimeLimitExceeded:
         # The run's limit beats the client's timeout, whose clock starts later: a stall too.
         return Outcome.timed_out(tool.spec.timeout_s, retryable=is_idempotent(tool))
+    except httpx.ConnectTimeout:
+        return Outcome(
+            ok=False,
+            error=f"no connection within {connect_s:g} s",
+            error_type="ConnectTimeout",
+            retryable=True,  # the request never left
+        )
     except httpx.TimeoutException as exc:
         return Outcome.timed_out(tool.spec.timeout_s, retryable=_may_send_again(tool, exc))
     except httpx.HTTPError as exc:
