@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import difflib
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from ..auth.key_cache import TTL_S
-from ..errors import ToolrouterError
+from ..errors import ConfigError, ToolrouterError
+from ..status import Role
 from .common import fail, runtime
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
 
 
 @click.group()
@@ -28,6 +34,10 @@ def keys() -> None:
 def keys_create(name: str, roles: tuple[str, ...]) -> None:
     """Create a key; its token is printed once, alone on the last line."""
     rt = runtime(tools=False)
+    for role in unheard_of(rt, roles):
+        hint = difflib.get_close_matches(role, list(Role), n=1)
+        also = f"; did you mean {hint[0]}?" if hint else ""
+        click.echo(f"warning: role {role!r} is named by no tool in the config{also}", err=True)
     try:
         token = rt.keys.create(name, list(roles))
     except (ValueError, ToolrouterError) as exc:
@@ -35,6 +45,21 @@ def keys_create(name: str, roles: tuple[str, ...]) -> None:
     click.echo(f"created key {name!r} with roles {', '.join(sorted(set(roles)))}")
     click.echo("the token below is shown only once:")
     click.echo(token)
+
+
+def unheard_of(rt: Runtime, roles: tuple[str, ...]) -> list[str]:
+    """Of ``roles``, those neither built in nor named by the config (a tool's approvers or
+    escalation group, the notifications' roles): custom roles are allowed, typos likely."""
+    try:
+        config = rt.tool_config
+    except ConfigError:
+        return []  # the key does not need the config; its commands report it
+    named = {str(role) for role in Role} | set(config.notifications.roles)
+    for tool in config.tools:
+        named.update(tool.approvers)
+        if tool.escalate_to is not None:
+            named.update(tool.escalate_to.roles)
+    return [role for role in dict.fromkeys(roles) if role not in named]
 
 
 @keys.command("revoke")

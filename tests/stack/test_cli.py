@@ -177,6 +177,23 @@ def test_keys_revoke_says_when_an_api_process_did_not_confirm(
         authenticate(home.settings(), token)
 
 
+def test_keys_create_warns_of_a_role_nothing_names_and_still_makes_the_key(home: Home) -> None:
+    (home.cwd / "toolrouter.yaml").write_text(
+        "tools:\n  - {name: pay, handler: 'router.tools.demo_tools:add', risk: high,"
+        " approvers: [finance]}\n",
+        encoding="utf-8",
+    )
+    typo = home.run("keys", "create", "--name", "typo", "--role", "agnet")
+    assert typo.returncode == 0, typo.stderr
+    assert typo.stderr == (
+        "warning: role 'agnet' is named by no tool in the config; did you mean agent?\n"
+    )
+    for role in ("finance", "approver"):  # a tool's custom role, a built-in one
+        named = home.run("keys", "create", "--name", role, "--role", role)
+        assert (named.returncode, named.stderr) == (0, "")
+    assert "typo\t" in ok(home.run("keys", "list"))
+
+
 def test_keys_revoke_of_an_unknown_name_fails_clearly(home: Home) -> None:
     ok(home.run("keys", "create", "--name", "somebody", "--role", "agent"))
     result = home.run("keys", "revoke", "nobody")
