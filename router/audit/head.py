@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -115,8 +116,8 @@ def export(store: Store, keyring: KeyRing, namespace: str, path: Path, clock: Cl
         return kept
     private_dir(path.parent.parent)
     private_dir(path.parent)
-    draft = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # A name of its own: exporters on several machines may share the directory.
+    fd, draft = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(json.dumps(asdict(head), sort_keys=True) + "\n")
     os.replace(draft, path)

@@ -8,6 +8,7 @@ Kubernetes release; strict, so a misspelt field fails as an unknown property.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,10 @@ import yaml
 
 from router.cli import processes
 from router.constants import RISK_LEVELS
+from router.runtime import Runtime
 from router.settings import Settings
 
-from .test_process_definitions import procfile_commands
+from .test_process_definitions import DOCKERFILE, procfile_commands
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 # The oldest release the manifests are written for (sidecar-free sleep preStop hooks are
@@ -91,3 +93,39 @@ def test_probes_and_shutdown_match_what_each_process_is() -> None:
         assert grace >= 60, name
     beat = found["beat"]["spec"]
     assert beat["replicas"] == 1 and beat["strategy"]["type"] == "Recreate"
+
+
+def image_setting(name: str) -> str:
+    found = re.search(rf"{name}=(\S+)", DOCKERFILE.read_text(encoding="utf-8"))
+    assert found, f"the image sets {name}"
+    return found.group(1)
+
+
+def test_the_audit_evidence_outside_the_database_is_on_one_shared_volume(
+    no_toolrouter_env: None,
+) -> None:
+    """The signed head (under the secrets directory) and the archive segments: written by
+    the approval workers and the archive job, read by the API's verify, on any node; the
+    container's own disk would lose them on the next restart."""
+    state_dir = Path(image_setting("TOOLROUTER_STATE_DIR"))
+    secrets_dir = image_setting("TOOLROUTER_SECRETS_DIR")
+    archive = str(Runtime(Settings(state_dir=state_dir)).archive_dir)
+    claims = {
+        doc["metadata"]["name"]: doc
+        for doc in documents()
+        if doc["kind"] == "PersistentVolumeClaim"
+    }
+    (cronjob,) = (doc for doc in documents() if doc["kind"] == "CronJob")
+    pods = {name: deployments()[name]["spec"]["template"]["spec"] for name in ("api", "approvals")}
+    pods["audit-archive"] = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (job,) = pods["audit-archive"]["containers"]
+    assert job["command"] == ["toolrouter", "audit", "archive"]
+    for name, pod in pods.items():
+        (only,) = pod["containers"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        at = {m["mountPath"]: m for m in only["volumeMounts"]}
+        for path in (secrets_dir, archive):
+            assert path in at, f"{name} does not mount {path}"
+            claim = volumes[at[path]["name"]]["persistentVolumeClaim"]["claimName"]
+            assert claims[claim]["spec"]["accessModes"] == ["ReadWriteMany"], name
+        assert at[secrets_dir]["subPath"] != at[archive]["subPath"], name
