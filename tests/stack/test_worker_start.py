@@ -18,8 +18,9 @@ from ..support.stack import Stack, own_stack, stack_env
 from ..support.waiting import wait_for
 
 REDIS_DB = 12
-# Longer than the stacks' decision timeout (TOOLROUTER_DECISION_TIMEOUT_S, 3 s).
+# Longer than this stack's decision timeout.
 SERVER_START_S = 5
+DECISION_TIMEOUT_S = 3
 CONFIG = f"""
 tools:
   - {{name: gated_echo, handler: "tests.fixture_tools:echo", risk: high}}
@@ -41,6 +42,7 @@ def slow_stack(redis_base: str, tmp_path: Path, request: pytest.FixtureRequest) 
         tools=CONFIG,
         PYTHON=sys.executable,
         REPO=str(REPO),
+        TOOLROUTER_DECISION_TIMEOUT_S=str(DECISION_TIMEOUT_S),
     ) as stack:
         yield stack
 

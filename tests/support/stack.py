@@ -146,7 +146,8 @@ def stack_env(
             "TOOLROUTER_REQUEUE_AFTER_S": "3",
             "TOOLROUTER_REAPER_INTERVAL_S": "1",
             "TOOLROUTER_RECONCILER_INTERVAL_S": "1",
-            "TOOLROUTER_DECISION_TIMEOUT_S": "3",
+            # Long enough for an approval worker on a loaded machine to answer in time.
+            "TOOLROUTER_DECISION_TIMEOUT_S": "15",
             # One API process unless a test asks for more (tests/stack/test_api_processes.py).
             "TOOLROUTER_API_PROCESSES": "1",
             "PYTHONPATH": str(REPO),
