@@ -44,8 +44,15 @@ def clean_env(**extra: str) -> dict[str, str]:
 def toolrouter(
     *args: str, env: dict[str, str], cwd: Path, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
+    return python(*["-m", "router.cli.main", *args], env=env, cwd=cwd, timeout=timeout)
+
+
+def python(
+    *args: str, env: dict[str, str], cwd: Path, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """This interpreter run with ``args``, no input, its output captured as text."""
     return subprocess.run(
-        [sys.executable, "-m", "router.cli.main", *args],
+        [sys.executable, *args],
         env=env,
         cwd=cwd,
         stdin=subprocess.DEVNULL,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from router.settings import Settings
 
 from ..support import services
 from ..support.launcher import free_port
-from .test_cli import Home, ok, upgraded_with_audit_rows
+from .test_cli import Home, ok, python, upgraded_with_audit_rows
 
 READ_ONLY_AUDIT = [
     ["audit", "verify"],
@@ -106,16 +105,7 @@ def test_a_process_started_directly_refuses_a_bad_database_url_in_one_line(
 ) -> None:
     home = Home(tmp_path, TOOLROUTER_DATABASE_URL="mysql://u:hunter2@h/db")
     secrets = own_secrets(home, tmp_path)
-    result = subprocess.run(
-        [sys.executable, *argv],
-        env=home.env,
-        cwd=home.cwd,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    line = refused(result)
+    line = refused(python(*argv, env=home.env, cwd=home.cwd))
     assert line.startswith("error: TOOLROUTER_DATABASE_URL: mysql:// is not a database"), line
     assert "hunter2" not in line
     assert not home.state_dir.exists() and tree(secrets) == []

@@ -94,38 +94,45 @@ def test_arguments_holding_a_lone_surrogate_can_be_reviewed_and_edited(
     assert request["edited_by"] == "approver"
 
 
-def test_a_file_in_the_reasons_place_is_refused_and_nothing_is_decided(
-    stack: Stack, inbox: httpx.Client
+def denied_with_a_bad_reason(
+    stack: Stack, inbox: httpx.Client, n: int, refusal: str, **sent: Any
 ) -> None:
-    call = submit_pending(stack, "high_echo", args={"n": 1})
+    """A denial posted with ``sent`` (the reason as form data or as a file) is refused
+    with ``refusal`` on the inbox, and its request stays pending with no decision."""
+    call = submit_pending(stack, "high_echo", args={"n": n})
     form = {
         "decision": "deny",
         "csrf": csrf_of(inbox.get("/ui/")),
         "request_id": call["request_id"],
+        **sent.pop("data", {}),
     }
-    sent = inbox.post("/ui/decide", data=form, files={"reason": ("hostname", b"box\n")})
-    assert sent.status_code == 303
-    assert "The reason must be text. Nothing was sent." in html.unescape(inbox.get("/ui/").text)
+    assert inbox.post("/ui/decide", data=form, **sent).status_code == 303
+    assert refusal in html.unescape(inbox.get("/ui/").text)
     request = request_of(stack, call["request_id"])
     assert (request["status"], request["decisions"]) == ("pending", [])
     settle(stack, call["request_id"])
+
+
+def test_a_file_in_the_reasons_place_is_refused_and_nothing_is_decided(
+    stack: Stack, inbox: httpx.Client
+) -> None:
+    denied_with_a_bad_reason(
+        stack,
+        inbox,
+        1,
+        "The reason must be text. Nothing was sent.",
+        files={"reason": ("hostname", b"box\n")},
+    )
 
 
 def test_a_reason_past_the_limit_is_refused_not_cut_and_nothing_is_decided(
     stack: Stack, inbox: httpx.Client
 ) -> None:
     """A browser stops typing at the limit; a script posting the form does not."""
-    call = submit_pending(stack, "high_echo", args={"n": 2})
-    form = {
-        "decision": "deny",
-        "csrf": csrf_of(inbox.get("/ui/")),
-        "request_id": call["request_id"],
-        "reason": "x" * (MAX_REASON_CHARS + 1),
-    }
-    sent = inbox.post("/ui/decide", data=form)
-    assert sent.status_code == 303
-    flash = html.unescape(inbox.get("/ui/").text)
-    assert f"over the limit of {MAX_REASON_CHARS}; shorten it. Nothing was sent." in flash
-    request = request_of(stack, call["request_id"])
-    assert (request["status"], request["decisions"]) == ("pending", [])
-    settle(stack, call["request_id"])
+    denied_with_a_bad_reason(
+        stack,
+        inbox,
+        2,
+        f"over the limit of {MAX_REASON_CHARS}; shorten it. Nothing was sent.",
+        data={"reason": "x" * (MAX_REASON_CHARS + 1)},
+    )
