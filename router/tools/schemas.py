@@ -6,16 +6,21 @@ from typing import Any
 
 from jsonschema import exceptions, validators
 
+from . import schema_regex
+
+# Before any schema is checked or any arguments validated: no pattern ever backtracks.
+schema_regex.install()
+
 
 def schema_problem(
     input_schema: dict[str, Any], output_schema: dict[str, Any] | None
 ) -> str | None:
     """Why a tool's schemas cannot check anything (an invalid keyword, a pattern that is no
-    regular expression), or None when both can."""
+    regular expression, or one that only backtracking can match), or None when both can."""
     try:
         validators.validator_for(input_schema).check_schema(input_schema)
         if output_schema is not None:
             validators.validator_for(output_schema).check_schema(output_schema)
     except exceptions.SchemaError as exc:
         return str(exc.message)
-    return None
+    return schema_regex.pattern_problem([input_schema, output_schema])
