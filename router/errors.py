@@ -18,6 +18,7 @@
     ├── CallLost                 a tool server's connection ended with a call out to it
     ├── AnswerTooLarge           a tool server's answer was cut off at the read limit
     ├── McpProtocolError         an MCP server sent what is not JSON-RPC
+    ├── ToolListTooLong          an MCP server's tool list is past what is read of it
     └── RetryableError           raised by a handler: this failure may be retried
 
 Calls themselves never raise: their outcomes are values (``router.results``).
@@ -134,6 +135,11 @@ class AnswerTooLarge(ToolrouterError):
 class McpProtocolError(ToolrouterError):
     """Raised when an MCP server sends a message that cannot be read as JSON-RPC (not JSON,
     nested past the parser's limit, a number out of range) while a call waits on it."""
+
+
+class ToolListTooLong(ToolrouterError):
+    """Raised when an MCP server's tool list goes on past what is read of it (too many tools
+    or pages, or a cursor it gave before): none of it is kept."""
 
 
 class RetryableError(ToolrouterError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import hashlib
 import logging
 import os
 import re
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from ..errors import AnswerTooLarge, CallLost, McpProtocolError
+from ..errors import AnswerTooLarge, CallLost, McpProtocolError, ToolListTooLong
 from ..files import private_dir, private_file
 from .mcp_servers import HttpServer, ServerSpec, StdioServer, parse_servers
 from .mcp_stdio_lines import held_lines
@@ -34,6 +35,10 @@ __all__ = ["HttpServer", "McpConnections", "ServerSpec", "StdioServer", "parse_s
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 30.0
+# A server may page its tool list without end: past these it is refused, not held (a real
+# server's list is far shorter; an empty page still counts).
+MAX_LISTED_TOOLS = 10_000
+MAX_LISTED_PAGES = 1_000
 # A server whose stderr goes to its log runs under ``sh``, which reports a non-zero exit
 # status there (the SDK gives no access to it); sh and server share one process group, so
 # stopping the server stops both. Once the server has exited, sh ends what it left running
@@ -290,13 +295,22 @@ class McpConnections:
         async def fetch() -> list[Any]:
             client = (await self._session(name)).ready.result()
             tools: list[Any] = []
+            cursors: set[str] = set()
             cursor = None
-            while True:
+            for _ in range(MAX_LISTED_PAGES):
                 page = await client.list_tools(cursor=cursor)
                 tools.extend(page.tools)
+                if len(tools) > MAX_LISTED_TOOLS:
+                    raise ToolListTooLong(f"lists more than {MAX_LISTED_TOOLS} tools")
                 cursor = page.next_cursor
                 if not cursor:
                     return tools
+                # Held as digests: a cursor is as long as the server makes it.
+                seen = hashlib.sha256(cursor.encode("utf-8", "replace")).hexdigest()
+                if seen in cursors:
+                    raise ToolListTooLong("repeats a cursor of its tool list")
+                cursors.add(seen)
+            raise ToolListTooLong(f"lists its tools on more than {MAX_LISTED_PAGES} pages")
 
         return self._run(fetch(), timeout=CONNECT_TIMEOUT_S + 10)
 

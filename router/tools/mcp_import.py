@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ToolListTooLong
 from .config import TOOL_NAME_RE, ToolSpec
 from .schemas import schema_problem
 
@@ -76,6 +76,8 @@ def import_mcp_tools(mcp: McpConnections, *, file: str) -> Imported:
     for server in mcp.servers:
         try:
             tools = mcp.list_tools(server)
+        except ToolListTooLong as exc:
+            raise ConfigError(f"mcp server {server!r} {exc}", file=file) from None
         except Exception as exc:
             why = mcp.why_unreachable(server, exc)
             raise ConfigError(

@@ -1,0 +1,129 @@
+"""MCP servers that answer what they should not, as toolrouter's client reads them: a tool
+list that never ends, a call's answer that is not JSON-RPC. Each fails in one line naming
+the cause, and costs the importing process no more than a limit."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+import pytest
+
+from router.errors import ConfigError
+from router.tools import mcp_client
+from router.tools.mcp_client import McpConnections
+from router.tools.mcp_import import import_mcp_tools
+from router.tools.mcp_servers import HttpServer
+
+from ..support.handler_server import serving
+
+# The result of a ``tools/list`` for its cursor (None on the first page).
+Lister = Callable[[str | None], dict[str, Any]]
+# The whole body of a ``tools/call``'s answer, for its request id.
+Caller = Callable[[Any], bytes]
+
+
+def raw_mcp(lister: Lister, caller: Caller | None = None) -> type[BaseHTTPRequestHandler]:
+    """Just enough MCP over HTTP (JSON answers, no session) to start, list and call."""
+
+    class RawMcp(BaseHTTPRequestHandler):
+        pages = 0
+
+        def do_POST(self) -> None:
+            message = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            if "id" not in message:
+                self.send_response(202)
+                self.end_headers()
+                return
+            method, params = message["method"], message.get("params") or {}
+            result: Any = {}
+            if method == "initialize":
+                result = {
+                    "protocolVersion": params["protocolVersion"],
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "raw", "version": "1"},
+                }
+            elif method == "tools/list":
+                type(self).pages += 1
+                result = lister(params.get("cursor"))
+            elif method == "tools/call" and caller is not None:
+                self._answer(caller(message["id"]))
+                return
+            self._answer(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}))
+
+        def _answer(self, body: str | bytes) -> None:
+            data = body.encode() if isinstance(body, str) else body
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    return RawMcp
+
+
+@contextmanager
+def connected(handler: type[BaseHTTPRequestHandler]) -> Iterator[McpConnections]:
+    with serving(handler) as port:
+        connections = McpConnections({"paging": HttpServer(url=f"http://127.0.0.1:{port}/mcp")})
+        try:
+            yield connections
+        finally:
+            connections.close()
+
+
+def tools(first: int, count: int) -> list[dict[str, Any]]:
+    schema = {"type": "object"}
+    return [{"name": f"t{n}", "inputSchema": schema} for n in range(first, first + count)]
+
+
+def endless(cursor: str | None) -> dict[str, Any]:
+    """Two thousand tools a page, and always a next page."""
+    page = int(cursor or "0")
+    return {"tools": tools(page * 2000, 2000), "nextCursor": str(page + 1)}
+
+
+def test_a_tool_list_that_never_ends_stops_at_the_limit_and_says_so() -> None:
+    handler = raw_mcp(endless)
+    with connected(handler) as connections, pytest.raises(ConfigError) as raised:
+        import_mcp_tools(connections, file="t.yaml")
+    assert raised.value.reason == "mcp server 'paging' lists more than 10000 tools"
+    assert handler.pages == 6  # type: ignore[attr-defined]
+
+
+def test_a_tool_list_that_repeats_a_cursor_stops_at_once() -> None:
+    handler = raw_mcp(lambda cursor: {"tools": tools(0, 1), "nextCursor": "again"})
+    with connected(handler) as connections, pytest.raises(ConfigError) as raised:
+        import_mcp_tools(connections, file="t.yaml")
+    assert raised.value.reason == "mcp server 'paging' repeats a cursor of its tool list"
+    assert handler.pages == 2  # type: ignore[attr-defined]
+
+
+def test_a_tool_list_of_empty_pages_stops_at_the_page_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(mcp_client, "MAX_LISTED_PAGES", 5)
+    handler = raw_mcp(lambda cursor: {"tools": [], "nextCursor": f"{cursor}x"})
+    with connected(handler) as connections, pytest.raises(ConfigError) as raised:
+        import_mcp_tools(connections, file="t.yaml")
+    assert raised.value.reason == "mcp server 'paging' lists its tools on more than 5 pages"
+    assert handler.pages == 5  # type: ignore[attr-defined]
+
+
+def test_a_tool_list_at_the_limit_is_imported_whole() -> None:
+    def two_pages(cursor: str | None) -> dict[str, Any]:
+        return (
+            {"tools": tools(0, 5000), "nextCursor": "2"}
+            if cursor is None
+            else {"tools": tools(5000, 5000)}
+        )
+
+    with connected(raw_mcp(two_pages)) as connections:
+        imported = import_mcp_tools(connections, file="t.yaml")
+    assert len(imported.specs) == 10_000 and not imported.skipped
