@@ -34,6 +34,7 @@ from ..messaging.completions import CompletionListener
 from ..runtime import Runtime
 from ..settings import WILDCARD_HOSTS, Settings
 from ..threads import in_thread
+from ..tools.mcp_unreadable import refused_reason
 from .server import NOT_JSON_RPC, Context, ToolrouterMcp
 from .wire import BAD_REQUEST_ID, has_bad_request_id
 
@@ -245,7 +246,7 @@ class JsonErrors:
         try:
             answer = json.loads(body)
             error = answer["error"]
-            if str(error["message"]).startswith("Validation error"):
+            if refused_reason(str(error["message"])) is not None:
                 error.update(code=INVALID_REQUEST, message=NOT_JSON_RPC)
                 body = ascii_json(answer)
         except (ValueError, TypeError, KeyError):

@@ -28,7 +28,7 @@ from ..errors import AnswerTooLarge, CallLost, McpProtocolError, ToolListTooLong
 from ..files import private_dir, private_file
 from .mcp_servers import HttpServer, ServerSpec, StdioServer, parse_servers
 from .mcp_stdio_lines import held_lines
-from .mcp_unreadable import unreadable_reason, watch_unreadable
+from .mcp_unreadable import refused_reason, unreadable_reason, watch_unreadable
 
 __all__ = ["HttpServer", "McpConnections", "ServerSpec", "StdioServer", "parse_servers"]
 
@@ -356,7 +356,7 @@ class McpConnections:
             first: set[asyncio.Future[Any]] = {answer, unreadable}
             await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
             if answer.done():
-                return answer.result()
+                return _read_answer(name, answer)
             _raise_if_cut(name, session, self.max_answer_bytes)
             reason = unreadable_reason(unreadable.result())
             raise McpProtocolError(
@@ -375,6 +375,23 @@ class McpConnections:
             "BrokenResourceError",
             "EndOfStream",
         } or "Connection closed" in str(exc)
+
+
+def _read_answer(name: str, answer: asyncio.Future[T]) -> T:
+    """The answer's result; the SDK's error for an answer over HTTP that is not JSON-RPC is
+    raised as such, in one line, rather than as pydantic's report quoting the answer."""
+    from mcp import MCPError
+    from mcp.types import PARSE_ERROR
+
+    try:
+        return answer.result()
+    except MCPError as exc:
+        reason = refused_reason(exc.message) if exc.code == PARSE_ERROR else None
+        if reason is None:
+            raise
+        raise McpProtocolError(
+            f"MCP server {name} sent a message that is not JSON-RPC: {reason}"
+        ) from None
 
 
 def _raise_if_cut(name: str, session: _Session | None, limit_bytes: int) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from router.errors import ConfigError
+from router.errors import ConfigError, McpProtocolError
 from router.tools import mcp_client
 from router.tools.mcp_client import McpConnections
 from router.tools.mcp_import import import_mcp_tools
@@ -127,3 +127,53 @@ def test_a_tool_list_at_the_limit_is_imported_whole() -> None:
     with connected(raw_mcp(two_pages)) as connections:
         imported = import_mcp_tools(connections, file="t.yaml")
     assert len(imported.specs) == 10_000 and not imported.skipped
+
+
+def answer_with(result: bytes) -> Caller:
+    """A call's answer whose ``result`` is the bytes given, as they are."""
+
+    def answer(request_id: Any) -> bytes:
+        return b'{"jsonrpc": "2.0", "id": %s, "result": %s}' % (
+            json.dumps(request_id).encode(),
+            result,
+        )
+
+    return answer
+
+
+def one_tool(cursor: str | None) -> dict[str, Any]:
+    return {"tools": tools(0, 1)}
+
+
+@pytest.mark.parametrize(
+    ("result", "reason"),
+    [
+        (b'{"content": [{"type": "text", "text": "\xff\xfe"}]}', "invalid unicode code point"),
+        (
+            b'{"content": [], "structuredContent": %s}' % (b'{"a": ' * 5000 + b"1" + b"}" * 5000),
+            "recursion limit exceeded",
+        ),
+    ],
+    ids=["not-utf8", "nested"],
+)
+def test_an_answer_over_http_that_is_not_json_rpc_fails_as_such_in_one_line(
+    result: bytes, reason: str
+) -> None:
+    called = 0
+
+    def first_bad(request_id: Any) -> bytes:
+        nonlocal called
+        called += 1
+        good = b'{"content": [{"type": "text", "text": "fine"}]}'
+        return answer_with(result if called == 1 else good)(request_id)
+
+    with connected(raw_mcp(one_tool, first_bad)) as connections:
+        with pytest.raises(McpProtocolError) as raised:
+            connections.call_tool("paging", "t0", {}, timeout=10)
+        message = str(raised.value)
+        assert message.startswith(
+            f"MCP server paging sent a message that is not JSON-RPC: Invalid JSON: {reason} at "
+        ), message
+        assert "\n" not in message and "pydantic" not in message and "input_value" not in message
+        # The session goes on: the answer was read whole, only not understood.
+        assert connections.call_tool("paging", "t0", {}, timeout=10).content[0].text == "fine"
