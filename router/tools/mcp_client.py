@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 from ..errors import AnswerTooLarge, CallLost, McpProtocolError, ToolListTooLong
-from ..files import private_dir, private_file
+from ..files import private_dir
 from .mcp_servers import HttpServer, ServerSpec, StdioServer, parse_servers
+from .mcp_stderr import rotated, stderr_log
 from .mcp_stdio_lines import held_lines
 from .mcp_unreadable import refused_reason, unreadable_reason, watch_unreadable
 
@@ -196,7 +197,7 @@ class McpConnections:
                         # good, and every later call of the session waits out its timeout.
                         encoding_error_handler="replace",
                     )
-                    errlog = files.enter_context(self._errlog(name))
+                    errlog = await files.enter_async_context(self._errlog(name))
                     # A server that exits ends its session at once: the next call starts it
                     # again rather than being sent on a dead session and counted as lost.
                     ended = session.stop.set
@@ -226,16 +227,17 @@ class McpConnections:
         finally:
             session.done.set()
 
-    def _errlog(self, name: str) -> contextlib.AbstractContextManager[TextIO]:
-        """A file for the server's stderr. Without a log folder, this process's real stderr
-        (under Celery, ``sys.stderr`` is a logging proxy without a file descriptor)."""
+    def _errlog(self, name: str) -> contextlib.AbstractAsyncContextManager[TextIO]:
+        """A file for the server's stderr, copied to its log (``mcp_stderr``). Without a log
+        folder, this process's real stderr (under Celery, ``sys.stderr`` is a logging proxy
+        without a file descriptor)."""
         if self.log_dir is None:
             return contextlib.nullcontext(sys.__stderr__ or sys.stderr)
         # A server's name is the config's: only safe characters reach the file name.
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "server"
-        path = private_file(private_dir(self.log_dir) / f"mcp-{safe}.log")
+        path = rotated(private_dir(self.log_dir) / f"mcp-{safe}.log")
         self._stderr_from[name] = (path, path.stat().st_size)
-        return path.open("a", encoding="utf-8")
+        return stderr_log(path)
 
     def why_unreachable(self, name: str, exc: BaseException) -> str:
         """The cause of a failed start, in words: the errors inside task groups rather than

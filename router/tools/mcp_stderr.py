@@ -1,0 +1,71 @@
+"""A stdio MCP server's stderr in its log, ``mcp-<server>.log``: as text to read, and to a size.
+
+The server writes to a pipe, not to the file: a thread copies each line with every
+character that does not print written as its escape (``shown_as_text``, as ``up`` writes
+its processes' logs), so the log cannot act on a terminal that shows it. One start of a
+server writes at most ``MAX_WRITTEN_BYTES``; past that the rest is read and dropped, one
+line saying so. A log found past that size when a server starts is moved aside first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TextIO
+
+from ..canonical import shown_as_text
+from ..files import private_file
+
+# What one start of a server writes at most: a server flooding its stderr fills no disk.
+MAX_WRITTEN_BYTES = 8 * 1024 * 1024
+# A longer line is written in pieces: no line is held whole.
+MAX_LINE_BYTES = 64 * 1024
+# How long a session's end waits for the last lines (a failed start's tail is read next).
+COPIED_WITHIN_S = 5.0
+DROPPED = "toolrouter: the server's stderr past {limit} bytes is not written here"
+
+
+def rotated(path: Path) -> Path:
+    """``path``, moved to ``<path>.1`` (replacing it) when past ``MAX_WRITTEN_BYTES``: the log
+    holds at most the latest starts, and the one before it what came before them."""
+    with contextlib.suppress(FileNotFoundError):
+        if path.stat().st_size > MAX_WRITTEN_BYTES:
+            os.replace(path, path.with_name(path.name + ".1"))
+    return private_file(path)
+
+
+@contextlib.asynccontextmanager
+async def stderr_log(path: Path) -> AsyncIterator[TextIO]:
+    """A file to hand a server as its stderr, copied to ``path`` until the server and this
+    block have both let go of it."""
+    read_fd, write_fd = os.pipe()
+    copier = threading.Thread(
+        target=_copy, args=(read_fd, path), name=f"copy-{path.name}", daemon=True
+    )
+    copier.start()
+    pipe = os.fdopen(write_fd, "w")
+    try:
+        yield pipe
+    finally:
+        pipe.close()
+        # The copy ends once the server has let go of the pipe too.
+        await asyncio.to_thread(copier.join, COPIED_WITHIN_S)
+
+
+def _copy(read_fd: int, path: Path) -> None:
+    written = 0
+    with open(read_fd, "rb") as pipe, path.open("ab") as log:
+        for line in iter(lambda: pipe.readline(MAX_LINE_BYTES), b""):
+            if written > MAX_WRITTEN_BYTES:
+                continue  # read, so that the server never blocks on a full pipe
+            text = shown_as_text(line.decode("utf-8", "replace").removesuffix("\n"))
+            data = text.encode("utf-8") + b"\n"
+            written += len(data)
+            if written > MAX_WRITTEN_BYTES:
+                data = DROPPED.format(limit=MAX_WRITTEN_BYTES).encode() + b"\n"
+            log.write(data)
+            log.flush()

@@ -1,0 +1,101 @@
+"""A stdio MCP server's stderr in ``mcp-<server>.log``: every character that does not print
+written as its escape, as in the processes' logs, and no more of it than a limit per start;
+the tail of a failed start still names the cause."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from router.tools import mcp_stderr
+from router.tools.mcp_client import McpConnections, StdioServer
+
+# Answers initialize, lists one tool, and writes ``lines`` lines of stderr (an escape that
+# would retitle a terminal, then filler) before each answer to a call.
+SERVER = r"""
+import json, sys
+lines = int(sys.argv[1])
+for raw in sys.stdin:
+    message = json.loads(raw)
+    if "id" not in message:
+        continue
+    method, result = message["method"], {}
+    if method == "initialize":
+        result = {"protocolVersion": message["params"]["protocolVersion"],
+                  "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "flood", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call":
+        for _ in range(lines):
+            sys.stderr.write("\x1b]0;pwned\x07" + "E" * 1000 + "\n")
+        sys.stderr.flush()
+        result = {"content": [{"type": "text", "text": "done"}]}
+    print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+"""
+LIMIT = 64 * 1024
+
+
+@pytest.fixture
+def small_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mcp_stderr, "MAX_WRITTEN_BYTES", LIMIT)
+
+
+@pytest.fixture
+def connections(tmp_path: Path) -> Iterator[McpConnections]:
+    server = StdioServer(command=sys.executable, args=("-c", SERVER, "1000"))
+    connections = McpConnections({"sio": server}, log_dir=tmp_path)
+    try:
+        yield connections
+    finally:
+        connections.close()
+
+
+def test_a_servers_stderr_is_logged_escaped_and_no_further_than_the_limit(
+    small_limit: None, connections: McpConnections, tmp_path: Path
+) -> None:
+    for _ in range(2):
+        # The second answer comes too: the server never blocks on its stderr.
+        result = connections.call_tool("sio", "flood", {}, timeout=20)
+        assert result.content[0].text == "done"
+    connections.close()
+
+    log = (tmp_path / "mcp-sio.log").read_bytes()
+    assert b"\x1b" not in log and b"\x07" not in log
+    assert log.startswith(b"\\x1b]0;pwned\\x07EEE")
+    dropped = mcp_stderr.DROPPED.format(limit=LIMIT).encode()
+    # Lines up to the limit (one line short of it), then one line saying the rest is not.
+    assert LIMIT - 2048 < len(log) <= LIMIT + len(dropped) + 1
+    assert log.endswith(b"\n" + dropped + b"\n")
+    assert log.count(dropped) == 1
+
+
+def test_a_log_past_the_limit_is_moved_aside_when_its_server_starts(
+    small_limit: None, connections: McpConnections, tmp_path: Path
+) -> None:
+    older = b"x" * (LIMIT + 1)
+    (tmp_path / "mcp-sio.log").write_bytes(older)
+
+    assert connections.call_tool("sio", "flood", {}, timeout=20).content[0].text == "done"
+    connections.close()
+
+    assert (tmp_path / "mcp-sio.log.1").read_bytes() == older
+    assert (tmp_path / "mcp-sio.log").read_bytes().startswith(b"\\x1b]0;pwned")
+
+
+def test_a_failed_starts_tail_names_the_cause_escaped(tmp_path: Path) -> None:
+    script = "import sys; sys.stderr.write('npm error \\x1b[2J404\\n'); sys.exit(3)"
+    server = StdioServer(command=sys.executable, args=("-c", script))
+    connections = McpConnections({"ghost": server}, log_dir=tmp_path)
+    try:
+        with pytest.raises(Exception) as raised:
+            connections.list_tools("ghost")
+        why = connections.why_unreachable("ghost", raised.value)
+    finally:
+        connections.close()
+
+    assert why == (
+        "the server exited with code 3 before answering; its stderr ended: npm error \\x1b[2J404"
+    )
