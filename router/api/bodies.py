@@ -58,18 +58,27 @@ DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?|-?\.[0-9]+")
 
 
 def wait_seconds(value: Any, *, maximum: float) -> float:
-    """``wait_s`` from a body or query: a finite number in [0, maximum]."""
+    """``wait_s`` from a JSON body: a finite number in [0, maximum] (a string is not one)."""
     if value is None:
         return 0.0
-    if isinstance(value, bool) or (isinstance(value, str) and not DECIMAL.fullmatch(value)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadRequest("wait_s must be a number of seconds")
     try:
         seconds = float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise BadRequest("wait_s must be a number of seconds") from None
+    except OverflowError:  # an integer of hundreds of digits
+        seconds = math.inf
     if not math.isfinite(seconds) or seconds < 0 or seconds > maximum:
         raise BadRequest(f"wait_s must be between 0 and {maximum:g}")
     return seconds
+
+
+def wait_seconds_param(value: str | None, *, maximum: float) -> float:
+    """``wait_s`` from a query string: a number as JSON writes it, in [0, maximum]."""
+    if value is None:
+        return 0.0
+    if not DECIMAL.fullmatch(value):
+        raise BadRequest("wait_s must be a number of seconds")
+    return wait_seconds(float(value), maximum=maximum)
 
 
 def int_param(value: str | None, name: str, *, default: int, low: int, high: int) -> int:

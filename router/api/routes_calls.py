@@ -16,7 +16,14 @@ from ..messaging.waiting import wait_for_call
 from ..results import CallResult, bad_request
 from ..runtime import Runtime
 from ..status import TERMINAL_STATES, Role
-from .bodies import call_body_bytes, check_call_id, idempotency_key, object_body, wait_seconds
+from .bodies import (
+    call_body_bytes,
+    check_call_id,
+    idempotency_key,
+    object_body,
+    wait_seconds,
+    wait_seconds_param,
+)
 from .deps import in_thread, principal, runtime_of
 from .models import (
     CALL_READ_RESPONSES,
@@ -30,7 +37,7 @@ from .responses import AsciiJSONResponse
 router = APIRouter(prefix="/v1/calls", tags=["calls"])
 
 CALL_FIELDS = frozenset({"tool", "capability", "args", "idempotency_key", "wait_s", "dry_run"})
-# Parsed by ``wait_seconds`` for its own messages; a number of seconds to the document.
+# Parsed by ``wait_seconds_param`` for its own messages; a number of seconds to the document.
 WaitSeconds = Annotated[
     str | None,
     Query(description="Wait up to this long, at most `TOOLROUTER_MAX_WAIT_S`"),
@@ -149,7 +156,7 @@ async def get_call(
     """A call's result; with ``wait_s``, wait up to that long for it to finish."""
     runtime = runtime_of(request)
     check_call_id(call_id)
-    seconds = wait_seconds(wait_s, maximum=runtime.settings.max_wait_s)
+    seconds = wait_seconds_param(wait_s, maximum=runtime.settings.max_wait_s)
     if seconds > 0:
         result = await wait_for_call(
             request.app.state.listener, call_id, lambda: runtime.calls.get(who, call_id), seconds

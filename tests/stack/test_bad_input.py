@@ -532,7 +532,7 @@ def test_empty_request_id_is_a_clear_error(stack: Stack) -> None:
 # -- wait_s --------------------------------------------------------------------------------
 
 
-BAD_WAITS = [-1, -0.001, 1e9, 10**400, "abc", "NaN", "inf", True, [], {}]
+BAD_WAITS = [-1, -0.001, 1e9, 10**400, "abc", "NaN", "inf", "5", True, [], {}]
 BAD_WAIT_IDS = [
     "negative",
     "tiny-negative",
@@ -541,6 +541,7 @@ BAD_WAIT_IDS = [
     "abc",
     "nan-string",
     "inf-string",
+    "number-in-a-string",
     "bool",
     "list",
     "obj",
@@ -579,7 +580,9 @@ def test_bad_wait_s_in_query_is_422(stack: Stack, pending_call: str, wait_s: str
         assert http.get(f"/v1/calls/{pending_call}").json()["status"] == "pending"
 
 
-@pytest.mark.parametrize("wait_s", [-1, 1e9, "abc", "NaN"], ids=["negative", "huge", "abc", "nan"])
+@pytest.mark.parametrize(
+    "wait_s", [-1, 1e9, "abc", "NaN", "5"], ids=["negative", "huge", "abc", "nan", "string"]
+)
 def test_bad_wait_s_on_approve_is_422(stack: Stack, wait_s: Any) -> None:
     with audit_watch(stack) as watch, stack.client("approver") as http:
         response = http.post(f"/v1/approvals/{A_REQUEST_ID}/approve", json={"wait_s": wait_s})
