@@ -318,9 +318,12 @@ def _parse(text: str, *, file: str, env: Mapping[str, str], used: dict[str, str]
         raise ConfigError(f"not valid YAML: {exc}", file=file) from None
     if not isinstance(raw, dict):
         raise ConfigError("top level must be a mapping with a 'tools' list", file=file)
-    unknown = set(raw) - {"tools", "mcp_servers", "mcpServers", "routing", "notifications"}
-    if unknown:
-        raise ConfigError(f"unknown key: {sorted(unknown)[0]}", file=file)
+    ours = {"tools", "mcp_servers", "routing", "notifications"}
+    unknown = set(raw) - ours - {"mcpServers"}
+    # An MCP client's own file (Claude Desktop's) holds that app's settings beside its
+    # servers: used as it is, only its servers are read.
+    if unknown and not ("mcpServers" in raw and not ours & set(raw)):
+        raise ConfigError(f"unknown key: {sorted(map(str, unknown))[0]}", file=file)
     raw_tools = raw.get("tools") or []
     if not isinstance(raw_tools, list):
         raise ConfigError("'tools' must be a list", file=file)

@@ -381,7 +381,9 @@ def test_a_claude_desktop_json_file_is_a_config(tmp_path: Path) -> None:
                         "command": str(MCP_BIN / "mcp-server-everything"),
                         "args": ["stdio"],
                     }
-                }
+                },
+                # The app's own settings, which toolrouter leaves alone.
+                "globalShortcut": "Ctrl+Space",
             }
         )
     )

@@ -155,6 +155,15 @@ def test_routing_rule_mistakes_are_config_errors_naming_the_rule(rules: str, rea
 def test_unknown_top_level_key_is_a_config_error() -> None:
     error = config_error("tools: []\nextras: 1\n")
     assert "unknown key: extras" in str(error)
+    # Beside toolrouter's own keys, an MCP client's key is no licence for unknown ones.
+    error = config_error("tools: []\nmcpServers: {}\nextras: 1\n")
+    assert "unknown key: extras" in str(error)
+
+
+def test_an_mcp_clients_own_file_is_read_for_its_servers_alone() -> None:
+    """Claude Desktop's file holds the app's settings beside its servers."""
+    config = parse_config('{"mcpServers": {}, "globalShortcut": "Ctrl+Space"}', file="c.json")
+    assert list(config.tools) == []
 
 
 def test_environment_variables_are_interpolated() -> None:
