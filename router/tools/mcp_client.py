@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import hashlib
 import logging
 import os
 import re
@@ -29,6 +28,7 @@ from ..files import private_dir
 from .mcp_servers import HttpServer, ServerSpec, StdioServer, parse_servers
 from .mcp_stderr import rotated, stderr_log
 from .mcp_stdio_lines import held_lines
+from .mcp_tool_list import every_tool
 from .mcp_unreadable import refused_reason, unreadable_reason, watch_unreadable
 
 __all__ = ["HttpServer", "McpConnections", "ServerSpec", "StdioServer", "parse_servers"]
@@ -36,10 +36,6 @@ __all__ = ["HttpServer", "McpConnections", "ServerSpec", "StdioServer", "parse_s
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 30.0
-# A server may page its tool list without end: past these it is refused, not held (a real
-# server's list is far shorter; an empty page still counts).
-MAX_LISTED_TOOLS = 10_000
-MAX_LISTED_PAGES = 1_000
 # A server whose stderr goes to its log runs under ``sh``, which reports a non-zero exit
 # status there (the SDK gives no access to it); sh and server share one process group, so
 # stopping the server stops both. Once the server has exited, sh ends what it left running
@@ -295,26 +291,20 @@ class McpConnections:
         """Every tool the server offers (all pages); raises on a server that cannot start."""
 
         async def fetch() -> list[Any]:
-            client = (await self._session(name)).ready.result()
-            tools: list[Any] = []
-            cursors: set[str] = set()
-            cursor = None
-            for _ in range(MAX_LISTED_PAGES):
-                page = await client.list_tools(cursor=cursor)
-                tools.extend(page.tools)
-                if len(tools) > MAX_LISTED_TOOLS:
-                    raise ToolListTooLong(f"lists more than {MAX_LISTED_TOOLS} tools")
-                cursor = page.next_cursor
-                if not cursor:
-                    return tools
-                # Held as digests: a cursor is as long as the server makes it.
-                seen = hashlib.sha256(cursor.encode("utf-8", "replace")).hexdigest()
-                if seen in cursors:
-                    raise ToolListTooLong("repeats a cursor of its tool list")
-                cursors.add(seen)
-            raise ToolListTooLong(f"lists its tools on more than {MAX_LISTED_PAGES} pages")
+            return await every_tool((await self._session(name)).ready.result())
 
-        return self._run(fetch(), timeout=CONNECT_TIMEOUT_S + 10)
+        try:
+            return self._run(fetch(), timeout=CONNECT_TIMEOUT_S + 10)
+        except Exception:
+            session = self._sessions.get(name)
+            if session is not None and session.cut:
+                # The reader stopped at the limit: the server answered, at too great a length.
+                self._drop(name)
+                raise ToolListTooLong(
+                    f"sends its tool list in a message over {self.max_answer_bytes} bytes"
+                    " (4 x TOOLROUTER_MAX_RESULT_BYTES)"
+                ) from None
+            raise
 
     def call_tool(self, name: str, tool: str, args: dict[str, Any], timeout: float) -> Any:
         """One ``tools/call``. A session that cannot be opened raises ``ConnectionError``;

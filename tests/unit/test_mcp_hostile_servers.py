@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from router.errors import ConfigError, McpProtocolError
-from router.tools import mcp_client
+from router.tools import mcp_tool_list
 from router.tools.mcp_client import McpConnections
 from router.tools.mcp_import import import_mcp_tools
 from router.tools.mcp_servers import HttpServer
@@ -69,9 +69,14 @@ def raw_mcp(lister: Lister, caller: Caller | None = None) -> type[BaseHTTPReques
 
 
 @contextmanager
-def connected(handler: type[BaseHTTPRequestHandler]) -> Iterator[McpConnections]:
+def connected(
+    handler: type[BaseHTTPRequestHandler], max_answer_bytes: int = 64 * 1024 * 1024
+) -> Iterator[McpConnections]:
     with serving(handler) as port:
-        connections = McpConnections({"paging": HttpServer(url=f"http://127.0.0.1:{port}/mcp")})
+        connections = McpConnections(
+            {"paging": HttpServer(url=f"http://127.0.0.1:{port}/mcp")},
+            max_answer_bytes=max_answer_bytes,
+        )
         try:
             yield connections
         finally:
@@ -105,10 +110,24 @@ def test_a_tool_list_that_repeats_a_cursor_stops_at_once() -> None:
     assert handler.pages == 2  # type: ignore[attr-defined]
 
 
+def test_a_tool_list_in_a_message_over_the_answer_limit_is_named_as_such() -> None:
+    """The server answered: at a greater length than is read, not by closing."""
+    handler = raw_mcp(lambda cursor: {"tools": tools(0, 200)})
+    with (
+        connected(handler, max_answer_bytes=4096) as connections,
+        pytest.raises(ConfigError) as raised,
+    ):
+        import_mcp_tools(connections, file="t.yaml")
+    assert raised.value.reason == (
+        "mcp server 'paging' sends its tool list in a message over 4096 bytes"
+        " (4 x TOOLROUTER_MAX_RESULT_BYTES)"
+    )
+
+
 def test_a_tool_list_of_empty_pages_stops_at_the_page_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(mcp_client, "MAX_LISTED_PAGES", 5)
+    monkeypatch.setattr(mcp_tool_list, "MAX_LISTED_PAGES", 5)
     handler = raw_mcp(lambda cursor: {"tools": [], "nextCursor": f"{cursor}x"})
     with connected(handler) as connections, pytest.raises(ConfigError) as raised:
         import_mcp_tools(connections, file="t.yaml")
