@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -69,6 +70,9 @@ class Tool:
             # rather than as the database or Redis being down.
             ref = json.dumps(str(getattr(exc, "ref", "")))[:160]
             return f"cannot be checked: the tool's schema refers to {ref}, which is not in it"
+        except re.error:
+            # A pattern reached through a `$ref` into data, which the load-time check skips.
+            return "cannot be checked: the tool's schema has a pattern only backtracking matches"
         if error is None:
             return None
         where = "/".join(str(part) for part in error.absolute_path) or "arguments"

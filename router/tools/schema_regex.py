@@ -26,6 +26,10 @@ _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False  # a refused pattern is reported once, as the tool's problem
 # Values that are data, not schemas: a "pattern" key inside them is no pattern.
 _DATA_KEYWORDS = frozenset({"const", "default", "enum", "examples"})
+# Keywords whose value maps names, which may be any word, to schemas.
+_SCHEMA_MAPS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"}
+)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -60,14 +64,18 @@ def _patterns(schema: Any) -> Iterator[str]:
     if isinstance(schema, list):
         for item in schema:
             yield from _patterns(item)
+        return
     if not isinstance(schema, dict):
         return
     if isinstance(schema.get("pattern"), str):
         yield schema["pattern"]
-    if isinstance(schema.get("patternProperties"), dict):
-        yield from (key for key in schema["patternProperties"] if isinstance(key, str))
     for keyword, value in schema.items():
-        if keyword not in _DATA_KEYWORDS:
+        if keyword in _SCHEMA_MAPS and isinstance(value, dict):
+            if keyword == "patternProperties":
+                yield from (key for key in value if isinstance(key, str))
+            for each in value.values():  # whatever its name: a property may be "enum"
+                yield from _patterns(each)
+        elif keyword not in _DATA_KEYWORDS:
             yield from _patterns(value)
 
 

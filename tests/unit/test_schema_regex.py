@@ -51,6 +51,9 @@ def test_a_property_name_meets_pattern_and_additional_properties_in_linear_time(
         {"type": "string", "pattern": "(?=a)b"},
         {"type": "object", "patternProperties": {"(a)\\1": {}}},
         {"type": "object", "properties": {"q": {"anyOf": [{"pattern": "x(?!y)"}]}}},
+        # A property, or a definition, may bear any name: a keyword's included.
+        {"type": "object", "properties": {"enum": {"type": "string", "pattern": "(?=a)b"}}},
+        {"$defs": {"default": {"pattern": "(?=a)b"}}, "$ref": "#/$defs/default"},
     ],
 )
 def test_a_pattern_only_backtracking_matches_is_refused_when_the_tool_loads(
@@ -70,3 +73,13 @@ def test_a_pattern_key_inside_data_or_naming_a_property_is_no_pattern() -> None:
         "enum": [{"pattern": "(?<=b)"}],
     }
     assert schema_problem(schema, None) is None
+
+
+def test_a_pattern_reached_through_a_ref_into_data_cannot_check_and_says_so() -> None:
+    """The load-time check reads no data; the engine then refuses the pattern, and the
+    arguments are refused for the schema's fault, not answered with an error of ours."""
+    schema = {"$ref": "#/default", "default": {"type": "string", "pattern": "(?=a)b"}}
+    tool = build_tool(spec(schema), file="t.yaml")
+    assert tool.argument_errors("ab") == (
+        "cannot be checked: the tool's schema has a pattern only backtracking matches"
+    )
