@@ -149,11 +149,13 @@ class ResultCache:
         if signed:
             # Redis's own expiry is not trusted: the signed one bounds the entry, and so
             # does the tool's TTL now, should the config have lowered it since.
-            expires_at, ttl_ms = int(expires), _ttl_ms(tool)
-            if now < expires_at <= now + ttl_ms:
+            expires_at = int(expires)
+            if now < expires_at <= now + _ttl_ms(tool):
                 return value
-            if now - CLOCK_SKEW_MS < expires_at <= now + ttl_ms + CLOCK_SKEW_MS:
-                return None  # Redis's or the writer's clock a little off ours: no alarm
+            # Only we sign: an expiry ahead is ours under a longer TTL, one just past is a
+            # clock a little off ours. Only one long past was set back by someone else.
+            if expires_at > now - CLOCK_SKEW_MS:
+                return None
         elif self.keyring.verify(Purpose.COMPLETION, f"{tool.name}|{args_sha256}|{rest}", tag):
             return None  # written before entries carried their expiry: Redis expires it
         log.warning("a cached result of %s did not verify or is out of date", tool.name)
