@@ -43,7 +43,7 @@ from .notify.announce import Announcer
 from .notify.courier import Courier
 from .settings import Settings
 from .tools.config import PYTHON_CALLS_PER_MESSAGE, ToolConfig, load_config
-from .tools.mcp_client import McpConnections, parse_servers
+from .tools.mcp_client import ANSWER_BYTES_PER_RESULT_BYTE, McpConnections, parse_servers
 from .tools.ranking import Ranker
 from .tools.registry import ToolRegistry, import_handlers_from
 from .tools.selection.candidates import Strategy
@@ -120,8 +120,7 @@ class Runtime:
         return McpConnections(
             parse_servers(self.tool_config.mcp_servers, file=str(self.settings.config)),
             log_dir=self.settings.logs_dir,
-            # An answer may carry its value twice (text and structured), JSON-escaped.
-            max_answer_bytes=4 * self.settings.max_result_bytes,
+            max_answer_bytes=ANSWER_BYTES_PER_RESULT_BYTE * self.settings.max_result_bytes,
         )
 
     @cached_property

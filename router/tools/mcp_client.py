@@ -36,6 +36,9 @@ __all__ = ["HttpServer", "McpConnections", "ServerSpec", "StdioServer", "parse_s
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 30.0
+# An answer may carry its value twice (text and structured), JSON-escaped: it is read up to
+# this many times the largest result.
+ANSWER_BYTES_PER_RESULT_BYTE = 4
 # A server whose stderr goes to its log runs under ``sh``, which reports a non-zero exit
 # status there (the SDK gives no access to it); sh and server share one process group, so
 # stopping the server stops both. Once the server has exited, sh ends what it left running
@@ -302,7 +305,7 @@ class McpConnections:
                 self._drop(name)
                 raise ToolListTooLong(
                     f"sends its tool list in a message over {self.max_answer_bytes} bytes"
-                    " (4 x TOOLROUTER_MAX_RESULT_BYTES)"
+                    f" ({ANSWER_BYTES_PER_RESULT_BYTE} x TOOLROUTER_MAX_RESULT_BYTES)"
                 ) from None
             raise
 

@@ -34,7 +34,7 @@ tools:
     handler: {{http: {{url: "{url}/search"}}}}
     timeout_s: 2
     retry: {{max_attempts: 3, backoff_s: 0.1}}
-  - name: unreachable_once
+  - name: never_connects
     handler: {{http: {{url: "{black_hole}/search"}}}}
     timeout_s: 2
     retry: {{max_attempts: 3, backoff_s: 0.1}}
@@ -121,7 +121,7 @@ def test_a_stalled_answer_is_never_sent_twice_for_a_tool_that_is_not_idempotent(
 
 def test_a_connection_that_never_opens_is_tried_again_for_any_tool(stall_stack: Stack) -> None:
     """The request never left, so a tool that is not idempotent is sent again too."""
-    result = call(stall_stack, "unreachable_once", {"q": "z"}, wait_s=45)
+    result = call(stall_stack, "never_connects", {"q": "z"}, wait_s=45)
 
     assert result["status"] == CallStatus.FAILED, result
     assert (result["error"], result["error_type"]) == ("no connection within 1 s", "ConnectTimeout")

@@ -18,9 +18,9 @@ from ..support.stack import Stack, own_stack, stack_env
 from ..support.waiting import wait_for
 
 REDIS_DB = 12
-# Longer than this stack's decision timeout.
-SERVER_START_S = 5
-DECISION_TIMEOUT_S = 3
+# Longer than the stacks' decision timeout (TOOLROUTER_DECISION_TIMEOUT_S, 15 s): a pool
+# process that built its runtime only on the first decision would answer it too late.
+SERVER_START_S = 20
 CONFIG = f"""
 tools:
   - {{name: gated_echo, handler: "tests.fixture_tools:echo", risk: high}}
@@ -42,17 +42,16 @@ def slow_stack(redis_base: str, tmp_path: Path, request: pytest.FixtureRequest) 
         tools=CONFIG,
         PYTHON=sys.executable,
         REPO=str(REPO),
-        TOOLROUTER_DECISION_TIMEOUT_S=str(DECISION_TIMEOUT_S),
     ) as stack:
         yield stack
 
 
 def test_the_first_decision_after_start_up_is_applied(slow_stack: Stack) -> None:
-    slow_stack.start_api()
+    slow_stack.start_api(timeout=180)  # it reads the slow server's tools first
     slow_stack.start_worker(name="approvals", queues="approvals,maintenance", concurrency=1)
     # Ready once its pool process has built its runtime, MCP sessions included.
     log = slow_stack.state_dir / "approvals.log"
-    wait_for_log(log, " ready: ", slow_stack.processes["approvals"])
+    wait_for_log(log, " ready: ", slow_stack.processes["approvals"], timeout=180)
     with slow_stack.client() as http:
         call = http.post("/v1/calls", json={"tool": "gated_echo", "args": {"n": 1}}).json()
     assert call["status"] == "pending", call

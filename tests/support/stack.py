@@ -55,11 +55,11 @@ class Stack:
     def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         return self.launcher.start(name, argv)
 
-    def start_api(self) -> None:
+    def start_api(self, timeout: float = 60) -> None:
         port = free_port()
         self.base_url = f"http://127.0.0.1:{port}"
         self.start("api", processes.api_argv(self.settings, port=port))
-        wait_for_http(f"{self.base_url}/healthz", self.processes["api"], self.log("api"))
+        wait_for_http(f"{self.base_url}/healthz", self.processes["api"], self.log("api"), timeout)
 
     def start_worker(
         self,
@@ -146,7 +146,8 @@ def stack_env(
             "TOOLROUTER_REQUEUE_AFTER_S": "3",
             "TOOLROUTER_REAPER_INTERVAL_S": "1",
             "TOOLROUTER_RECONCILER_INTERVAL_S": "1",
-            # Long enough for an approval worker on a loaded machine to answer in time.
+            # Long enough for an approval worker on a loaded machine to answer in time
+            # (tests/stack/test_worker_start.py relies on the value).
             "TOOLROUTER_DECISION_TIMEOUT_S": "15",
             # One API process unless a test asks for more (tests/stack/test_api_processes.py).
             "TOOLROUTER_API_PROCESSES": "1",
