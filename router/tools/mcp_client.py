@@ -26,9 +26,10 @@ from typing import Any, TextIO, TypeVar
 from ..errors import AnswerTooLarge, CallLost, McpProtocolError, ToolListTooLong
 from ..files import private_dir
 from .mcp_servers import HttpServer, ServerSpec, StdioServer, parse_servers
-from .mcp_stderr import rotated, stderr_log
+from .mcp_stderr import rotated, stderr_log, written_since
 from .mcp_stdio_lines import held_lines
 from .mcp_tool_list import every_tool
+from .mcp_unreachable import EXIT_MARK, unreachable_reason
 from .mcp_unreadable import refused_reason, unreadable_reason, watch_unreadable
 
 __all__ = ["HttpServer", "McpConnections", "ServerSpec", "StdioServer", "parse_servers"]
@@ -40,10 +41,9 @@ CONNECT_TIMEOUT_S = 30.0
 # this many times the largest result.
 ANSWER_BYTES_PER_RESULT_BYTE = 4
 # A server whose stderr goes to its log runs under ``sh``, which reports a non-zero exit
-# status there (the SDK gives no access to it); sh and server share one process group, so
-# stopping the server stops both. Once the server has exited, sh ends what it left running
-# in the group: the SDK kills the group only of a server that outstays its stdin closing.
-EXIT_MARK = "toolrouter: the server exited with code "
+# status there (``EXIT_MARK``); sh and server share one process group, so stopping the
+# server stops both. Once the server has exited, sh ends what it left running in the
+# group: the SDK kills the group only of a server that outstays its stdin closing.
 _REPORT_EXIT = (
     '"$0" "$@"; code=$?; trap "" TERM; kill -TERM 0 2>/dev/null; '
     f'[ "$code" -eq 0 ] || echo "{EXIT_MARK}$code" >&2; exit $code'
@@ -70,22 +70,6 @@ class _Session:
             if not waiting.done():
                 waiting.set_result(EOFError("answer cut off"))
         self.stop.set()
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, FileNotFoundError) and exc.filename:
-        return f"command not found: {exc.filename}"
-    if type(exc).__name__ in {"ClosedResourceError", "EndOfStream", "BrokenResourceError"} or (
-        "Connection closed" in str(exc)
-    ):
-        return "the server exited or closed its connection before answering"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 @dataclass
@@ -239,32 +223,10 @@ class McpConnections:
         return stderr_log(path)
 
     def why_unreachable(self, name: str, exc: BaseException) -> str:
-        """The cause of a failed start, in words: the errors inside task groups rather than
-        the groups, and the tail of what the server wrote to its stderr this time."""
-        causes = list(dict.fromkeys(_describe(leaf) for leaf in _leaves(exc)))
-        reason = "; ".join(causes) or _describe(exc)
-        written = [line.strip() for line in self._stderr_since_start(name) if line.strip()]
-        codes = [line.removeprefix(EXIT_MARK) for line in written if line.startswith(EXIT_MARK)]
-        if codes:
-            reason = reason.replace(
-                "the server exited or closed its connection",
-                f"the server exited with code {codes[-1]}",
-            )
-        kept = [line for line in written if not line.startswith(EXIT_MARK)][-5:]
-        tail = " | ".join(kept)[-600:]
-        return f"{reason}; its stderr ended: {tail}" if tail else reason
-
-    def _stderr_since_start(self, name: str) -> list[str]:
+        """The cause of a failed start, in words, with what the server wrote to its stderr
+        this time."""
         found = self._stderr_from.get(name)
-        if found is None:
-            return []
-        path, start = found
-        try:
-            with path.open("rb") as handle:
-                handle.seek(start)
-                return handle.read().decode("utf-8", "replace").splitlines()
-        except OSError:
-            return []
+        return unreachable_reason(exc, written_since(*found) if found is not None else [])
 
     def _drop(self, name: str) -> _Session | None:
         session = self._sessions.pop(name, None)

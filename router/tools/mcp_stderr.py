@@ -38,6 +38,16 @@ def rotated(path: Path) -> Path:
     return private_file(path)
 
 
+def written_since(path: Path, start: int) -> list[str]:
+    """The lines of ``path`` from byte ``start`` on: what one start of its server wrote."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(start)
+            return handle.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+
+
 @contextlib.asynccontextmanager
 async def stderr_log(path: Path) -> AsyncIterator[TextIO]:
     """A file to hand a server as its stderr, copied to ``path`` until the server and this
