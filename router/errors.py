@@ -142,6 +142,11 @@ class ToolListTooLong(ToolrouterError):
     or pages, or a cursor it gave before): none of it is kept."""
 
 
+class ToolListUnreadable(ToolrouterError):
+    """Raised when a page of an MCP server's tool list is not a tool list at all (its tools
+    not a list, its cursor not a string); a tool the SDK cannot read is only left out."""
+
+
 class RetryableError(ToolrouterError):
     """Raised by a handler when the failure is transient and the call may be retried."""
 

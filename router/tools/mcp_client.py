@@ -23,12 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
-from ..errors import AnswerTooLarge, CallLost, McpProtocolError, ToolListTooLong
+from ..errors import (
+    AnswerTooLarge,
+    CallLost,
+    McpProtocolError,
+    ToolListTooLong,
+    ToolListUnreadable,
+)
 from ..files import private_dir
 from .mcp_servers import HttpServer, ServerSpec, StdioServer, parse_servers
 from .mcp_stderr import rotated, stderr_log, written_since
 from .mcp_stdio_lines import held_lines
-from .mcp_tool_list import every_tool
+from .mcp_tool_list import ToolListing, every_tool
 from .mcp_unreachable import EXIT_MARK, unreachable_reason
 from .mcp_unreadable import refused_reason, unreadable_reason, watch_unreadable
 
@@ -61,6 +67,8 @@ class _Session:
     unreadable: set[asyncio.Future[Exception]] = field(default_factory=set)
     # Set when an answer was cut off at ``max_answer_bytes``: the session is done for.
     cut: bool = False
+    # Set once its tool list is read, which the SDK needs to check a call's result.
+    listed: bool = False
 
     def cut_off(self) -> None:
         """Told, on the session's loop, that an answer was cut off: the calls out fail, and
@@ -252,11 +260,14 @@ class McpConnections:
 
     # -- what callers use -----------------------------------------------------------------
 
-    def list_tools(self, name: str) -> list[Any]:
+    def list_tools(self, name: str) -> ToolListing:
         """Every tool the server offers (all pages); raises on a server that cannot start."""
 
-        async def fetch() -> list[Any]:
-            return await every_tool((await self._session(name)).ready.result())
+        async def fetch() -> ToolListing:
+            session = await self._session(name)
+            listing = await every_tool(session.ready.result())
+            session.listed = True
+            return listing
 
         try:
             return self._run(fetch(), timeout=CONNECT_TIMEOUT_S + 10)
@@ -282,8 +293,17 @@ class McpConnections:
                 session = await self._session(name)
             except TimeoutError:
                 raise ConnectionError(f"no session within {CONNECT_TIMEOUT_S:g} s") from None
+            client = session.ready.result()
+            if not session.listed:
+                # Read as toolrouter reads it: the SDK would list the tools itself on the
+                # first result, and fail on a tool in the list that it cannot read.
+                try:
+                    await every_tool(client)
+                except (ToolListTooLong, ToolListUnreadable) as exc:
+                    raise ConnectionError(f"MCP server {name} {exc}") from None
+                session.listed = True
             sent = True
-            request = session.ready.result().call_tool(tool, args, read_timeout_seconds=timeout)
+            request = client.call_tool(tool, args, read_timeout_seconds=timeout)
             return await self._answer(name, session, request)
 
         try:

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, ToolListTooLong
+from ..errors import ConfigError, ToolListTooLong, ToolListUnreadable
 from .config import TOOL_NAME_RE, ToolSpec
 from .schemas import schema_problem
 
@@ -75,21 +75,27 @@ def import_mcp_tools(mcp: McpConnections, *, file: str) -> Imported:
     imported = Imported()
     for server in mcp.servers:
         try:
-            tools = mcp.list_tools(server)
-        except ToolListTooLong as exc:
+            listing = mcp.list_tools(server)
+        except (ToolListTooLong, ToolListUnreadable) as exc:
             raise ConfigError(f"mcp server {server!r} {exc}", file=file) from None
         except Exception as exc:
             why = mcp.why_unreachable(server, exc)
             raise ConfigError(
                 f"mcp server {server!r} cannot be reached: {why}", file=file
             ) from None
-        for tool in tools:
+        skipped = {
+            name: Skipped(f"the MCP SDK cannot read it: {why}")
+            for name, why in listing.unreadable.items()
+        }
+        for tool in listing.tools:
             spec = spec_of(server, tool)
             if isinstance(spec, Skipped):
-                log.warning("skipping MCP tool %r of %s: %s", tool.name, server, spec.why)
-                imported.skipped[f"{server}.{tool.name}"] = spec
+                skipped[tool.name] = spec
             else:
                 imported.specs[spec.name] = spec
+        for name, skip in skipped.items():
+            log.warning("skipping MCP tool %r of %s: %s", name, server, skip.why)
+            imported.skipped[f"{server}.{name}"] = skip
     return imported
 
 
