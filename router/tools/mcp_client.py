@@ -16,7 +16,6 @@ import logging
 import os
 import re
 import shutil
-import sys
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -219,11 +218,11 @@ class McpConnections:
             session.done.set()
 
     def _errlog(self, name: str) -> contextlib.AbstractAsyncContextManager[TextIO]:
-        """A file for the server's stderr, copied to its log (``mcp_stderr``). Without a log
-        folder, this process's real stderr (under Celery, ``sys.stderr`` is a logging proxy
-        without a file descriptor)."""
+        """A file for the server's stderr, copied to its log (``mcp_stderr``), or without a
+        log folder to this process's file descriptor 2 (under Celery, ``sys.stderr`` is a
+        logging proxy without one), escaped either way."""
         if self.log_dir is None:
-            return contextlib.nullcontext(sys.__stderr__ or sys.stderr)
+            return stderr_log(None)
         # A server's name is the config's: only safe characters reach the file name.
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "server"
         path = rotated(private_dir(self.log_dir) / f"mcp-{safe}.log")

@@ -15,7 +15,7 @@ import os
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 from ..canonical import shown_as_text
 from ..files import private_file
@@ -49,13 +49,13 @@ def written_since(path: Path, start: int) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def stderr_log(path: Path) -> AsyncIterator[TextIO]:
-    """A file to hand a server as its stderr, copied to ``path`` until the server and this
-    block have both let go of it."""
+async def stderr_log(path: Path | None) -> AsyncIterator[TextIO]:
+    """A file to hand a server as its stderr, copied to ``path`` (None: this process's own
+    stderr, a terminal as likely as not) until the server and this block have both let go
+    of it."""
     read_fd, write_fd = os.pipe()
-    copier = threading.Thread(
-        target=_copy, args=(read_fd, path), name=f"copy-{path.name}", daemon=True
-    )
+    name = path.name if path is not None else "stderr"
+    copier = threading.Thread(target=_copy, args=(read_fd, path), name=f"copy-{name}", daemon=True)
     copier.start()
     pipe = os.fdopen(write_fd, "w")
     try:
@@ -66,9 +66,9 @@ async def stderr_log(path: Path) -> AsyncIterator[TextIO]:
         await asyncio.to_thread(copier.join, COPIED_WITHIN_S)
 
 
-def _copy(read_fd: int, path: Path) -> None:
+def _copy(read_fd: int, path: Path | None) -> None:
     written = 0
-    with open(read_fd, "rb") as pipe, path.open("ab") as log:
+    with open(read_fd, "rb") as pipe, _target(path) as log:
         for line in iter(lambda: pipe.readline(MAX_LINE_BYTES), b""):
             if written > MAX_WRITTEN_BYTES:
                 continue  # read, so that the server never blocks on a full pipe
@@ -79,3 +79,13 @@ def _copy(read_fd: int, path: Path) -> None:
                 data = DROPPED.format(limit=MAX_WRITTEN_BYTES).encode() + b"\n"
             log.write(data)
             log.flush()
+
+
+def _target(path: Path | None) -> BinaryIO:
+    if path is not None:
+        return path.open("ab")
+    try:
+        return os.fdopen(os.dup(2), "wb")
+    except OSError:
+        # No stderr to write to: the pipe is still read, or the server would block on it.
+        return open(os.devnull, "wb")

@@ -99,3 +99,20 @@ def test_a_failed_starts_tail_names_the_cause_escaped(tmp_path: Path) -> None:
     assert why == (
         "the server exited with code 3 before answering; its stderr ended: npm error \\x1b[2J404"
     )
+
+
+def test_without_a_log_folder_the_stderr_reaches_this_processs_escaped(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Connections made without a log folder (the commands always give one) hand the
+    server's stderr to this process's, a terminal as likely as not: it must not act on it."""
+    server = StdioServer(command=sys.executable, args=("-c", SERVER, "3"))
+    connections = McpConnections({"sio": server})
+    try:
+        assert connections.call_tool("sio", "flood", {}, timeout=20).content[0].text == "done"
+    finally:
+        connections.close()
+
+    err = capfd.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err
+    assert err.count("\\x1b]0;pwned\\x07EEE") == 3
