@@ -258,14 +258,12 @@ class Runtime:
     @cached_property
     def approvals_view(self) -> ApprovalsView:
         groups = {t.name: t.escalate_to for t in self.tool_config.tools if t.escalate_to}
-        roles = frozenset(role for tool in self.registry for role in tool.spec.approvers)
         return ApprovalsView(
             self.store,
             self.keyring,
             escalations_of=escalation.recorded,
             clock=self.clock,
             escalate_to=groups,
-            approver_roles=roles,
         )
 
     @cached_property

@@ -44,3 +44,8 @@ class Role(StrEnum):
     APPROVER = "approver"
     OPERATOR = "operator"
     ADMIN = "admin"
+
+
+# Every other role, the custom ones (``finance``) too, is an approver role: these decide
+# nothing, whatever a tool's ``approvers`` say.
+NON_APPROVER_ROLES = frozenset({Role.AGENT, Role.OPERATOR, Role.ADMIN})

@@ -56,7 +56,7 @@ async def list_requests(
     """Requests this key may read, those it may decide (operators see all): pending ones
     oldest first, decided ones most recently decided first."""
     view = runtime_of(request).approvals_view
-    if not (view.may_approve(who) or who.is_operator):
+    if not (who.is_approver or who.is_operator):
         raise Forbidden("approver or operator role required to list approval requests")
     count = int_param(limit, "limit", default=200, low=1, high=APPROVALS_PAGE_MAX)
     return {"ok": True, "requests": await in_thread(view.list_requests, who, status, count)}

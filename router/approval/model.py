@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from ..status import NON_APPROVER_ROLES
 
 
 class RequestStatus(StrEnum):
@@ -67,4 +70,10 @@ class ApprovalRequest:
 
     def may_decide(self, name: str, roles: frozenset[str]) -> bool:
         """A key with one of the tool's approver roles, and never the requester."""
-        return name != self.requested_by and bool(roles & set(self.approvers))
+        return name != self.requested_by and approves_as(roles, self.approvers)
+
+
+def approves_as(roles: frozenset[str], approvers: Iterable[str]) -> bool:
+    """Whether ``roles`` hold one of ``approvers``. A request issued before its tool's
+    config was refused may still name a built-in role: those decide nothing even so."""
+    return bool((roles & set(approvers)) - NON_APPROVER_ROLES)

@@ -20,7 +20,7 @@ from ..errors import BadRequest, Conflict, Forbidden, NotFound
 from ..names import echo_name
 from ..trust.keyring import KeyRing
 from . import requests as pending
-from .model import Decision
+from .model import Decision, approves_as
 from .requests import ApprovalRequest, RequestStatus
 
 if TYPE_CHECKING:
@@ -45,19 +45,11 @@ class ApprovalsView:
         escalations_of: EscalationsOf,
         clock: Clock = wall_clock_ms,
         escalate_to: Mapping[str, EscalateTo] | None = None,
-        approver_roles: frozenset[str] = frozenset(),
     ) -> None:
         self.store, self.keyring, self.clock = store, keyring, clock
         self.escalations_of = escalations_of
         # Each tool's escalation group, to say whom an escalated request was told to.
         self.escalate_to = escalate_to or {}
-        # Every role some tool names as its approvers (``agent`` too, if one does).
-        self.approver_roles = approver_roles
-
-    def may_approve(self, who: Principal) -> bool:
-        """Holds a role that may decide some tool's requests: an approver role, or one a
-        tool names among its approvers."""
-        return who.is_approver or bool(who.roles & self.approver_roles)
 
     def list_requests(
         self, who: Principal, status: str = "pending", limit: int = 200
@@ -100,7 +92,7 @@ class ApprovalsView:
             mine = (
                 r
                 for r in pending.in_status(conn, None, roles=None if who.is_operator else who.roles)
-                if who.is_operator or set(r.approvers) & who.roles
+                if who.is_operator or approves_as(who.roles, r.approvers)
             )
             rows = list(itertools.islice(mine, limit))
             decided = pending.decisions_of(conn, [r.id for r in rows])
@@ -111,7 +103,7 @@ class ApprovalsView:
         if not (
             who.is_operator
             or who.name == request.requested_by
-            or set(request.approvers) & who.roles
+            or approves_as(who.roles, request.approvers)
         ):
             raise NotFound(f"unknown request: {echo_name(request_id)}")
         with self.store.reading() as conn:

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..status import Role
-
-# Every other role, the custom ones (``finance``) too, is an approver role.
-NON_APPROVER_ROLES = frozenset({Role.AGENT, Role.OPERATOR, Role.ADMIN})
+from ..status import NON_APPROVER_ROLES, Role
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,7 +119,7 @@ class ToolSpec(_Strict):
     # Whether a call waits for approval; unset: exactly when `risk: high`; a string: a CEL rule.
     requires_approval: bool | str | None = None
     # Roles whose keys may decide this tool's requests; custom roles (such as `finance`)
-    # work like `approver`. At least one.
+    # work like `approver`. At least one; never `agent`, `operator` or `admin`.
     approvers: tuple[str, ...] = ("approver",)
     # Distinct approvers needed to release a call; one denial ends the request. Or a list of
     # `{when, count}`: CEL conditions tried in order, the first that holds giving the count.

@@ -23,6 +23,7 @@ from referencing.exceptions import Unresolvable
 
 from ..constants import MCP_STATUS_TOOL, queue_for
 from ..errors import ConfigError
+from ..status import NON_APPROVER_ROLES
 from .config import TOOL_NAME_RE, ToolConfig, ToolSpec
 from .mcp_import import import_mcp_tools, merge_imported
 from .routing_config import check_rule_tools
@@ -237,6 +238,14 @@ def build_tool(spec: ToolSpec, *, file: str) -> Tool:
     validator_class = validators.validator_for(spec.input_schema)
     if not spec.approvers:
         raise ConfigError("approvers must name at least one role", file=file, tool=spec.name)
+    built_in = sorted(role for role in set(spec.approvers) if role in NON_APPROVER_ROLES)
+    if built_in:
+        raise ConfigError(
+            f"approvers cannot name {', '.join(map(repr, built_in))}: agent, operator and admin"
+            " keys decide nothing; name an approver role (approver, or one such as finance)",
+            file=file,
+            tool=spec.name,
+        )
     handler = None
     if spec.handler.python is not None:
         try:

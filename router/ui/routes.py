@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.datastructures import FormData
 
-from ..approval.model import MAX_REASON_CHARS, Decision
+from ..approval.model import MAX_REASON_CHARS, Decision, approves_as
 from ..auth.principal import Principal
 from ..auth.sessions import (
     COOKIE,
@@ -133,7 +133,7 @@ async def inbox(request: Request) -> Response:
     if signed_in is None:
         return _page(request, "login.html")
     current, who = signed_in
-    if not _runtime(request).approvals_view.may_approve(who):
+    if not who.is_approver:
         return _not_allowed(request, signed_in)
     runtime = _runtime(request)
     pending = await in_thread(runtime.approvals_view.list_requests, who, "pending", INBOX_SHOWS + 1)
@@ -145,8 +145,8 @@ async def inbox(request: Request) -> Response:
         item["risk"] = tool.spec.risk if tool else "unknown"
         item["args_pretty"] = json.dumps(item["args"], indent=2, sort_keys=True)
         # Operators see every request; only one this key may decide gets the edit form.
-        item["may_edit"] = who.name != item["requested_by"] and bool(
-            who.roles & set(item["approvers"])
+        item["may_edit"] = who.name != item["requested_by"] and approves_as(
+            who.roles, item["approvers"]
         )
     flash = _sessions(request).read_flash(
         request.cookies.get(FLASH_COOKIE), request.cookies.get(COOKIE, "")
@@ -172,7 +172,7 @@ async def inbox(request: Request) -> Response:
 async def pending_ids(request: Request) -> Response:
     """What the page polls to know when new requests arrived (ids only, no arguments)."""
     signed_in = await _signed_in(request)
-    if signed_in is None or not _runtime(request).approvals_view.may_approve(signed_in[1]):
+    if signed_in is None or not signed_in[1].is_approver:
         return Response(
             ascii_json({"ok": False, "error": "not signed in"}),
             status_code=401,
@@ -221,7 +221,7 @@ async def login(request: Request) -> Response:
         await in_thread(throttle.take_back, attempt)
         raise
     await in_thread(throttle.take_back, attempt)
-    if not _runtime(request).approvals_view.may_approve(who):
+    if not who.is_approver:
         # No session for this key: the header shows the one the browser may still hold.
         return _not_allowed(request, await _signed_in(request))
     hours = runtime.settings.ui_session_hours
@@ -263,7 +263,7 @@ async def approver_form(request: Request) -> tuple[Principal, FormData, str] | R
     if signed_in is None:
         return RedirectResponse("/ui/", status_code=303)
     current, who = signed_in
-    if not _runtime(request).approvals_view.may_approve(who):
+    if not who.is_approver:
         return _not_allowed(request, signed_in)
     form = await request.form()
     if not _csrf_ok(request, current, form):
