@@ -117,6 +117,7 @@ async def _decide(
             wait_s,
             known_unfinished=True,
         )
+        await principal(request)  # a key revoked during the wait gets no outcome
         return AsciiJSONResponse(result.to_dict())
     return AsciiJSONResponse(answer)
 

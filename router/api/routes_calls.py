@@ -115,6 +115,7 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
             wait_s,
             known_unfinished=True,
         )
+        await principal(request)  # a key revoked during the wait gets no outcome
         if result.status not in TERMINAL_STATES:
             # Not finished in time: the call may have been accepted by a commit that did
             # not wait for the disk, and is now told as accepted.
@@ -161,6 +162,7 @@ async def get_call(
         result = await wait_for_call(
             request.app.state.listener, call_id, lambda: runtime.calls.get(who, call_id), seconds
         )
+        await principal(request)  # a key revoked during the wait gets no outcome
     else:
         result = (await in_thread(runtime.calls.get, who, call_id)).result()
     return answer(result)

@@ -1,0 +1,67 @@
+"""A key revoked while its request waits for a call's outcome (``POST /v1/calls`` or
+``GET /v1/calls/{id}`` with ``wait_s``) gets ``401 key revoked`` when the wait ends, not
+the outcome: a revocation takes effect at once, as over MCP."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..support.stack import Stack
+from ..support.trust import call_rows_by
+from ..support.waiting import wait_for
+from .test_api_calls import client_with_token, revoke_key, temporary_key
+
+
+def revoke_then_release(stack: Stack, name: str, token: str, release: Path) -> None:
+    revoke_key(stack, name)
+
+    def refused() -> bool:
+        with client_with_token(stack, token) as http:
+            return http.get("/v1/tools").status_code == 401
+
+    wait_for(refused, 30, "the API refusing the revoked key")
+    release.touch()
+
+
+def in_background(send: Any) -> tuple[threading.Thread, list[httpx.Response]]:
+    answers: list[httpx.Response] = []
+    thread = threading.Thread(target=lambda: answers.append(send()), daemon=True)
+    thread.start()
+    return thread, answers
+
+
+def test_a_key_revoked_while_its_submission_waits_gets_no_outcome(
+    stack: Stack, tmp_path: Path
+) -> None:
+    name, token = temporary_key(stack, ["agent"])
+    release = tmp_path / "release"
+    body = {"tool": "hold", "args": {"until": str(release)}, "wait_s": 60}
+    with client_with_token(stack, token) as http:
+        thread, answers = in_background(lambda: http.post("/v1/calls", json=body))
+        # The call is stored: the request's key was checked and the wait is under way.
+        wait_for(lambda: call_rows_by(stack, name) == 1, 60, "the call stored")
+        revoke_then_release(stack, name, token, release)
+        thread.join(90)
+    (answer,) = answers
+    assert answer.status_code == 401, answer.text
+    assert answer.json() == {"ok": False, "error": "key revoked"}
+
+
+def test_a_key_revoked_while_it_waits_on_its_call_gets_no_outcome(
+    stack: Stack, tmp_path: Path
+) -> None:
+    name, token = temporary_key(stack, ["agent"])
+    release = tmp_path / "release"
+    with client_with_token(stack, token) as http:
+        submitted = http.post("/v1/calls", json={"tool": "hold", "args": {"until": str(release)}})
+        call_id = submitted.json()["call_id"]
+        thread, answers = in_background(lambda: http.get(f"/v1/calls/{call_id}?wait_s=60"))
+        revoke_then_release(stack, name, token, release)
+        thread.join(90)
+    (answer,) = answers
+    assert answer.status_code == 401, answer.text
+    assert answer.json() == {"ok": False, "error": "key revoked"}
