@@ -138,8 +138,8 @@ class McpProtocolError(ToolrouterError):
 
 
 class ToolListTooLong(ToolrouterError):
-    """Raised when an MCP server's tool list goes on past what is read of it (too many tools
-    or pages, or a cursor it gave before): none of it is kept."""
+    """Raised when an MCP server's tool list goes on past what is read of it (too many tools,
+    pages or bytes, or a cursor it gave before): none of it is kept."""
 
 
 class ToolListUnreadable(ToolrouterError):

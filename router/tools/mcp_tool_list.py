@@ -17,6 +17,8 @@ from ..errors import ToolListTooLong, ToolListUnreadable
 # A real server's list is far shorter; an empty page still counts.
 MAX_LISTED_TOOLS = 10_000
 MAX_LISTED_PAGES = 1_000
+# The tools' JSON, all pages together: each message is bounded, a thousand of them are not.
+MAX_LISTED_BYTES = 64 * 1024 * 1024
 LIST_METHOD = "tools/list"
 # The SDK's own assumption for a session that has not said which version it speaks.
 FALLBACK_VERSION = "2025-11-25"
@@ -40,6 +42,7 @@ async def every_tool(client: Any) -> ToolListing:
     """Every tool of ``client``'s server, all pages; ``ToolListTooLong`` past the limits, or
     at a cursor an earlier page gave; ``ToolListUnreadable`` for a page that is no list."""
     listing = ToolListing()
+    listed_bytes = 0
     cursors: set[str] = set()
     cursor = None
     for _ in range(MAX_LISTED_PAGES):
@@ -51,6 +54,9 @@ async def every_tool(client: Any) -> ToolListing:
         listing.tools.extend(page.tools)
         if listing.listed > MAX_LISTED_TOOLS:
             raise ToolListTooLong(f"lists more than {MAX_LISTED_TOOLS} tools")
+        listed_bytes += sum(len(tool.model_dump_json(exclude_none=True)) for tool in page.tools)
+        if listed_bytes > MAX_LISTED_BYTES:
+            raise ToolListTooLong(f"lists tools of more than {MAX_LISTED_BYTES} bytes in all")
         cursor = page.next_cursor
         if not cursor:
             return listing

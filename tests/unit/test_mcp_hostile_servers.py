@@ -135,6 +135,26 @@ def test_a_tool_list_of_empty_pages_stops_at_the_page_limit(
     assert handler.pages == 5  # type: ignore[attr-defined]
 
 
+def test_a_tool_list_of_more_bytes_than_the_limit_stops_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each page under the answer limit, the pages together over the list's."""
+    monkeypatch.setattr(mcp_tool_list, "MAX_LISTED_BYTES", 200_000)
+
+    def wordy(cursor: str | None) -> dict[str, Any]:
+        page = int(cursor or "0")
+        listed = [{**tool, "description": "d" * 10_000} for tool in tools(page * 5, 5)]
+        return {"tools": listed, "nextCursor": str(page + 1)}
+
+    handler = raw_mcp(wordy)
+    with connected(handler) as connections, pytest.raises(ConfigError) as raised:
+        import_mcp_tools(connections, file="t.yaml")
+    assert raised.value.reason == (
+        "mcp server 'paging' lists tools of more than 200000 bytes in all"
+    )
+    assert handler.pages == 4  # type: ignore[attr-defined]
+
+
 def test_a_tool_list_at_the_limit_is_imported_whole() -> None:
     def two_pages(cursor: str | None) -> dict[str, Any]:
         return (
