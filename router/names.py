@@ -7,6 +7,15 @@ import urllib.parse
 
 # Unknown names are echoed back and audited, but not at any length.
 MAX_ECHOED_NAME = 128
+# A key's name is its identity in the audit log and every listing.
+KEY_NAME_MAX = 128
+KEY_NAME_RULE = f"key name must be 1-{KEY_NAME_MAX} printable characters, no space at either end"
+
+
+def is_key_name(name: str) -> bool:
+    """Whether ``name`` may name a key: one that reads as another (``agentA `` beside
+    ``agentA``) would make two identities look like one in the audit log."""
+    return 0 < len(name) <= KEY_NAME_MAX and name.isprintable() and name == name.strip()
 
 
 def echo_name(name: object) -> str:

@@ -25,6 +25,7 @@ from ..db.schema import api_keys, ui_sessions
 from ..db.store import Store
 from ..errors import Conflict, NotAuthenticated, NotFound
 from ..ids import new_token
+from ..names import KEY_NAME_RULE, is_key_name
 from ..trust.keyring import KeyRing
 from ..trust.row_seals import key_row_seal
 from .key_cache import Acknowledged, PrincipalCache
@@ -32,7 +33,6 @@ from .principal import Principal
 
 log = logging.getLogger(__name__)
 
-KEY_NAME_MAX = 128
 # Every request runs this; built once (see ``router.db.store``).
 _BY_HASH = select(api_keys).where(api_keys.c.token_hash == bindparam("digest"))
 
@@ -96,8 +96,8 @@ class KeyStore:
 
     def create(self, name: str, roles: list[str]) -> str:
         """Store a new key and return its token: the only time the token is ever seen."""
-        if not name or len(name) > KEY_NAME_MAX or not name.isprintable():
-            raise ValueError(f"key name must be 1-{KEY_NAME_MAX} printable characters")
+        if not is_key_name(name):
+            raise ValueError(KEY_NAME_RULE)
         if not roles:
             raise ValueError("a key needs at least one role")
         token = new_token()

@@ -17,11 +17,10 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError
+from ..names import is_key_name
 
 _ONLY_VAR_RE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
 CHANNEL_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-# As ``router.auth.keys`` takes key names; not imported, so the config needs no database code.
-KEY_NAME_MAX = 128
 
 
 class ChannelType(StrEnum):
@@ -188,7 +187,7 @@ def _sane_name(table: str, name: str) -> bool:
     """Role names as channel names; key names as keys take them (``router.auth.keys``)."""
     if table == "roles":
         return bool(CHANNEL_NAME_RE.fullmatch(name))
-    return 0 < len(name) <= KEY_NAME_MAX and name.isprintable() and name == name.strip()
+    return is_key_name(name)
 
 
 def check_tool_channels(
