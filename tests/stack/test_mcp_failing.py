@@ -10,7 +10,6 @@ import json
 import sys
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from router.status import CallStatus
 
 from ..support.handler_server import serving
 from ..support.launcher import REPO
+from ..support.raw_mcp import Streamed, answer_with, raw_mcp
 from ..support.stack import Stack, own_stack
 from ..support.waiting import wait_for
 from .test_mcp_tools import call, retries
@@ -32,70 +32,34 @@ REDIS_DB = 10
 FLOOD_BYTES = 100 * 1024 * 1024
 
 
-class RawMcp(BaseHTTPRequestHandler):
-    """Just enough MCP over HTTP to import ``flood`` and ``slow`` and call them."""
+def listed(cursor: str | None) -> dict[str, Any]:
+    schema = {"type": "object"}
+    return {"tools": [{"name": n, "inputSchema": schema} for n in ("flood", "slow")]}
 
-    def do_POST(self) -> None:
-        message = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        if "id" not in message:
-            self.send_response(202)
-            self.end_headers()
-            return
-        result: Any = {"content": [{"type": "text", "text": "ok"}]}
-        if message["method"] == "initialize":
-            result = {
-                "protocolVersion": message["params"]["protocolVersion"],
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "raw", "version": "1"},
-            }
-        elif message["method"] == "tools/list":
-            schema = {"type": "object"}
-            result = {"tools": [{"name": n, "inputSchema": schema} for n in ("flood", "slow")]}
-        elif message["method"] == "tools/call" and message["params"]["name"] == "flood":
-            self._flood(message["id"])
-            return
-        elif message["method"] == "tools/call":
-            time.sleep(7)
-        self._answer(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}))
 
-    def _answer(self, text: str) -> None:
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(text)))
-        self.end_headers()
-        self.wfile.write(text.encode())
-
-    def _flood(self, call_id: Any) -> None:
-        head = b'{"jsonrpc": "2.0", "id": %s, "result": {"content": [{"type": "text", "text": "'
-        head %= json.dumps(call_id).encode()
-        tail = b'"}]}}'
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(head) + FLOOD_BYTES + len(tail)))
-        self.end_headers()
-        chunk = b"a" * (1024 * 1024)
-        try:
-            self.wfile.write(head)
-            for _ in range(FLOOD_BYTES // len(chunk)):
-                self.wfile.write(chunk)
-            self.wfile.write(tail)
-        except OSError:
-            pass  # the client stopped reading
-
-    def log_message(self, *_: Any) -> None:
-        pass
+def answered(message: dict[str, Any]) -> bytes | Streamed:
+    """``flood``: an answer larger than any answer read; ``slow``: one after seven seconds."""
+    if message["params"]["name"] != "flood":
+        time.sleep(7)
+        return answer_with(b'{"content": [{"type": "text", "text": "ok"}]}')(message)
+    head = b'{"jsonrpc": "2.0", "id": %s, "result": {"content": [{"type": "text", "text": "'
+    head %= json.dumps(message["id"]).encode()
+    tail = b'"}]}}'
+    chunk = b"a" * (1024 * 1024)
+    pieces = [head, *[chunk] * (FLOOD_BYTES // len(chunk)), tail]
+    return Streamed(len(head) + FLOOD_BYTES + len(tail), pieces)
 
 
 @pytest.fixture(scope="module")
-def raw_mcp() -> Iterator[str]:
-    with serving(RawMcp) as port:
+def raw_mcp_url() -> Iterator[str]:
+    with serving(raw_mcp(listed, answered)) as port:
         yield f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.fixture(scope="module")
 def mcp_stack(
     redis_base: str,
-    raw_mcp: str,
+    raw_mcp_url: str,
     tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest,
 ) -> Iterator[tuple[Stack, Path]]:
@@ -108,7 +72,7 @@ def mcp_stack(
         TOOLROUTER_CONFIG=str(CONFIG),
         PYTHON=sys.executable,
         REPO=str(REPO),
-        MCP_HTTP_URL=raw_mcp,
+        MCP_HTTP_URL=raw_mcp_url,
     ) as stack:
         stack.start_api()
         stack.start_worker(concurrency=1)

@@ -4,83 +4,15 @@ the cause, and costs the importing process no more than a limit."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
 from router.errors import ConfigError, McpProtocolError
 from router.tools import mcp_tool_list
-from router.tools.mcp_client import McpConnections
 from router.tools.mcp_import import import_mcp_tools
-from router.tools.mcp_servers import HttpServer
 
-from ..support.handler_server import serving
-
-# The result of a ``tools/list`` for its cursor (None on the first page).
-Lister = Callable[[str | None], dict[str, Any]]
-# The whole body of a ``tools/call``'s answer, for its request id.
-Caller = Callable[[Any], bytes]
-
-
-def raw_mcp(lister: Lister, caller: Caller | None = None) -> type[BaseHTTPRequestHandler]:
-    """Just enough MCP over HTTP (JSON answers, no session) to start, list and call."""
-
-    class RawMcp(BaseHTTPRequestHandler):
-        pages = 0
-
-        def do_POST(self) -> None:
-            message = json.loads(self.rfile.read(int(self.headers["content-length"])))
-            if "id" not in message:
-                self.send_response(202)
-                self.end_headers()
-                return
-            method, params = message["method"], message.get("params") or {}
-            result: Any = {}
-            if method == "initialize":
-                result = {
-                    "protocolVersion": params["protocolVersion"],
-                    "capabilities": {"tools": {}},
-                    "serverInfo": {"name": "raw", "version": "1"},
-                }
-            elif method == "tools/list":
-                type(self).pages += 1
-                result = lister(params.get("cursor"))
-            elif method == "tools/call" and caller is not None:
-                self._answer(caller(message["id"]))
-                return
-            self._answer(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}))
-
-        def _answer(self, body: str | bytes) -> None:
-            data = body.encode() if isinstance(body, str) else body
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *_: Any) -> None:
-            pass
-
-    return RawMcp
-
-
-@contextmanager
-def connected(
-    handler: type[BaseHTTPRequestHandler], max_answer_bytes: int = 64 * 1024 * 1024
-) -> Iterator[McpConnections]:
-    with serving(handler) as port:
-        connections = McpConnections(
-            {"paging": HttpServer(url=f"http://127.0.0.1:{port}/mcp")},
-            max_answer_bytes=max_answer_bytes,
-        )
-        try:
-            yield connections
-        finally:
-            connections.close()
+from ..support.raw_mcp import Streamed, answer_with, connected, raw_mcp
 
 
 def tools(first: int, count: int) -> list[dict[str, Any]]:
@@ -168,18 +100,6 @@ def test_a_tool_list_at_the_limit_is_imported_whole() -> None:
     assert len(imported.specs) == 10_000 and not imported.skipped
 
 
-def answer_with(result: bytes) -> Caller:
-    """A call's answer whose ``result`` is the bytes given, as they are."""
-
-    def answer(request_id: Any) -> bytes:
-        return b'{"jsonrpc": "2.0", "id": %s, "result": %s}' % (
-            json.dumps(request_id).encode(),
-            result,
-        )
-
-    return answer
-
-
 def one_tool(cursor: str | None) -> dict[str, Any]:
     return {"tools": tools(0, 1)}
 
@@ -200,11 +120,11 @@ def test_an_answer_over_http_that_is_not_json_rpc_fails_as_such_in_one_line(
 ) -> None:
     called = 0
 
-    def first_bad(request_id: Any) -> bytes:
+    def first_bad(message: dict[str, Any]) -> bytes | Streamed:
         nonlocal called
         called += 1
         good = b'{"content": [{"type": "text", "text": "fine"}]}'
-        return answer_with(result if called == 1 else good)(request_id)
+        return answer_with(result if called == 1 else good)(message)
 
     with connected(raw_mcp(one_tool, first_bad)) as connections:
         with pytest.raises(McpProtocolError) as raised:

@@ -11,7 +11,7 @@ import pytest
 from router.errors import ConfigError
 from router.tools.mcp_import import import_mcp_tools
 
-from .test_mcp_hostile_servers import answer_with, connected, raw_mcp
+from ..support.raw_mcp import answer_with, connected, raw_mcp
 
 GOOD = {
     "name": "good",
