@@ -79,6 +79,11 @@ class CallLimits:
         """Keep per-call limits in this process (a prefork pool process)."""
         self.enabled = True
 
+    def seconds_left(self) -> float | None:
+        """Until the hard limit of the run under way; None outside one (no limit kept)."""
+        run = self._run
+        return None if run is None else run.hard_at - time.monotonic()
+
     def usable(self) -> bool:
         return (
             self.enabled

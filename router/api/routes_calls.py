@@ -10,8 +10,9 @@ from fastapi.responses import JSONResponse
 from pydantic import WithJsonSchema
 
 from ..auth.principal import Principal
+from ..db.retry import BRIEF_OUTAGE_S, retried
 from ..dispatch.submission import Submission
-from ..errors import Forbidden
+from ..errors import Forbidden, StoreUnavailable
 from ..messaging.waiting import wait_for_call
 from ..results import CallResult, bad_request
 from ..runtime import Runtime
@@ -107,19 +108,30 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
         result = await runtime.group_commit.submit(submission)
     unfinished = result.http_status == 200 and result.status not in TERMINAL_STATES
     if wait_s > 0 and result.call_id is not None and unfinished:
-        call_id = result.call_id
-        result = await wait_for_call(
-            request.app.state.listener,
-            call_id,
-            lambda: runtime.calls.get(who, call_id),
-            wait_s,
-            known_unfinished=True,
-        )
-        await principal(request)  # a key revoked during the wait gets no outcome
+        call_id, accepted = result.call_id, result
+        try:
+            result = await wait_for_call(
+                request.app.state.listener,
+                call_id,
+                lambda: runtime.calls.get(who, call_id),
+                wait_s,
+                known_unfinished=True,
+            )
+            await principal(request)  # a key revoked during the wait gets no outcome
+        except StoreUnavailable:
+            # Taken, only not read back (or its key not checked again): answered as taken,
+            # since a 503 would have its caller submit it again.
+            result = accepted
         if result.status not in TERMINAL_STATES:
             # Not finished in time: the call may have been accepted by a commit that did
             # not wait for the disk, and is now told as accepted.
-            await in_thread(runtime.store.wait_for_disk)
+            durable = functools.partial(
+                retried,
+                runtime.store.wait_for_disk,
+                within_s=BRIEF_OUTAGE_S,
+                what=f"flush the accepted call {call_id} to disk",
+            )
+            await in_thread(durable)
     return answer(result)
 
 

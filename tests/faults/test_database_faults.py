@@ -28,6 +28,7 @@ from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 
 from ..support import services
+from ..support.audit import audit_events
 from ..support.faults import FAST_RECOVERY, ledger_runs
 from ..support.stack import Stack, stack_env, start_with_recovery
 from ..support.waiting import wait_for, wait_until_finished
@@ -256,6 +257,82 @@ def test_database_outage_answers_503_writes_nothing_by_halves_and_work_resumes(
 
 
 # -- one idempotency key, many submissions at once (both backends) --------------------------
+
+
+def newest_hold(runtime: Runtime) -> tuple[str, str] | None:
+    """The newest ``hold`` call: (id, status)."""
+    with runtime.store.reading() as conn:
+        row = conn.execute(
+            select(calls.c.id, calls.c.status)
+            .where(calls.c.tool == "hold")
+            .order_by(calls.c.created_at.desc())
+            .limit(1)
+        ).first()
+    return None if row is None else (row.id, row.status)
+
+
+def logged(stack: Stack, name: str, text: str) -> bool:
+    return text in (stack.state_dir / f"{name}.log").read_text(errors="replace")
+
+
+@pytest.mark.postgres
+def test_an_outcome_waits_out_a_database_outage_rather_than_being_lost(
+    pg_fault_stack: PgFaultStack, tmp_path: Path
+) -> None:
+    """The database gone as a handler returns: the outcome is committed once it is back.
+    Given up at the first refusal, the run was left to the reaper, which called it
+    ``interrupted`` (SPEC §4: a worker that died) although it had finished."""
+    stack, runtime = pg_fault_stack.stack, pg_fault_stack.runtime
+    release = tmp_path / "release"
+    with stack.client() as http:
+        submitted = http.post("/v1/calls", json={"tool": "hold", "args": {"until": str(release)}})
+    call_id = submitted.json()["call_id"]
+    wait_for(lambda: newest_hold(runtime) == (call_id, "running"), 60, "the call running")
+    pg_fault_stack.outage(True)
+    try:
+        release.touch()
+        refused = f"could not record the outcome of {call_id}"
+        wait_for(lambda: logged(stack, "tools", refused), 60, "the outcome's commit refused")
+    finally:
+        pg_fault_stack.outage(False)
+    row = wait_until_finished(runtime, [call_id], timeout=60)[call_id]
+    assert row.status == CallStatus.SUCCEEDED, row
+    assert [event for event, _ in audit_events(stack, call_id)] == ["queued", "ok"]
+
+
+@pytest.mark.postgres
+def test_a_waited_call_taken_before_an_outage_is_answered_as_taken(
+    pg_fault_stack: PgFaultStack, tmp_path: Path
+) -> None:
+    """Accepted, then the database gone before its outcome could be read: the answer is
+    the call as accepted (200), not a 503 that has its caller submit it again."""
+    stack, runtime = pg_fault_stack.stack, pg_fault_stack.runtime
+    release = tmp_path / "release"
+    body = {"tool": "hold", "args": {"until": str(release)}, "wait_s": 5}
+    answers: list[httpx.Response] = []
+    with stack.client(timeout=120) as http:
+        waiting = threading.Thread(
+            target=lambda: answers.append(http.post("/v1/calls", json=body)), daemon=True
+        )
+        waiting.start()
+        wait_for(lambda: (newest_hold(runtime) or ("", ""))[1] == "running", 60, "a hold running")
+        call_id = (newest_hold(runtime) or ("", ""))[0]
+        pg_fault_stack.outage(True)
+        try:
+            # The wait ends in the outage: the call is not read back, nor known on disk.
+            flushing = f"could not flush the accepted call {call_id} to disk"
+            wait_for(lambda: answers or logged(stack, "api", flushing), 60, "the wait's end")
+        finally:
+            pg_fault_stack.outage(False)
+        waiting.join(60)
+    release.touch()
+    (answer,) = answers
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["call_id"] == call_id
+    # Queued as accepted, or running if the wait ended before the outage (a slow host).
+    assert answer.json()["status"] in {"queued", "running"}
+    row = wait_until_finished(runtime, [call_id], timeout=60)[call_id]
+    assert row.status == CallStatus.SUCCEEDED, row
 
 
 def race(stack: Stack, bodies: list[dict[str, Any]]) -> list[httpx.Response]:

@@ -25,6 +25,7 @@ from router.approval.binding import RunRefusal, run_refusal, spent_on_a_run
 from router.audit import entries
 from router.audit.log import AuditEntry
 from router.auth.keys import principal_named
+from router.db.retry import BRIEF_OUTAGE_S, retried
 from router.db.rows import AttemptOutcome, CallRow
 from router.dispatch.gate import RolesOf, rule_on
 from router.messaging.completions import MAX_RESULT_BYTES, Notifier
@@ -34,13 +35,16 @@ from router.status import AuditEvent, CallStatus
 from router.tools.registry import Tool
 from router.trust.keyring import KeyRing
 
-from ..call_limits import KERNEL_MARGIN_S
+from ..call_limits import KERNEL_MARGIN_S, limits
 from ..handlers import Outcome
 from .run_outcome import RunOutcome
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 30.0
+# An outcome's commit stops being tried again this long before its run's hard limit, where
+# the watchdog would record the call as timed out.
+HARD_LIMIT_MARGIN_S = 2.0
 
 # A claimed call's row (None: not queued any more) and why it must not run, if it must not.
 Claim = tuple[CallRow | None, RunRefusal | None]
@@ -219,9 +223,24 @@ class Ledger:
         done = Finished(row, outcome, status, event, self.clock(), cached, answered_by)
         if self.held is not None:
             self.held.append(done)
-        elif self.commit([done]):
+        elif self.commit_finished([done]):
             return RunOutcome.FENCED
         return RunOutcome.OK if outcome.ok else RunOutcome.ERROR
+
+    def commit_finished(
+        self, finished: Sequence[Finished], renew: Sequence[CallRow] = ()
+    ) -> list[str]:
+        """``commit`` of outcomes, tried again while the database does not answer: given up,
+        the finished runs would be recovered as lost (``interrupted``, or run again). Within
+        a run's limits, until shortly before its hard limit; outside them, a brief outage."""
+        left = limits.seconds_left()
+        within = BRIEF_OUTAGE_S if left is None else left - HARD_LIMIT_MARGIN_S
+        ids = ", ".join(done.row.id for done in finished)
+        return retried(
+            lambda: self.commit(finished, renew=renew),
+            within_s=within,
+            what=f"record the outcome of {ids}",
+        )
 
     def commit(
         self,

@@ -154,7 +154,7 @@ class SharedMessageRunner:
         database does not answer, the outcomes stay held for the next try; after the
         ``last`` one their calls stay running, and the reaper recovers them as lost runs."""
         try:
-            for call_id in self._commit_held(claim, tool_hint):
+            for call_id in self._commit_held(claim, tool_hint, last=last):
                 done[positions[call_id]] = RunOutcome.FENCED
         except Exception:
             held = [outcome.row.id for outcome in self.ledger.held or ()]
@@ -164,15 +164,20 @@ class SharedMessageRunner:
                     done[positions[call_id]] = RunOutcome.FAILED
                 self.ledger.held = []
 
-    def _commit_held(self, claim: Sequence[str] = (), tool_hint: str | None = None) -> list[str]:
+    def _commit_held(
+        self, claim: Sequence[str] = (), tool_hint: str | None = None, *, last: bool = False
+    ) -> list[str]:
         """Commit the held outcomes, claim ``claim`` and renew the claims ahead whose lease
         has run long (``_claims_to_renew``), in one transaction; the ids of held calls
-        fenced off."""
+        fenced off. The ``last`` try waits out a brief outage: no later one would."""
         held = list(self.ledger.held or ())
         stale = [] if claim else self._claims_to_renew()
         if not held and not claim and not stale:
             return []
-        fenced = self.ledger.commit(held, claim, stale, tool_hint)
+        if last and not claim:
+            fenced = self.ledger.commit_finished(held, renew=stale)
+        else:
+            fenced = self.ledger.commit(held, claim, stale, tool_hint)
         if self.ledger.held is not None:
             del self.ledger.held[: len(held)]
         self._held_since = None
