@@ -9,13 +9,19 @@ import urllib.parse
 MAX_ECHOED_NAME = 128
 # A key's name is its identity in the audit log and every listing.
 KEY_NAME_MAX = 128
-KEY_NAME_RULE = f"key name must be 1-{KEY_NAME_MAX} printable characters, no space at either end"
+KEY_NAME_RULE = f"key name must be 1-{KEY_NAME_MAX} printable characters, none blank at either end"
+# Printable, yet shown as nothing: Hangul fillers and the blank braille pattern.
+_BLANK_LOOKING = frozenset("\u115f\u1160\u2800\u3164\uffa0")
 
 
 def is_key_name(name: str) -> bool:
     """Whether ``name`` may name a key: one that reads as another (``agentA `` beside
     ``agentA``) would make two identities look like one in the audit log."""
-    return 0 < len(name) <= KEY_NAME_MAX and name.isprintable() and name == name.strip()
+    return (
+        0 < len(name) <= KEY_NAME_MAX
+        and name.isprintable()
+        and not {name[0], name[-1]} & (_BLANK_LOOKING | {" "})
+    )
 
 
 def echo_name(name: object) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Annotated, Any
 
@@ -12,7 +13,7 @@ from pydantic import WithJsonSchema
 from ..auth.principal import Principal
 from ..db.retry import BRIEF_OUTAGE_S, retried
 from ..dispatch.submission import Submission
-from ..errors import Forbidden, StoreUnavailable
+from ..errors import Forbidden, NotFound, StoreUnavailable, Unavailable
 from ..messaging.waiting import wait_for_call
 from ..results import CallResult, bad_request
 from ..runtime import Runtime
@@ -109,7 +110,8 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
     unfinished = result.http_status == 200 and result.status not in TERMINAL_STATES
     if wait_s > 0 and result.call_id is not None and unfinished:
         call_id, accepted = result.call_id, result
-        try:
+        # Not read back at the end (the database gone meanwhile): read below, once on disk.
+        with contextlib.suppress(StoreUnavailable):
             result = await wait_for_call(
                 request.app.state.listener,
                 call_id,
@@ -117,22 +119,31 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
                 wait_s,
                 known_unfinished=True,
             )
-            await principal(request)  # a key revoked during the wait gets no outcome
-        except StoreUnavailable:
-            # Taken, only not read back (or its key not checked again): answered as taken,
-            # since a 503 would have its caller submit it again.
-            result = accepted
         if result.status not in TERMINAL_STATES:
             # Not finished in time: the call may have been accepted by a commit that did
-            # not wait for the disk, and is now told as accepted.
-            durable = functools.partial(
+            # not wait for the disk. Told once on disk, and as read after that, since a
+            # database crash may have undone it; a 503 would have it submitted again.
+            kept = functools.partial(
                 retried,
-                runtime.store.wait_for_disk,
+                functools.partial(_on_disk, runtime, who, call_id),
                 within_s=BRIEF_OUTAGE_S,
                 what=f"flush the accepted call {call_id} to disk",
             )
-            await in_thread(durable)
+            result = await in_thread(kept)
+        try:
+            await principal(request)  # a key revoked during the wait gets no outcome
+        except StoreUnavailable:
+            result = accepted  # nor one whose key cannot be checked again
     return answer(result)
+
+
+def _on_disk(runtime: Runtime, who: Principal, call_id: str) -> CallResult:
+    """The call as it stands once every commit so far is on disk."""
+    runtime.store.wait_for_disk()
+    try:
+        return runtime.calls.get(who, call_id).result()
+    except NotFound:
+        raise Unavailable("the call was undone by a database restart; submit it again") from None
 
 
 async def explain(

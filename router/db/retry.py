@@ -18,12 +18,17 @@ T = TypeVar("T")
 
 # How long a brief outage is waited out where nothing else bounds the wait.
 BRIEF_OUTAGE_S = 5.0
+# The longest pause between two tries.
+MAX_PAUSE_S = 1.0
 
 
 def retried(fun: Callable[[], T], *, within_s: float, what: str) -> T:
-    """``fun()``, tried again while it raises ``StoreUnavailable`` for up to ``within_s``
-    seconds, then its error; each refusal is logged, naming ``what`` was not done."""
-    if within_s <= 0:
+    """``fun()``, tried again while it raises ``StoreUnavailable``, no try starting later
+    than ``within_s`` seconds from now; then its error. Each refusal is logged, naming
+    ``what`` was not done."""
+    # kombu starts one more try after a pause once its timeout is past.
+    timeout = within_s - MAX_PAUSE_S
+    if timeout <= 0:
         return fun()
 
     def noted(exc: BaseException, intervals: Iterator[float], tries: int) -> float:
@@ -37,7 +42,7 @@ def retried(fun: Callable[[], T], *, within_s: float, what: str) -> T:
         errback=noted,
         interval_start=0.05,
         interval_step=0.25,
-        interval_max=1.0,
-        timeout=within_s,
+        interval_max=MAX_PAUSE_S,
+        timeout=timeout,
     )
     return result

@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import Callable
 
 from ..db.rows import CallRow
+from ..errors import StoreUnavailable
 from ..results import CallResult
 from ..status import TERMINAL_STATES
 from ..threads import in_thread
@@ -54,6 +55,9 @@ async def wait_for_call(
             if waiter.result is not None:
                 return waiter.result
             waiter.event.clear()
-            row = await in_thread(load)
+            try:
+                row = await in_thread(load)
+            except StoreUnavailable:
+                continue  # not known yet: the read at the deadline answers
             if row.status in TERMINAL_STATES:
                 return row.result()

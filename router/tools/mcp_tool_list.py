@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp import types
+from mcp.client.session import _clamp_inbound_ttl, _later_revision_fields
 from mcp_types import methods
 from pydantic import ValidationError
 
@@ -80,30 +81,50 @@ async def _readable_page(
     session._stamp(data, options)
     raw = await session._dispatcher.send_raw_request(LIST_METHOD, data.get("params"), options)
     version = session.protocol_version or FALLBACK_VERSION
-    listed = raw.get("tools") if isinstance(raw, dict) else None
-    if not isinstance(listed, list):
-        raise ToolListUnreadable("sends a tool list page whose tools are not a list")
-    readable: list[Any] = []
-    for item in listed:
-        try:
-            methods.validate_server_result(LIST_METHOD, version, {"tools": [item]})
-            types.Tool.model_validate(item, by_name=False)
-        except ValidationError as exc:
-            place = listing.listed + len(readable) + 1
-            listing.unreadable[_name_of(item, place)] = _first_problem(exc)
-        else:
-            readable.append(item)
-    try:
-        page = {**raw, "tools": readable}
-        methods.validate_server_result(LIST_METHOD, version, page)
-        result = types.ListToolsResult.model_validate(page, by_name=False)
-    except ValidationError as exc:
-        problem = _first_problem(exc)
-        raise ToolListUnreadable(f"sends a tool list page the SDK cannot read: {problem}") from None
+    page, unreadable = readable_tools(raw, version, first_place=listing.listed + 1)
+    listing.unreadable.update(unreadable)
+    result = _parsed(page, version)
     complete = cursor is None and result.next_cursor is None
     # Caches each tool's output schema, which the SDK checks a call's result against.
     absorbed: types.ListToolsResult = session._absorb_tool_listing(result, complete=complete)
     return absorbed
+
+
+def readable_tools(
+    raw: Any, version: str, *, first_place: int
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """``raw``, a tool list's page as sent, with the tools the SDK can read at ``version``
+    alone; and the others, by name (or place in the list, from ``first_place``): why not.
+    ``ToolListUnreadable`` when the page around them cannot be read."""
+    listed = raw.get("tools") if isinstance(raw, dict) else None
+    if not isinstance(listed, list):
+        raise ToolListUnreadable("sends a tool list page whose tools are not a list")
+    # Taken as the SDK's send_request takes a result: a later revision's fields dropped, a
+    # negative TTL floored.
+    later = _later_revision_fields(LIST_METHOD, version)
+    page = {key: value for key, value in raw.items() if key not in later}
+    _clamp_inbound_ttl(page)
+    _parsed({**page, "tools": []}, version)
+    readable: list[Any] = []
+    unreadable: dict[str, str] = {}
+    for place, item in enumerate(listed, first_place):
+        try:
+            methods.validate_server_result(LIST_METHOD, version, {**page, "tools": [item]})
+            types.Tool.model_validate(item, by_name=False)
+        except ValidationError as exc:
+            unreadable[_name_of(item, place)] = _first_problem(exc)
+        else:
+            readable.append(item)
+    return {**page, "tools": readable}, unreadable
+
+
+def _parsed(page: dict[str, Any], version: str) -> types.ListToolsResult:
+    try:
+        methods.validate_server_result(LIST_METHOD, version, page)
+        return types.ListToolsResult.model_validate(page, by_name=False)
+    except ValidationError as exc:
+        problem = _first_problem(exc)
+        raise ToolListUnreadable(f"sends a tool list page the SDK cannot read: {problem}") from None
 
 
 def _name_of(item: Any, place: int) -> str:

@@ -143,14 +143,16 @@ def test_keys_create_with_a_taken_name_fails_clearly(home: Home) -> None:
     assert authenticate(home.settings(), first) == {"agent"}
 
 
-@pytest.mark.parametrize("name", ["twin ", " twin", "", "t" * 129, "tw\u200bin"])
+@pytest.mark.parametrize(
+    "name", ["twin ", " twin", "twin\u2800", "\u3164twin", "", "t" * 129, "tw\u200bin"]
+)
 def test_keys_create_refuses_a_name_that_reads_as_another(home: Home, name: str) -> None:
     """A name with a space at either end, or one that does not print, would make two keys
     look alike in the audit log and in every listing."""
     result = home.run("keys", "create", "--name", name, "--role", "agent")
     assert result.returncode != 0 and result.stdout == ""
     assert result.stderr.strip() == (
-        "error: key name must be 1-128 printable characters, no space at either end"
+        "error: key name must be 1-128 printable characters, none blank at either end"
     ), result.stderr
 
 

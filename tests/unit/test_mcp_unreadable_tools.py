@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from router.errors import ConfigError
+from router.errors import ConfigError, ToolListUnreadable
 from router.tools.mcp_import import import_mcp_tools
+from router.tools.mcp_tool_list import readable_tools
 
 from ..support.raw_mcp import answer_with, connected, raw_mcp
 
@@ -109,3 +110,32 @@ def test_a_process_that_calls_without_importing_reads_the_list_as_the_import_doe
             "n": 3
         }
     assert handler.pages == 2  # type: ignore[attr-defined]
+
+
+MODERN = "2026-07-28"
+MODERN_PAGE = {"cacheScope": "public", "resultType": "complete", "ttlMs": -5}
+
+
+def test_a_modern_page_keeps_its_readable_tools() -> None:
+    """At 2026-07-28 a page carries its own cache fields: each tool is read within them,
+    or every tool would fail for the page's fields, the good ones too."""
+    raw = {**MODERN_PAGE, "tools": [GOOD, {"name": "bare"}]}
+    page, unreadable = readable_tools(raw, MODERN, first_place=1)
+    assert [tool["name"] for tool in page["tools"]] == ["good"]
+    assert unreadable == {"bare": "inputSchema: Field required"}
+    assert page["ttlMs"] == 0  # floored, as the SDK takes it
+
+
+def test_an_older_session_drops_a_later_revisions_fields_as_the_sdk_does() -> None:
+    raw = {"cacheScope": "nobody", "ttlMs": -5, "tools": [GOOD, {"name": "bare"}]}
+    page, unreadable = readable_tools(raw, "2025-11-25", first_place=4)
+    assert [tool["name"] for tool in page["tools"]] == ["good"] and list(unreadable) == ["bare"]
+    assert "cacheScope" not in page and "ttlMs" not in page
+
+
+def test_a_modern_page_without_its_own_fields_is_no_tool_list() -> None:
+    with pytest.raises(ToolListUnreadable) as raised:
+        readable_tools({"tools": [GOOD]}, MODERN, first_place=1)
+    assert str(raised.value) == (
+        "sends a tool list page the SDK cannot read: cacheScope: Field required (and 2 more)"
+    )

@@ -235,11 +235,12 @@ class Ledger:
         a run's limits, until shortly before its hard limit; outside them, a brief outage."""
         left = limits.seconds_left()
         within = BRIEF_OUTAGE_S if left is None else left - HARD_LIMIT_MARGIN_S
-        ids = ", ".join(done.row.id for done in finished)
+        first = finished[0].row.id if finished else "no call"
+        calls = first if len(finished) <= 1 else f"{first} and {len(finished) - 1} more"
         return retried(
             lambda: self.commit(finished, renew=renew),
             within_s=within,
-            what=f"record the outcome of {ids}",
+            what=f"record the outcome of {calls}",
         )
 
     def commit(
