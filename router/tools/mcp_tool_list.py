@@ -5,11 +5,12 @@ read is left out, by name and why, rather than losing every other tool of its se
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from mcp import types
-from mcp.client.session import _clamp_inbound_ttl, _later_revision_fields
+from mcp.client import session as sdk_session
 from mcp_types import methods
 from pydantic import ValidationError
 
@@ -100,10 +101,17 @@ def readable_tools(
     if not isinstance(listed, list):
         raise ToolListUnreadable("sends a tool list page whose tools are not a list")
     # Taken as the SDK's send_request takes a result: a later revision's fields dropped, a
-    # negative TTL floored.
-    later = _later_revision_fields(LIST_METHOD, version)
+    # negative TTL floored. Its private helpers, looked up here so that an SDK without them
+    # only reads such a page more strictly, never fails to import.
+    later_fields: Callable[[str, str], frozenset[str]] = getattr(
+        sdk_session, "_later_revision_fields", lambda *_: frozenset()
+    )
+    floor_ttl: Callable[[dict[str, Any]], None] = getattr(
+        sdk_session, "_clamp_inbound_ttl", lambda _: None
+    )
+    later = later_fields(LIST_METHOD, version)
     page = {key: value for key, value in raw.items() if key not in later}
-    _clamp_inbound_ttl(page)
+    floor_ttl(page)
     _parsed({**page, "tools": []}, version)
     readable: list[Any] = []
     unreadable: dict[str, str] = {}
