@@ -137,12 +137,16 @@ class McpProtocolError(ToolrouterError):
     nested past the parser's limit, a number out of range) while a call waits on it."""
 
 
-class ToolListTooLong(ToolrouterError):
+class ToolListRefused(ToolrouterError):
+    """An MCP server's tool list that is not taken; its text completes "mcp server 'x' …"."""
+
+
+class ToolListTooLong(ToolListRefused):
     """Raised when an MCP server's tool list goes on past what is read of it (too many tools,
     pages or bytes, or a cursor it gave before): none of it is kept."""
 
 
-class ToolListUnreadable(ToolrouterError):
+class ToolListUnreadable(ToolListRefused):
     """Raised when a page of an MCP server's tool list is not a tool list at all (its tools
     not a list, its cursor not a string); a tool the SDK cannot read is only left out."""
 

@@ -26,8 +26,8 @@ from ..errors import (
     AnswerTooLarge,
     CallLost,
     McpProtocolError,
+    ToolListRefused,
     ToolListTooLong,
-    ToolListUnreadable,
 )
 from ..files import private_dir
 from .mcp_servers import HttpServer, ServerSpec, StdioServer, parse_servers
@@ -298,7 +298,7 @@ class McpConnections:
                 # first result, and fail on a tool in the list that it cannot read.
                 try:
                     await every_tool(client)
-                except (ToolListTooLong, ToolListUnreadable) as exc:
+                except ToolListRefused as exc:
                     raise ConnectionError(f"MCP server {name} {exc}") from None
                 session.listed = True
             sent = True

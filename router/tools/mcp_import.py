@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, ToolListTooLong, ToolListUnreadable
+from ..errors import ConfigError, ToolListRefused
 from .config import TOOL_NAME_RE, ToolSpec
 from .schemas import schema_problem
 
@@ -76,7 +76,7 @@ def import_mcp_tools(mcp: McpConnections, *, file: str) -> Imported:
     for server in mcp.servers:
         try:
             listing = mcp.list_tools(server)
-        except (ToolListTooLong, ToolListUnreadable) as exc:
+        except ToolListRefused as exc:
             raise ConfigError(f"mcp server {server!r} {exc}", file=file) from None
         except Exception as exc:
             why = mcp.why_unreachable(server, exc)
