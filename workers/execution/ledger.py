@@ -257,6 +257,13 @@ class Ledger:
         with self.store.transaction() as conn:
             written = self.store.finish(conn, [done.attempt_outcome() for done in finished])
             recorded = [done for done, ok in zip(finished, written, strict=True) if ok]
+            # A try after one whose commit landed but whose answer was lost finds its own
+            # outcomes there already: recorded, not fenced off (and not appended twice).
+            landed = [
+                done
+                for done, ok in zip(finished, written, strict=True)
+                if not ok and self._landed_before(conn, done)
+            ]
             # Before the audit append: the chain's lock, which every append in every
             # process waits for, is then held for the append and the commit alone. And
             # every writer takes its call rows' locks before the chain's, so none waits
@@ -269,13 +276,24 @@ class Ledger:
         for call_id, row in renewed.items():
             refusal = self.claimed_ahead.get(call_id, (None, None))[1]
             self.claimed_ahead[call_id] = (row, refusal)  # None: lost meanwhile, dropped
-        if recorded:
-            self._announce(recorded)
-        recorded_ids = {done.row.id for done in recorded}
+        if recorded or landed:
+            self._announce([*recorded, *landed])
+        recorded_ids = {done.row.id for done in [*recorded, *landed]}
         fenced = [done.row.id for done in finished if done.row.id not in recorded_ids]
         for call_id in fenced:
             log.warning("call %s finished after losing its lease; outcome dropped", call_id)
         return fenced
+
+    def _landed_before(self, conn: Connection, done: Finished) -> bool:
+        """Whether ``done`` is in the database as written by an earlier try of this commit:
+        the same attempt ended with the same status at the same moment."""
+        row = self.store.get(conn, done.row.id)
+        return (
+            row is not None
+            and row.fence == done.row.fence
+            and row.status == done.status
+            and row.finished_at == done.at
+        )
 
     def _renew_lease(self, conn: Connection, row: CallRow, now: int) -> CallRow | None:
         """``row`` with a fresh lease; None if its attempt no longer holds the call."""
