@@ -174,7 +174,7 @@ class SharedMessageRunner:
         stale = [] if claim else self._claims_to_renew()
         if not held and not claim and not stale:
             return []
-        if last and not claim:
+        if last:  # the last try claims nothing
             fenced = self.ledger.commit_finished(held, renew=stale)
         else:
             fenced = self.ledger.commit(held, claim, stale, tool_hint)
