@@ -65,3 +65,34 @@ def test_a_key_revoked_while_it_waits_on_its_call_gets_no_outcome(
     (answer,) = answers
     assert answer.status_code == 401, answer.text
     assert answer.json() == {"ok": False, "error": "key revoked"}
+
+
+def test_a_key_revoked_while_its_approval_waits_gets_no_outcome(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The approval itself stands (it was decided before the revocation) and the call runs
+    to its end; only the outcome is withheld from the revoked key."""
+    name, token = temporary_key(stack, ["approver"])
+    release = tmp_path / "release"
+    with stack.client() as agent:
+        submitted = agent.post(
+            "/v1/calls", json={"tool": "gated_hold", "args": {"until": str(release)}}
+        )
+        assert submitted.json()["status"] == "pending", submitted.text
+        call_id, request_id = submitted.json()["call_id"], submitted.json()["request_id"]
+        with client_with_token(stack, token) as http:
+            thread, answers = in_background(
+                lambda: http.post(f"/v1/approvals/{request_id}/approve", json={"wait_s": 60})
+            )
+
+            def running() -> bool:
+                return agent.get(f"/v1/calls/{call_id}").json()["status"] == "running"
+
+            wait_for(running, 60, "the approved call running")
+            revoke_then_release(stack, name, token, release)
+            thread.join(90)
+        (answer,) = answers
+        assert answer.status_code == 401, answer.text
+        assert answer.json() == {"ok": False, "error": "key revoked"}
+        finished = agent.get(f"/v1/calls/{call_id}?wait_s=60").json()
+        assert finished["status"] == "succeeded", finished
