@@ -11,9 +11,8 @@ from fastapi.responses import JSONResponse
 from pydantic import WithJsonSchema
 
 from ..auth.principal import Principal
-from ..db.retry import BRIEF_OUTAGE_S, retried
 from ..dispatch.submission import Submission
-from ..errors import Forbidden, NotFound, StoreUnavailable, Unavailable
+from ..errors import Forbidden, StoreUnavailable
 from ..messaging.waiting import wait_for_call
 from ..results import CallResult, bad_request
 from ..runtime import Runtime
@@ -115,35 +114,19 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
             result = await wait_for_call(
                 request.app.state.listener,
                 call_id,
-                lambda: runtime.calls.get(who, call_id),
+                lambda: runtime.calls.get_accepted(who, call_id),
                 wait_s,
                 known_unfinished=True,
             )
         if result.status not in TERMINAL_STATES:
             # Not finished in time: the call may have been accepted by a commit that did
-            # not wait for the disk. Told once on disk, and as read after that, since a
-            # database crash may have undone it; a 503 would have it submitted again.
-            kept = functools.partial(
-                retried,
-                functools.partial(_on_disk, runtime, who, call_id),
-                within_s=BRIEF_OUTAGE_S,
-                what=f"flush the accepted call {call_id} to disk",
-            )
-            result = await in_thread(kept)
+            # not wait for the disk, so it is told as it stands once on disk.
+            result = await in_thread(runtime.calls.accepted_on_disk, who, call_id)
         try:
             await principal(request)  # a key revoked during the wait gets no outcome
         except StoreUnavailable:
             result = accepted  # nor one whose key cannot be checked again
     return answer(result)
-
-
-def _on_disk(runtime: Runtime, who: Principal, call_id: str) -> CallResult:
-    """The call as it stands once every commit so far is on disk."""
-    runtime.store.wait_for_disk()
-    try:
-        return runtime.calls.get(who, call_id).result()
-    except NotFound:
-        raise Unavailable("the call was undone by a database restart; submit it again") from None
 
 
 async def explain(

@@ -7,6 +7,7 @@ from ..audit import entries
 from ..audit.log import AuditLog
 from ..auth.principal import Principal
 from ..clock import Clock, wall_clock_ms
+from ..db.retry import BRIEF_OUTAGE_S, retried
 from ..db.rows import CallRow
 from ..db.store import Store
 from ..errors import NotCancellable, NotFound, Unavailable
@@ -15,6 +16,8 @@ from ..messaging.decisions import DecisionClient
 from ..names import echo_name
 from ..results import CallResult
 from ..status import CallStatus
+
+UNDONE = "the call was undone by a database restart; submit it again"
 
 
 class CallService:
@@ -36,6 +39,28 @@ class CallService:
         if not (row.requested_by == principal.name or principal.is_operator):
             raise NotFound(f"unknown call: {call_id}")
         return row
+
+    def get_accepted(self, principal: Principal, call_id: str) -> CallRow:
+        """``get`` of a call this request has just accepted: missing, a database crash
+        undid its accept (which need not have waited for the disk), and the caller is told
+        to submit it again rather than that it never existed."""
+        try:
+            return self.get(principal, call_id)
+        except NotFound:
+            raise Unavailable(UNDONE) from None
+
+    def accepted_on_disk(self, principal: Principal, call_id: str) -> CallResult:
+        """A call this request accepted, as it stands once every commit so far is on disk,
+        tried again through a brief outage: a wait that ended while the database was away
+        answers this, not an error that would have the call submitted twice."""
+
+        def on_disk() -> CallResult:
+            self.store.wait_for_disk()
+            return self.get_accepted(principal, call_id).result()
+
+        return retried(
+            on_disk, within_s=BRIEF_OUTAGE_S, what=f"flush the accepted call {call_id} to disk"
+        )
 
     def read(self, call_id: str) -> CallRow:
         """The call, for components that have already checked who may see it."""

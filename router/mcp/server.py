@@ -8,6 +8,7 @@ with the key's name as the requester.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -21,7 +22,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..auth.principal import Principal
 from ..dispatch.submission import Submission
-from ..errors import NotAuthenticated, NotFound, RequestError, Unavailable
+from ..errors import NotAuthenticated, NotFound, RequestError, StoreUnavailable, Unavailable
 from ..messaging.completions import CompletionListener
 from ..messaging.redis_clients import redis_client
 from ..messaging.waiting import wait_for_call
@@ -226,9 +227,19 @@ class ToolrouterMcp:
             remaining = deadline - anyio.current_time()
             if result is not None and (remaining <= 0 or result.status in TERMINAL_STATES):
                 break
-            result = await self.wait(
-                who, call_id, max(0.0, min(slice_s, remaining)), known_unfinished=first
-            )
+            try:
+                result = await self.wait(
+                    who,
+                    call_id,
+                    max(0.0, min(slice_s, remaining)),
+                    known_unfinished=first,
+                    accepted=True,
+                )
+            except StoreUnavailable:
+                # Accepted, so told as it stands once on disk: an error would have the call
+                # submitted again.
+                result = await in_thread(self.runtime.calls.accepted_on_disk, who, call_id)
+                break
             first = False
             if result.status in TERMINAL_STATES:
                 try:
@@ -265,13 +276,21 @@ class ToolrouterMcp:
         return render(result)
 
     async def wait(
-        self, who: Principal, call_id: str, wait_s: float, *, known_unfinished: bool = False
+        self,
+        who: Principal,
+        call_id: str,
+        wait_s: float,
+        *,
+        known_unfinished: bool = False,
+        accepted: bool = False,
     ) -> CallResult:
-        """The call once it is terminal, or as it stands when ``wait_s`` runs out."""
+        """The call once it is terminal, or as it stands when ``wait_s`` runs out;
+        ``accepted``: one this request accepted (``CallService.get_accepted``)."""
+        calls = self.runtime.calls
         return await wait_for_call(
             self.listener,
             call_id,
-            lambda: self.runtime.calls.get(who, call_id),
+            functools.partial(calls.get_accepted if accepted else calls.get, who, call_id),
             wait_s,
             known_unfinished=known_unfinished,
         )

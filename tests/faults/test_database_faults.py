@@ -14,23 +14,26 @@ import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
+import httpx2
 import pytest
-from sqlalchemy import create_engine, func, select, text
+from mcp import Client, types
+from mcp.client.streamable_http import streamable_http_client
+from sqlalchemy import func, select
 
 from router.db.schema import audit_log, calls
 from router.ids import new_token
 from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 
-from ..support import services
 from ..support.audit import audit_events
-from ..support.faults import FAST_RECOVERY, ledger_runs
-from ..support.stack import Stack, stack_env, start_with_recovery
+from ..support.faults import ledger_runs
+from ..support.pg_outage import PgFaultStack, logged, newest_hold, pg_outage_stack
+from ..support.stack import Stack
 from ..support.waiting import wait_for, wait_until_finished
 
 # A Redis db of its own (the suite's dbs are 11-15); flushed before and after.
@@ -41,61 +44,12 @@ RACERS = 16
 # -- the outage (PostgreSQL) -----------------------------------------------------------------
 
 
-@dataclass
-class PgFaultStack:
-    stack: Stack
-    runtime: Runtime
-    database: str
-
-    def outage(self, on: bool) -> None:
-        """Refuse (or allow again) every connection to this test's database."""
-        engine = create_engine(services.PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-        try:
-            with engine.connect() as conn:
-                conn.execute(
-                    text(f"ALTER DATABASE {self.database} ALLOW_CONNECTIONS {str(not on).lower()}")
-                )
-                if on:
-                    conn.execute(
-                        text(
-                            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                            " WHERE datname = :name AND pid <> pg_backend_pid()"
-                        ),
-                        {"name": self.database},
-                    )
-        finally:
-            engine.dispose()
-
-
 @pytest.fixture(scope="module")
 def pg_fault_stack(
     request: pytest.FixtureRequest, redis_base: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[PgFaultStack]:
-    state_dir = tmp_path_factory.mktemp("db-faults")
-    databases = services.database_for("postgresql", state_dir, request)
-    database_url = next(databases)
-    redis_url = f"{redis_base}/{REDIS_DB}"
-    services.flush(redis_url)
-    env = stack_env(
-        database_url=database_url,
-        redis_url=redis_url,
-        state_dir=state_dir,
-        TOOLROUTER_LEASE_GRACE_S="1",
-        **FAST_RECOVERY,
-    )
-    stack = Stack(env=env, state_dir=state_dir)
-    runtime = Runtime(stack.settings)
-    runtime.prepare()
-    for name, roles in {"agent": ["agent"], "operator": ["operator"]}.items():
-        stack.keys[name] = runtime.keys.create(name, roles)
-    try:
-        start_with_recovery(stack)
-        yield PgFaultStack(stack, runtime, database_url.rsplit("/", 1)[1])
-    finally:
-        stack.stop_all()
-        runtime.close()
-        services.flush(redis_url)
-        databases.close()
+    with pg_outage_stack(request, f"{redis_base}/{REDIS_DB}", tmp_path_factory) as stack:
+        yield stack
 
 
 def ledger_call(ledger: str, key: str) -> dict[str, Any]:
@@ -259,22 +213,6 @@ def test_database_outage_answers_503_writes_nothing_by_halves_and_work_resumes(
 # -- one idempotency key, many submissions at once (both backends) --------------------------
 
 
-def newest_hold(runtime: Runtime) -> tuple[str, str] | None:
-    """The newest ``hold`` call: (id, status)."""
-    with runtime.store.reading() as conn:
-        row = conn.execute(
-            select(calls.c.id, calls.c.status)
-            .where(calls.c.tool == "hold")
-            .order_by(calls.c.created_at.desc())
-            .limit(1)
-        ).first()
-    return None if row is None else (row.id, row.status)
-
-
-def logged(stack: Stack, name: str, text: str) -> bool:
-    return text in (stack.state_dir / f"{name}.log").read_text(errors="replace")
-
-
 @pytest.mark.postgres
 def test_an_outcome_waits_out_a_database_outage_rather_than_being_lost(
     pg_fault_stack: PgFaultStack, tmp_path: Path
@@ -331,6 +269,45 @@ def test_a_waited_call_taken_before_an_outage_is_answered_as_taken(
     assert answer.json()["call_id"] == call_id
     # Queued as accepted, or running if the wait ended before the outage (a slow host).
     assert answer.json()["status"] in {"queued", "running"}
+    row = wait_until_finished(runtime, [call_id], timeout=60)[call_id]
+    assert row.status == CallStatus.SUCCEEDED, row
+
+
+@pytest.mark.postgres
+def test_a_waited_mcp_call_taken_before_an_outage_is_answered_as_taken(
+    pg_fault_stack: PgFaultStack, tmp_path: Path
+) -> None:
+    """The same over MCP: the call as accepted, with its id, not an error result without
+    one, which would have the agent call the tool again."""
+    stack, runtime = pg_fault_stack.stack, pg_fault_stack.runtime
+    release = tmp_path / "release"
+    results: list[types.CallToolResult] = []
+
+    async def call() -> None:
+        headers = {"Authorization": f"Bearer {stack.keys['agent']}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=120) as http,
+            Client(streamable_http_client(f"{stack.base_url}/mcp", http_client=http)) as client,
+        ):
+            results.append(await client.call_tool("hold", {"until": str(release)}))
+
+    waiting = threading.Thread(target=anyio.run, args=(call,), daemon=True)
+    waiting.start()
+    wait_for(lambda: (newest_hold(runtime) or ("", ""))[1] == "running", 60, "a hold running")
+    call_id = (newest_hold(runtime) or ("", ""))[0]
+    pg_fault_stack.outage(True)
+    try:
+        flushing = f"could not flush the accepted call {call_id} to disk"
+        wait_for(lambda: results or logged(stack, "api", flushing), 60, "the wait's end")
+    finally:
+        pg_fault_stack.outage(False)
+    waiting.join(60)
+    release.touch()
+    (result,) = results
+    assert not result.is_error, result
+    answer = result.structured_content or {}
+    assert answer.get("call_id") == call_id, result
+    assert answer.get("status") in {"queued", "running"}, result
     row = wait_until_finished(runtime, [call_id], timeout=60)[call_id]
     assert row.status == CallStatus.SUCCEEDED, row
 
