@@ -12,7 +12,15 @@ from ..approval.model import MAX_REASON_CHARS, Decision
 from ..auth.principal import Principal
 from ..canonical import SHA256_HEX
 from ..dispatch.checks import EditRefused
-from ..errors import BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge, Unavailable
+from ..errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NotFound,
+    PayloadTooLarge,
+    StoreUnavailable,
+    Unavailable,
+)
 from ..messaging.waiting import wait_for_call
 from .bodies import decision_body_bytes, int_param, object_body, optional_string, wait_seconds
 from .deps import in_thread, principal, runtime_of
@@ -110,14 +118,18 @@ async def _decide(
     answer.pop("http_status", None)
     if wait_s > 0 and answer.get("released"):
         call_id = str(answer["call_id"])
-        result = await wait_for_call(
-            request.app.state.listener,
-            call_id,
-            lambda: runtime.calls.read(call_id),
-            wait_s,
-            known_unfinished=True,
-        )
-        await principal(request)  # a key revoked during the wait gets no outcome
+        try:
+            result = await wait_for_call(
+                request.app.state.listener,
+                call_id,
+                lambda: runtime.calls.read(call_id),
+                wait_s,
+                known_unfinished=True,
+            )
+            await principal(request)  # a key revoked during the wait gets no outcome
+        except StoreUnavailable:
+            # The decision is applied: told so, without the outcome, never as a failure.
+            return AsciiJSONResponse(answer)
         return AsciiJSONResponse(result.to_dict())
     return AsciiJSONResponse(answer)
 

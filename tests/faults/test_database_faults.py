@@ -17,12 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
-import httpx2
 import pytest
-from mcp import Client, types
-from mcp.client.streamable_http import streamable_http_client
 from sqlalchemy import func, select
 
 from router.db.schema import audit_log, calls
@@ -236,80 +232,6 @@ def test_an_outcome_waits_out_a_database_outage_rather_than_being_lost(
     row = wait_until_finished(runtime, [call_id], timeout=60)[call_id]
     assert row.status == CallStatus.SUCCEEDED, row
     assert [event for event, _ in audit_events(stack, call_id)] == ["queued", "ok"]
-
-
-@pytest.mark.postgres
-def test_a_waited_call_taken_before_an_outage_is_answered_as_taken(
-    pg_fault_stack: PgFaultStack, tmp_path: Path
-) -> None:
-    """Accepted, then the database gone before its outcome could be read: the answer is
-    the call as accepted (200), not a 503 that has its caller submit it again."""
-    stack, runtime = pg_fault_stack.stack, pg_fault_stack.runtime
-    release = tmp_path / "release"
-    body = {"tool": "hold", "args": {"until": str(release)}, "wait_s": 5}
-    answers: list[httpx.Response] = []
-    with stack.client(timeout=120) as http:
-        waiting = threading.Thread(
-            target=lambda: answers.append(http.post("/v1/calls", json=body)), daemon=True
-        )
-        waiting.start()
-        wait_for(lambda: (newest_hold(runtime) or ("", ""))[1] == "running", 60, "a hold running")
-        call_id = (newest_hold(runtime) or ("", ""))[0]
-        pg_fault_stack.outage(True)
-        try:
-            # The wait ends in the outage: the call is not read back, nor known on disk.
-            flushing = f"could not flush the accepted call {call_id} to disk"
-            wait_for(lambda: answers or logged(stack, "api", flushing), 60, "the wait's end")
-        finally:
-            pg_fault_stack.outage(False)
-        waiting.join(60)
-    release.touch()
-    (answer,) = answers
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["call_id"] == call_id
-    # Queued as accepted, or running if the wait ended before the outage (a slow host).
-    assert answer.json()["status"] in {"queued", "running"}
-    row = wait_until_finished(runtime, [call_id], timeout=60)[call_id]
-    assert row.status == CallStatus.SUCCEEDED, row
-
-
-@pytest.mark.postgres
-def test_a_waited_mcp_call_taken_before_an_outage_is_answered_as_taken(
-    pg_fault_stack: PgFaultStack, tmp_path: Path
-) -> None:
-    """The same over MCP: the call as accepted, with its id, not an error result without
-    one, which would have the agent call the tool again."""
-    stack, runtime = pg_fault_stack.stack, pg_fault_stack.runtime
-    release = tmp_path / "release"
-    results: list[types.CallToolResult] = []
-
-    async def call() -> None:
-        headers = {"Authorization": f"Bearer {stack.keys['agent']}"}
-        async with (
-            httpx2.AsyncClient(headers=headers, timeout=120) as http,
-            Client(streamable_http_client(f"{stack.base_url}/mcp", http_client=http)) as client,
-        ):
-            results.append(await client.call_tool("hold", {"until": str(release)}))
-
-    waiting = threading.Thread(target=anyio.run, args=(call,), daemon=True)
-    waiting.start()
-    wait_for(lambda: (newest_hold(runtime) or ("", ""))[1] == "running", 60, "a hold running")
-    call_id = (newest_hold(runtime) or ("", ""))[0]
-    pg_fault_stack.outage(True)
-    try:
-        flushing = f"could not flush the accepted call {call_id} to disk"
-        wait_for(lambda: results or logged(stack, "api", flushing), 60, "the wait's end")
-    finally:
-        pg_fault_stack.outage(False)
-    waiting.join(60)
-    release.touch()
-    (result,) = results
-    assert not result.is_error, result
-    answer = result.structured_content or {}
-    assert answer.get("call_id") == call_id, result
-    assert answer.get("status") in {"queued", "running"}, result
-    row = wait_until_finished(runtime, [call_id], timeout=60)[call_id]
-    assert row.status == CallStatus.SUCCEEDED, row
 
 
 def race(stack: Stack, bodies: list[dict[str, Any]]) -> list[httpx.Response]:

@@ -78,12 +78,12 @@ def pg_outage_stack(
         databases.close()
 
 
-def newest_hold(runtime: Runtime) -> tuple[str, str] | None:
-    """The newest ``hold`` call: (id, status)."""
+def newest_hold(runtime: Runtime, tool: str = "hold") -> tuple[str, str] | None:
+    """The newest call of ``tool``: (id, status)."""
     with runtime.store.reading() as conn:
         row = conn.execute(
             select(calls.c.id, calls.c.status)
-            .where(calls.c.tool == "hold")
+            .where(calls.c.tool == tool)
             .order_by(calls.c.created_at.desc())
             .limit(1)
         ).first()
