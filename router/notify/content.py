@@ -3,7 +3,8 @@ message, an email in plain text and HTML. Every one carries a link to the reques
 inbox, never a link that decides: deciding takes an approver's session.
 
 Arguments appear only as a short summary: values of ``${VAR}`` secrets replaced by their
-names, values under secret-looking keys masked, long strings and the whole cut short.
+names, values under secret-looking keys and secret-looking values (toolrouter keys, JWTs,
+bearer tokens, private keys) masked, long strings and the whole cut short.
 """
 
 from __future__ import annotations
@@ -23,7 +24,21 @@ SUMMARY_CHARS = 300
 # The start of an escape (``\``, ``\u20``) that a cut would leave unfinished at the end.
 _PARTIAL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*(\\(?:u[0-9a-fA-F]{0,3})?)$")
 VALUE_CHARS = 60
-SECRET_KEY_RE = re.compile(r"pass|secret|token|api.?key|auth|credential|private", re.IGNORECASE)
+# Keys whose values are masked: anywhere in the key, or (short ones, which other words
+# hold) as a word of their own (``pin`` and ``user_pin``, not ``shipping``).
+SECRET_KEY_RE = re.compile(
+    r"pass|secret|token|api.?key|auth|credential|private|cookie|session|bearer|signature"
+    r"|(?<![a-z])(?:pwd|pin|otp|cvv|cvc|jwt|sig|ssn)(?![a-z])",
+    re.IGNORECASE,
+)
+# Values that are secrets whatever their key: a toolrouter key, a JWT, a bearer header's
+# value, a PEM private key.
+SECRET_VALUE_RE = re.compile(
+    r"trk_[A-Za-z0-9_-]{8,}"
+    r"|eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}(?:\.[A-Za-z0-9_-]*)?"
+    r"|(?i:bearer)\s+[A-Za-z0-9._~+/=-]{8,}"
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----(?s:.*)"  # to the end: its end may be cut off
+)
 MASK = "***"
 # A Block Kit element or block, as Slack's JSON has it.
 Element = dict[str, Any]
@@ -137,7 +152,7 @@ def _masked(value: Any, redactor: Redactor) -> Any:
     if isinstance(value, list):
         return [_masked(item, redactor) for item in value]
     if isinstance(value, str):
-        value = redactor(value)
+        value = SECRET_VALUE_RE.sub(MASK, redactor(value))
         return value if len(value) <= VALUE_CHARS else value[: VALUE_CHARS - 1] + "…"
     return value
 

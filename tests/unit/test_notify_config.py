@@ -108,3 +108,29 @@ def test_a_secret_across_a_values_cut_leaves_none_of_it_in_the_summary() -> None
     text = summarize({"note": note}, redactor)
     assert secret[: len(secret) // 2] not in text, text
     assert "${TOKEN}" in text
+
+
+def test_secret_looking_keys_and_values_are_masked_whatever_they_are_called() -> None:
+    key = "trk_" + "A1b2_C3d4-" * 4
+    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"
+    args = {
+        "pwd": "pw3",
+        "session_cookie": "ck",
+        "user_pin": "1234",
+        "otp": "123456",
+        "cvv": "123",
+        "jwt": "x",
+        "sig": "s",
+        "note": f"use {key} please",
+        "header": f"Bearer {jwt}",
+        "pem": "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
+        "shipping": "post",
+        "mapping": "a->b",
+    }
+    text = summarize(args, Redactor({}))
+    for name in ["pwd", "session_cookie", "user_pin", "otp", "cvv", "jwt", "sig"]:
+        assert f'"{name}": "***"' in text, text
+    for secret in [key, jwt, "MIIEow", "pw3", "1234"]:
+        assert secret not in text, text
+    assert '"note": "use *** please"' in text and '"header": "***"' in text
+    assert '"shipping": "post"' in text and '"mapping": "a->b"' in text
