@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 import urllib.parse
 
 # Unknown names are echoed back and audited, but not at any length.
@@ -10,18 +11,32 @@ MAX_ECHOED_NAME = 128
 # A key's name is its identity in the audit log and every listing.
 KEY_NAME_MAX = 128
 KEY_NAME_RULE = f"key name must be 1-{KEY_NAME_MAX} printable characters, none blank at either end"
-# Printable, yet shown as nothing: Hangul fillers and the blank braille pattern.
-_BLANK_LOOKING = frozenset("\u115f\u1160\u2800\u3164\uffa0")
+# Printable, yet shown as nothing: a space, the grapheme joiner, Hangul and Khmer fillers,
+# Mongolian variation selectors and the blank braille pattern.
+_SHOWN_AS_NOTHING = frozenset(
+    " \u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180f\u2800\u3164\uffa0"
+)
+
+
+def _is_variation_selector(char: str) -> bool:
+    return "\ufe00" <= char <= "\ufe0f" or "\U000e0100" <= char <= "\U000e01ef"
+
+
+def _blank_at_an_end(name: str) -> bool:
+    first, last = name[0], name[-1]
+    if first in _SHOWN_AS_NOTHING or _is_variation_selector(first) or last in _SHOWN_AS_NOTHING:
+        return True
+    if _is_variation_selector(last):
+        # It shows only as the variant of a symbol before it (an emoji's), else as nothing.
+        before = name[-2] if len(name) > 1 else " "
+        return before in _SHOWN_AS_NOTHING or unicodedata.category(before) != "So"
+    return False
 
 
 def is_key_name(name: str) -> bool:
     """Whether ``name`` may name a key: one that reads as another (``agentA `` beside
     ``agentA``) would make two identities look like one in the audit log."""
-    return (
-        0 < len(name) <= KEY_NAME_MAX
-        and name.isprintable()
-        and not {name[0], name[-1]} & (_BLANK_LOOKING | {" "})
-    )
+    return 0 < len(name) <= KEY_NAME_MAX and name.isprintable() and not _blank_at_an_end(name)
 
 
 def echo_name(name: object) -> str:

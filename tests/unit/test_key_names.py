@@ -1,0 +1,33 @@
+"""Key names that read as another name are refused; names in any script, accented either
+way, or ending in an emoji are not."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.names import is_key_name
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "alice ",
+        " alice",
+        "alice \u034f",  # a space, then the grapheme joiner, which shows nothing
+        "alice\u3164\ufe0f",  # a Hangul filler, then a variation selector
+        "alice\u2800\U000e0100",  # the blank braille pattern, then a variation selector
+        "alice\ufe0f",  # a variation selector after a letter: no variant, nothing shown
+        "\ufe0falice",
+        "alice\u17b4",  # a Khmer filler
+        "alice\u180b",  # a Mongolian variation selector
+    ],
+)
+def test_a_name_blank_at_an_end_is_refused(name: str) -> None:
+    assert not is_key_name(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["alice", "José", "Jose\u0301", "bot\u2764\ufe0f", "\u2764\ufe0f", "ci-runner.2", "a"]
+)
+def test_a_name_that_shows_all_it_holds_is_taken(name: str) -> None:
+    assert is_key_name(name)
