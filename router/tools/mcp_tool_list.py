@@ -50,9 +50,9 @@ async def every_tool(client: Any) -> ToolListing:
     for _ in range(MAX_LISTED_PAGES):
         try:
             page = await client.list_tools(cursor=cursor)
-        except ValidationError:
+        except ValidationError as exc:
             # The SDK reads a page whole, and one tool it cannot read fails all of them.
-            page = await _readable_page(client.session, cursor, listing)
+            page = await _readable_page(client.session, cursor, listing, exc)
         listing.tools.extend(page.tools)
         if listing.listed > MAX_LISTED_TOOLS:
             raise ToolListTooLong(f"lists more than {MAX_LISTED_TOOLS} tools")
@@ -71,23 +71,32 @@ async def every_tool(client: Any) -> ToolListing:
 
 
 async def _readable_page(
-    session: Any, cursor: str | None, listing: ToolListing
+    session: Any, cursor: str | None, listing: ToolListing, refused: ValidationError
 ) -> types.ListToolsResult:
     """The page again, read tool by tool as the SDK reads a page; those it cannot read go
     into ``listing.unreadable``. The SDK offers no public way to take a result unchecked,
-    so this sends as its ``send_request`` does and absorbs the page as its ``Client`` does."""
+    so this sends as its ``send_request`` does and absorbs the page as its ``Client`` does;
+    an SDK without those members refuses the page as it did (``refused``)."""
+    stamp = getattr(session, "_stamp", None)
+    send_raw = getattr(getattr(session, "_dispatcher", None), "send_raw_request", None)
+    absorb = getattr(session, "_absorb_tool_listing", None)
+    if stamp is None or send_raw is None or absorb is None:
+        raise ToolListUnreadable(
+            f"sends a tool the MCP SDK cannot read ({_first_problem(refused)}), and this "
+            "version of the SDK cannot read the list tool by tool"
+        )
     request = types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor))
     data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
     options: dict[str, Any] = {}
-    session._stamp(data, options)
-    raw = await session._dispatcher.send_raw_request(LIST_METHOD, data.get("params"), options)
+    stamp(data, options)
+    raw = await send_raw(LIST_METHOD, data.get("params"), options)
     version = session.protocol_version or FALLBACK_VERSION
     page, unreadable = readable_tools(raw, version, first_place=listing.listed + 1)
     listing.unreadable.update(unreadable)
     result = _parsed(page, version)
     complete = cursor is None and result.next_cursor is None
     # Caches each tool's output schema, which the SDK checks a call's result against.
-    absorbed: types.ListToolsResult = session._absorb_tool_listing(result, complete=complete)
+    absorbed: types.ListToolsResult = absorb(result, complete=complete)
     return absorbed
 
 

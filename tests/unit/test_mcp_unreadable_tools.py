@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from mcp.client import session as sdk_session
 
 from router.errors import ConfigError, ToolListUnreadable
 from router.tools.mcp_import import import_mcp_tools
@@ -94,6 +95,21 @@ def test_a_page_that_is_no_tool_list_stops_the_import_in_one_line(
     ):
         import_mcp_tools(connections, file="t.yaml")
     assert raised.value.reason == f"mcp server 'paging' {reason}"
+
+
+def test_an_sdk_that_cannot_read_a_list_tool_by_tool_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The private members the page is read again with may be gone in another SDK: the
+    list is refused as the SDK refused it, never reported as a server out of reach."""
+    monkeypatch.delattr(sdk_session.ClientSession, "_absorb_tool_listing")
+    handler = raw_mcp(lambda cursor: {"tools": [GOOD, {"name": "bare"}]})
+    with connected(handler) as connections, pytest.raises(ConfigError) as raised:
+        import_mcp_tools(connections, file="t.yaml")
+    assert raised.value.reason == (
+        "mcp server 'paging' sends a tool the MCP SDK cannot read (inputSchema: Field"
+        " required), and this version of the SDK cannot read the list tool by tool"
+    )
 
 
 def test_a_process_that_calls_without_importing_reads_the_list_as_the_import_does() -> None:
