@@ -77,15 +77,19 @@ def _copy(read_fd: int, path: Path | None) -> None:
             written += len(data)
             if written > MAX_WRITTEN_BYTES:
                 data = DROPPED.format(limit=MAX_WRITTEN_BYTES).encode() + b"\n"
-            log.write(data)
-            log.flush()
+            try:
+                log.write(data)
+                log.flush()
+            except OSError:  # a full disk, a closed stderr: read on, so the server never
+                written = MAX_WRITTEN_BYTES + 1  # blocks on its pipe or finds it broken
 
 
 def _target(path: Path | None) -> BinaryIO:
+    # Unbuffered: each line is written as it comes, and closing has nothing left to fail.
     if path is not None:
-        return path.open("ab")
+        return path.open("ab", buffering=0)
     try:
-        return os.fdopen(os.dup(2), "wb")
+        return os.fdopen(os.dup(2), "wb", buffering=0)
     except OSError:
         # No stderr to write to: the pipe is still read, or the server would block on it.
         return open(os.devnull, "wb")

@@ -4,6 +4,7 @@ the tail of a failed start still names the cause."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,3 +117,16 @@ def test_without_a_log_folder_the_stderr_reaches_this_processs_escaped(
     err = capfd.readouterr().err
     assert "\x1b" not in err and "\x07" not in err
     assert err.count("\\x1b]0;pwned\\x07EEE") == 3
+
+
+def test_a_log_that_cannot_be_written_still_drains_the_servers_stderr() -> None:
+    """A full disk (``/dev/full`` fails every write) ends the copy's writing, not its
+    reading: a server writing far past a pipe's buffer neither blocks nor breaks."""
+
+    async def flood() -> None:
+        async with mcp_stderr.stderr_log(Path("/dev/full")) as pipe:
+            for _ in range(2_000):
+                pipe.write("E" * 1000 + "\n")
+            pipe.flush()
+
+    asyncio.run(flood())
