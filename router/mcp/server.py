@@ -35,7 +35,7 @@ from .call_reports import CallReports, LogLevels
 from .calls_in_flight import CallsInFlight, idempotency_key_of
 from .task_ledger import TaskLedger
 from .tasks import TaskService, has_tasks, task_capability
-from .tools import STATUS_TOOL, error_result, mcp_tool, render, status_tool
+from .tools import STATUS_FIELDS, STATUS_TOOL, error_result, mcp_tool, render, status_tool
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +253,9 @@ class ToolrouterMcp:
         return result
 
     async def _status(self, ctx: Context, who: Principal, args: Any) -> types.CallToolResult:
+        unknown = sorted(set(args) - STATUS_FIELDS) if isinstance(args, dict) else []
+        if unknown:
+            return error_result(f"unknown field: {echo_name(unknown[0])}")
         call_id = args.get("call_id") if isinstance(args, dict) else None
         if not isinstance(call_id, str) or not call_id:
             return error_result("call_id must be a call id string")

@@ -32,6 +32,10 @@ META_GATED = "toolrouter/requires_approval"
 _BLOCKS: TypeAdapter[list[types.ContentBlock]] = TypeAdapter(list[types.ContentBlock])
 
 
+# What the status tool takes: its schema's properties, and nothing else.
+STATUS_FIELDS = frozenset({"call_id", "wait_s"})
+
+
 def status_tool(max_wait_s: float) -> types.Tool:
     """The built-in tool that fetches the outcome of an earlier call of the same key."""
     return types.Tool(

@@ -373,6 +373,8 @@ def test_call_status_answers_only_about_the_keys_own_calls(stack: Stack) -> None
             made_up = await client.call_tool(STATUS_TOOL, {"call_id": "call_" + "0" * 32})
             bad_wait = await client.call_tool(STATUS_TOOL, {"call_id": call_id, "wait_s": -1})
             nul = await client.call_tool(STATUS_TOOL, {"call_id": "call_\x00"})
+            extra = await client.call_tool(STATUS_TOOL, {"call_id": call_id, "zz": 1})
+        assert extra.is_error is True and text_of(extra) == "unknown field: zz"
         assert theirs.is_error is True and text_of(theirs) == f"unknown call: {call_id}"
         assert made_up.is_error is True and text_of(made_up).startswith("unknown call: ")
         assert bad_wait.is_error is True and text_of(bad_wait).startswith("wait_s must be")
