@@ -13,7 +13,8 @@ T = TypeVar("T")
 # As many threads as anyio's default limit. A plain executor rather than
 # ``anyio.to_thread.run_sync``: its capacity limiter and cancel scopes cost more CPU than
 # the small queries they wrap.
-_POOL = ThreadPoolExecutor(max_workers=40, thread_name_prefix="toolrouter-in-thread")
+MAX_THREADS = 40
+_POOL = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="toolrouter-in-thread")
 
 
 async def in_thread(fn: Callable[..., T], *args: Any) -> T:
