@@ -19,9 +19,6 @@ TRIES = 2
 # Connections the channel may hold at once: one per thread publishing, more than every
 # thread of the API's pool, or a burst of keyed submissions is refused by redis-py.
 MAX_CONNECTIONS = MAX_THREADS + 24
-# How long a publish waits for another thread's connect before answering that Redis does
-# not answer: the threads waiting would otherwise hold the pool that serves reads too.
-CONNECT_WAIT_S = 2.0
 
 
 class Publisher:
@@ -43,13 +40,17 @@ class Publisher:
         self._lock = threading.Lock()
         self._connection: Any = None
         self._channel: Any = None
+        # Connects finished so far, and the last one's failure (its number, why).
+        self._connects = 0
+        self._failure: tuple[int, str] | None = None
 
     def publish(self, messages: Sequence[RunMessage]) -> None:
         if not messages:
             return
         packed = pack(messages, self.spread)
         # A duplicated message is harmless (a run starts with a conditional claim), a lost
-        # one waits for the reconciler: a failed publish is simply tried again.
+        # one waits for the reconciler: a failed push is simply tried again, on a new
+        # channel. A failed connect is not: kombu has already tried it for a while.
         for attempt in range(TRIES):
             channel = self._open_channel()
             try:
@@ -67,26 +68,31 @@ class Publisher:
             connection.release()
 
     def _open_channel(self) -> Any:
-        """The channel, opened by one thread at a time; ``BrokerUnavailable`` when it cannot
-        be, or when another thread's connect takes too long."""
+        """The channel, opened by one thread at a time. The threads that waited for a
+        connect share its failure (``BrokerUnavailable``) rather than each trying again in
+        turn, waiting out Redis's timeout while holding a thread of the API's pool."""
         channel = self._channel
         if channel is not None:
             return channel
-        if not self._lock.acquire(timeout=CONNECT_WAIT_S):
-            raise BrokerUnavailable("broker: not answering (a connection is being opened)")
-        try:
-            if self._channel is None:
-                try:
-                    connection = self.app.connection_for_write(
-                        transport_options={"max_connections": MAX_CONNECTIONS}
-                    )
-                    self._channel = connection.default_channel
-                except Exception as exc:  # as in ``publish``
-                    raise BrokerUnavailable(f"broker: {exc}") from None
-                self._connection = connection
-            return self._channel
-        finally:
-            self._lock.release()
+        seen = self._connects
+        with self._lock:
+            if self._channel is not None:
+                return self._channel
+            failure = self._failure
+            if failure is not None and failure[0] > seen:
+                raise BrokerUnavailable(failure[1])  # the connect this thread waited for
+            try:
+                connection = self.app.connection_for_write(
+                    transport_options={"max_connections": MAX_CONNECTIONS}
+                )
+                channel = connection.default_channel
+            except Exception as exc:  # as in ``publish``
+                self._connects += 1
+                self._failure = (self._connects, f"broker: {exc}")
+                raise BrokerUnavailable(f"broker: {exc}") from None
+            self._connects += 1
+            self._connection, self._channel, self._failure = connection, channel, None
+            return channel
 
     def _forget(self, channel: Any) -> None:
         """After a failure the next try starts from a new connection, as a borrowed producer
