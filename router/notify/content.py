@@ -40,6 +40,9 @@ SECRET_VALUE_RE = re.compile(
     r"|-----BEGIN [A-Z ]*PRIVATE KEY-----(?s:.*)"  # to the end: its end may be cut off
 )
 MASK = "***"
+# How much of a value the secret-looking patterns read: a value is shown cut to
+# ``VALUE_CHARS``, and masks shorten what comes before the cut, never by this much.
+SCANNED_CHARS = 4096
 # A Block Kit element or block, as Slack's JSON has it.
 Element = dict[str, Any]
 
@@ -152,8 +155,14 @@ def _masked(value: Any, redactor: Redactor) -> Any:
     if isinstance(value, list):
         return [_masked(item, redactor) for item in value]
     if isinstance(value, str):
-        value = SECRET_VALUE_RE.sub(MASK, redactor(value))
-        return value if len(value) <= VALUE_CHARS else value[: VALUE_CHARS - 1] + "…"
+        # Matched within a bounded prefix: the patterns' runs cost the square of a long
+        # value's length, and no more than its start is shown.
+        value = redactor(value)
+        cut = len(value) > SCANNED_CHARS
+        value = SECRET_VALUE_RE.sub(MASK, value[:SCANNED_CHARS])
+        if cut or len(value) > VALUE_CHARS:
+            return value[: VALUE_CHARS - 1] + "…"
+        return value
     return value
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from router.errors import ConfigError
+from router.notify import content
 from router.notify.content import summarize
 from router.notify.signing import header_value, verify
 from router.tools.config import parse_config
@@ -134,3 +135,23 @@ def test_secret_looking_keys_and_values_are_masked_whatever_they_are_called() ->
         assert secret not in text, text
     assert '"note": "use *** please"' in text and '"header": "***"' in text
     assert '"shipping": "post"' in text and '"mapping": "a->b"' in text
+
+
+def test_secret_looking_values_are_looked_for_only_where_a_summary_can_show_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The patterns cost the square of a run's length (``eyJ`` repeated, say): a value of
+    the arguments' full size is scanned no further than the part a summary may show."""
+    scanned: list[int] = []
+    pattern = content.SECRET_VALUE_RE
+
+    class Recording:
+        def sub(self, replacement: str, text: str) -> str:
+            scanned.append(len(text))
+            return pattern.sub(replacement, text)
+
+    monkeypatch.setattr(content, "SECRET_VALUE_RE", Recording())
+    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl"
+    text = summarize({"a": jwt + "eyJ" * 90_000, "b": "short"}, Redactor({}))
+    assert max(scanned) <= content.SCANNED_CHARS
+    assert jwt not in text and '"a": "***' in text and '"b": "short"' in text
