@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import unicodedata
 import urllib.parse
 
 # Unknown names are echoed back and audited, but not at any length.
@@ -12,14 +11,16 @@ MAX_ECHOED_NAME = 128
 KEY_NAME_MAX = 128
 KEY_NAME_RULE = f"key name must be 1-{KEY_NAME_MAX} printable characters, none blank at either end"
 # Printable, yet shown as nothing: a space, the grapheme joiner, Hangul and Khmer fillers,
-# Mongolian variation selectors and the blank braille pattern.
-_SHOWN_AS_NOTHING = frozenset(
-    " \u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180f\u2800\u3164\uffa0"
-)
+# and the blank braille pattern.
+_SHOWN_AS_NOTHING = frozenset(" \u034f\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0")
 
 
 def _is_variation_selector(char: str) -> bool:
-    return "\ufe00" <= char <= "\ufe0f" or "\U000e0100" <= char <= "\U000e01ef"
+    return (
+        "\ufe00" <= char <= "\ufe0f"
+        or "\U000e0100" <= char <= "\U000e01ef"
+        or "\u180b" <= char <= "\u180f"  # Mongolian's
+    )
 
 
 def _blank_at_an_end(name: str) -> bool:
@@ -27,9 +28,10 @@ def _blank_at_an_end(name: str) -> bool:
     if first in _SHOWN_AS_NOTHING or _is_variation_selector(first) or last in _SHOWN_AS_NOTHING:
         return True
     if _is_variation_selector(last):
-        # It shows only as the variant of a symbol before it (an emoji's), else as nothing.
+        # It shows as the variant of the character before it (an emoji, an ideograph, a
+        # Mongolian letter); after a blank or an ASCII character, as nothing.
         before = name[-2] if len(name) > 1 else " "
-        return before in _SHOWN_AS_NOTHING or unicodedata.category(before) != "So"
+        return before in _SHOWN_AS_NOTHING or before.isascii()
     return False
 
 

@@ -19,7 +19,7 @@ from router.names import is_key_name
         "alice\ufe0f",  # a variation selector after a letter: no variant, nothing shown
         "\ufe0falice",
         "alice\u17b4",  # a Khmer filler
-        "alice\u180b",  # a Mongolian variation selector
+        "alice\u180b",  # a Mongolian variation selector after a Latin letter
     ],
 )
 def test_a_name_blank_at_an_end_is_refused(name: str) -> None:
@@ -27,7 +27,20 @@ def test_a_name_blank_at_an_end_is_refused(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["alice", "José", "Jose\u0301", "bot\u2764\ufe0f", "\u2764\ufe0f", "ci-runner.2", "a"]
+    "name",
+    [
+        "alice",
+        "José",
+        "Jose\u0301",
+        "bot\u2764\ufe0f",
+        "\u2764\ufe0f",
+        "bot\u203c\ufe0f",  # a double exclamation emoji
+        "bot\u2139\ufe0f",  # the information emoji
+        "\u845b\U000e0100",  # an ideograph's variant, as Japanese names use
+        "\u1820\u180b",  # a Mongolian letter's variant form
+        "ci-runner.2",
+        "a",
+    ],
 )
 def test_a_name_that_shows_all_it_holds_is_taken(name: str) -> None:
     assert is_key_name(name)
