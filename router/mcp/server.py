@@ -209,8 +209,12 @@ class ToolrouterMcp:
             await reports.saw(result)
         running = result.status in (CallStatus.QUEUED, CallStatus.RUNNING)
         if running and result.call_id is not None and self.call_wait_s > 0:
+            accepted = result
             result = await self._wait_reporting(ctx, who, result.call_id, reports)
-            await self.identify(ctx)  # a key revoked during the wait gets no outcome
+            try:
+                await self.identify(ctx)  # a key revoked during the wait gets no outcome
+            except StoreUnavailable:
+                result = accepted  # nor one whose key cannot be checked again
         return render(result)
 
     async def _wait_reporting(

@@ -126,12 +126,17 @@ def test_an_approval_whose_wait_ends_in_an_outage_is_answered_as_applied(
     with stack.client("approver", timeout=120) as http:
         approving = threading.Thread(
             target=lambda: answers.append(
-                http.post(f"/v1/approvals/{request_id}/approve", json={"wait_s": 5})
+                http.post(f"/v1/approvals/{request_id}/approve", json={"wait_s": 20})
             ),
             daemon=True,
         )
         approving.start()
-        wait_for(lambda: newest_hold(runtime, "gated_hold") == (call_id, "running"), 60, "running")
+
+        def released() -> bool:
+            return newest_hold(runtime, "gated_hold") in {(call_id, "queued"), (call_id, "running")}
+
+        # Released: the decision is applied and its wait begun, with all of wait_s to go.
+        wait_for(released, 60, "the call released")
         pg_fault_stack.outage(True)
         try:
             wait_for(lambda: answers, 60, "the approval's answer")
