@@ -6,7 +6,7 @@ submit the call, or decide the request, a second time."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -35,6 +35,22 @@ def pg_fault_stack(
         yield fault
 
 
+def outage_as_the_wait_ends(fault: PgFaultStack, answered: Callable[[], bool]) -> str:
+    """Once the newest ``hold`` call runs, PostgreSQL is away until its waiter is answered
+    or the API has failed to flush the call to disk (its wait ended in the outage: the call
+    is not read back, nor known on disk); the call's id."""
+    runtime, stack = fault.runtime, fault.stack
+    wait_for(lambda: (newest_hold(runtime) or ("", ""))[1] == "running", 60, "a hold running")
+    call_id = (newest_hold(runtime) or ("", ""))[0]
+    fault.outage(True)
+    try:
+        flushing = f"could not flush the accepted call {call_id} to disk"
+        wait_for(lambda: answered() or logged(stack, "api", flushing), 60, "the wait's end")
+    finally:
+        fault.outage(False)
+    return call_id
+
+
 @pytest.mark.postgres
 def test_a_waited_call_taken_before_an_outage_is_answered_as_taken(
     pg_fault_stack: PgFaultStack, tmp_path: Path
@@ -50,15 +66,7 @@ def test_a_waited_call_taken_before_an_outage_is_answered_as_taken(
             target=lambda: answers.append(http.post("/v1/calls", json=body)), daemon=True
         )
         waiting.start()
-        wait_for(lambda: (newest_hold(runtime) or ("", ""))[1] == "running", 60, "a hold running")
-        call_id = (newest_hold(runtime) or ("", ""))[0]
-        pg_fault_stack.outage(True)
-        try:
-            # The wait ends in the outage: the call is not read back, nor known on disk.
-            flushing = f"could not flush the accepted call {call_id} to disk"
-            wait_for(lambda: answers or logged(stack, "api", flushing), 60, "the wait's end")
-        finally:
-            pg_fault_stack.outage(False)
+        call_id = outage_as_the_wait_ends(pg_fault_stack, lambda: bool(answers))
         waiting.join(60)
     release.touch()
     (answer,) = answers
@@ -90,14 +98,7 @@ def test_a_waited_mcp_call_taken_before_an_outage_is_answered_as_taken(
 
     waiting = threading.Thread(target=anyio.run, args=(call,), daemon=True)
     waiting.start()
-    wait_for(lambda: (newest_hold(runtime) or ("", ""))[1] == "running", 60, "a hold running")
-    call_id = (newest_hold(runtime) or ("", ""))[0]
-    pg_fault_stack.outage(True)
-    try:
-        flushing = f"could not flush the accepted call {call_id} to disk"
-        wait_for(lambda: results or logged(stack, "api", flushing), 60, "the wait's end")
-    finally:
-        pg_fault_stack.outage(False)
+    call_id = outage_as_the_wait_ends(pg_fault_stack, lambda: bool(results))
     waiting.join(60)
     release.touch()
     (result,) = results
