@@ -14,7 +14,7 @@ from celery import Celery
 from sqlalchemy import Engine
 
 from .approval.view import ApprovalsView
-from .audit.deployment import Deployment, register
+from .audit.deployment import Deployment, check_key, register
 from .audit.deployment import read as read_deployment
 from .audit.head import head_file
 from .audit.head import read as read_head
@@ -77,7 +77,8 @@ class Runtime:
     @cached_property
     def _trust(self) -> tuple[KeyRing, Deployment]:
         keyring = self._loaded_keyring
-        return keyring, register(self.store, keyring, self.clock)
+        head = read_head(head_file(self.settings, self.namespace.name))
+        return keyring, register(self.store, keyring, self.clock, head=head)
 
     @property
     def keyring(self) -> KeyRing:
@@ -292,11 +293,13 @@ class Runtime:
         return self.settings.state_dir / "audit-archive"
 
     def verify_audit(self) -> Report:
-        """Everything that shows the audit log was changed (``router.audit.verify``)."""
+        """Everything that shows the audit log was changed (``router.audit.verify``). The
+        deployment row is read, never written: one missing is reported, not re-created."""
+        keyring = self._loaded_keyring
         namespace = self.namespace.name
         head_path = head_file(self.settings, namespace)
         evidence = Evidence(
-            keyring=self.keyring,
+            keyring=keyring,
             namespace=namespace,
             head_path=head_path,
             head=read_head(head_path),  # before the snapshot below: see ``Evidence``
@@ -305,10 +308,14 @@ class Runtime:
             archive_days=self.settings.audit_archive_days,
         )
         found = read_deployment(self.store)
+        if found is not None:
+            check_key(found, keyring)
         with self.store.reading(snapshot=True) as conn:
             return verify(conn, found, evidence)
 
-    def prepare(self, *, check_tools: bool = True, runs_tools: bool = False) -> None:
+    def prepare(
+        self, *, check_tools: bool = True, runs_tools: bool = False, trust: bool = True
+    ) -> None:
         """Fail fast at start-up: load the tools and check (or, on SQLite, upgrade) the schema.
         ``runs_tools``: this process runs tools (a tool worker's pool process), so the MCP
         servers their specs were read from stay up for its calls; any other process reads
@@ -321,8 +328,9 @@ class Runtime:
         # With the key, so an upgrade seals the rows it has to (checked against the
         # database's key before it does).
         ensure_schema(self.engine, self._loaded_keyring)
-        # The key, checked against the database's: a wrong key stops the start-up too.
-        _ = self.keyring
+        if trust:
+            # The key, checked against the database's: a wrong key stops the start-up too.
+            _ = self.keyring
 
     def close(self) -> None:
         if "store" in self.__dict__:

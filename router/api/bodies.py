@@ -105,12 +105,16 @@ def optional_string(body: dict[str, Any], field: str, *, max_len: int) -> str | 
     return value
 
 
-def idempotency_key(body: dict[str, Any], header: str | None) -> str | None:
+def idempotency_key(body: dict[str, Any], headers: list[str]) -> str | None:
     """The request's idempotency key: the body's ``idempotency_key`` or the
     ``Idempotency-Key`` header; both, they must agree."""
     key = optional_string(body, "idempotency_key", max_len=256)
-    if header is None:
+    if not headers:
         return key
+    if len(headers) > 1:
+        # A proxy reading the last one would name another call than the first names here.
+        raise BadRequest("the Idempotency-Key header is given more than once")
+    header = headers[0]
     try:
         # The server hands header bytes over as Latin-1; a key is text, sent as UTF-8, so
         # a header key and the same body key are one key (and one call).

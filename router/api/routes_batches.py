@@ -145,7 +145,7 @@ async def submit_batch(
         if not isinstance(body["calls"], list):
             raise BadRequest("calls must be a list")
         items = body["calls"]
-    key = idempotency_key(body, request.headers.get("idempotency-key"))
+    key = idempotency_key(body, request.headers.getlist("idempotency-key"))
     if not items:
         raise BadRequest("a batch needs at least one call")
     if len(items) > settings.max_batch_calls:

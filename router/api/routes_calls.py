@@ -84,7 +84,7 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
     if not by_capability and not isinstance(body["tool"], str):
         return answer(bad_request("tool must be a string"))
     wait_s = wait_seconds(body.get("wait_s"), maximum=settings.max_wait_s)
-    key = idempotency_key(body, request.headers.get("idempotency-key"))
+    key = idempotency_key(body, request.headers.getlist("idempotency-key"))
     args: Any = body.get("args", {})
     dry_run = body.get("dry_run", False)
     if not isinstance(dry_run, bool):

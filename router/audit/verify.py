@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from ..db.schema import audit_log
+from ..db.schema import audit_checkpoints, audit_log
 from ..trust.keyring import KeyRing
 from . import archive
 from .deployment import Deployment
@@ -93,15 +93,19 @@ def verify(conn: Connection, found: Deployment | None, evidence: Evidence) -> Re
     keyring = evidence.keyring
     keyed_from = 0
     if found is None:
-        report.add(None, "the deployment row is missing: where the keyed chain begins is unknown")
+        # A database no process has started on has no row yet, and nothing to verify.
+        if _has_history(conn):
+            report.add(
+                None, "the deployment row is missing: where the keyed chain begins is unknown"
+            )
     elif not found.verifies(keyring):
         report.add(None, "the deployment row is not signed with this deployment's key (forged)")
     else:
         keyed_from = found.keyed_from_seq
     log = AuditLog(keyring, keyed_from_seq=keyed_from)
     start_seq, start_hash = _start(conn, log, report)
-    _walk(conn, log, start_seq, start_hash, report)
-    _check_head(conn, evidence, report, start_seq, start_hash)
+    last = _walk(conn, log, start_seq, start_hash, report)
+    _check_head(conn, evidence, report, start_seq, start_hash, last)
     lines, problems = archive.verify_archives(
         conn, evidence.archive_dir, log, now=evidence.now, archive_days=evidence.archive_days
     )
@@ -121,31 +125,59 @@ def _start(conn: Connection, log: AuditLog, report: Report) -> tuple[int, str]:
     return 0, GENESIS_HASH
 
 
-def _walk(conn: Connection, log: AuditLog, after: int, prev_hash: str, report: Report) -> None:
-    expected = after + 1
+def _has_history(conn: Connection) -> bool:
+    return any(
+        conn.execute(select(column).limit(1)).first() is not None
+        for column in (audit_log.c.seq, audit_checkpoints.c.through_seq)
+    )
+
+
+def _walk(
+    conn: Connection, log: AuditLog, after: int, prev_hash: str, report: Report
+) -> int | None:
+    """Checks the hot rows after ``after``; the last seq among them, if any."""
+    expected, last = after + 1, None
     while True:
         rows = conn.execute(
             select(audit_log).where(audit_log.c.seq > after).order_by(audit_log.c.seq).limit(BATCH)
         ).all()
         if not rows:
-            return
+            return last
         for row in rows:
             data = dict(row._mapping)
             seq = data["seq"]
+            if not isinstance(seq, int):
+                # SQLite keeps any type in any column: such a row was written by hand.
+                report.add(None, f"a row whose seq is {seq!r}: not a row this log writes")
+                continue
             if seq != expected:
                 missing = f"seq {expected}" if seq == expected + 1 else f"seq {expected}-{seq - 1}"
                 report.add(seq, f"{missing} missing before it (deleted, or this row inserted)")
             elif data["prev_hash"] != prev_hash:
                 report.add(seq, "does not link to the row before it (prev_hash differs)")
-            if log.row_hash(data) != data["hash"]:
+            if _row_hash(log, data) != data["hash"]:
                 report.add(seq, "hash does not match the row (edited, or not written here)")
-            prev_hash, expected = data["hash"], seq + 1
+            prev_hash, expected, last = data["hash"], seq + 1, seq
             report.checked += 1
         after = rows[-1].seq
 
 
+def _row_hash(log: AuditLog, data: dict[str, Any]) -> str | None:
+    """The row's hash as this log computes it; None for a value of a type it never writes
+    (which then matches no hash)."""
+    try:
+        return log.row_hash(data)
+    except (TypeError, ValueError):
+        return None
+
+
 def _check_head(
-    conn: Connection, evidence: Evidence, report: Report, start_seq: int, start_hash: str
+    conn: Connection,
+    evidence: Evidence,
+    report: Report,
+    start_seq: int,
+    start_hash: str,
+    last: int | None,
 ) -> None:
     head = evidence.head
     if head is None:
@@ -157,7 +189,6 @@ def _check_head(
     if not head.verifies(evidence.keyring) or head.namespace != evidence.namespace:
         report.add(None, f"the signed head at {evidence.head_path} does not verify (forged)")
         return
-    last = conn.execute(select(func.max(audit_log.c.seq))).scalar()
     end = last if last is not None else start_seq
     if end < head.seq:
         report.add(

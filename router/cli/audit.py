@@ -59,7 +59,7 @@ def audit_list(
 def audit_verify(as_json: bool) -> None:
     """Check the keyed chain, its signed head, every checkpoint and archive segment; names
     every row that does not hold."""
-    rt = runtime(tools=False, existing=True)
+    rt = runtime(tools=False, existing=True, trust=False)
     try:
         report = rt.verify_audit()
     except (Unavailable, ConfigError) as exc:

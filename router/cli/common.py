@@ -50,11 +50,14 @@ def get_settings() -> Settings:
     return settings_or_exit()
 
 
-def runtime(prepare: bool = True, *, tools: bool = True, existing: bool = False) -> Runtime:
+def runtime(
+    prepare: bool = True, *, tools: bool = True, existing: bool = False, trust: bool = True
+) -> Runtime:
     """A runtime on the shared settings; schema checked (or upgraded, on SQLite) first, and
     the tool config loaded unless the command has no use for it (keys, audit, db).
     ``existing``: the command reads a deployment, so it stops, creating nothing, where
-    there is none (a cron job run from the wrong directory)."""
+    there is none (a cron job run from the wrong directory). ``trust``: the database's
+    deployment row is checked against the key (``audit verify`` reports it instead)."""
     # Imported here: commands that talk to the API start without the runtime's weight.
     from ..runtime import Runtime
 
@@ -63,7 +66,7 @@ def runtime(prepare: bool = True, *, tools: bool = True, existing: bool = False)
         _require_deployment(rt)
     if prepare:
         try:
-            rt.prepare(check_tools=tools)
+            rt.prepare(check_tools=tools, trust=trust)
         except (ConfigError, SchemaOutdated, Unavailable) as exc:
             fail(str(exc))
         except OSError as exc:  # the state or secrets directory cannot be made or written

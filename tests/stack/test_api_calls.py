@@ -443,6 +443,19 @@ def test_a_header_key_and_another_body_key_are_422(stack: Stack, path: str) -> N
     assert response.json()["error"] == "idempotency_key and the Idempotency-Key header differ"
 
 
+@pytest.mark.parametrize("path", ["/v1/calls", "/v1/batches"])
+def test_the_key_header_given_twice_is_422(stack: Stack, path: str) -> None:
+    # A proxy reading the last one would take the request for another call than the first
+    # names; which one the caller meant cannot be guessed either.
+    call = {"tool": "echo", "args": {}}
+    body = {"calls": [call]} if path == "/v1/batches" else call
+    keys = [("Idempotency-Key", unique("first")), ("Idempotency-Key", unique("second"))]
+    with stack.client() as http:
+        response = http.post(path, json=body, headers=keys)
+    assert_error_body(response, 422)
+    assert response.json()["error"] == "the Idempotency-Key header is given more than once"
+
+
 def test_idempotent_replay_of_a_gated_call_returns_the_same_request(stack: Stack) -> None:
     key = unique("idem-gated")
     with stack.client() as http:

@@ -15,9 +15,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,9 +29,8 @@ from router.messaging.run_message import Precedence, message_for
 from router.runtime import Runtime
 from workers.execution import Executor
 
-from ..support.audit import audit_events
+from ..support.audit import audit_events, verify_on_the_cli
 from ..support.calls import decide, result, submit_pending
-from ..support.launcher import REPO
 from ..support.stack import Stack
 
 
@@ -286,29 +282,11 @@ def test_verify_on_the_cli_names_the_rows_someone_rewrote(runtime: Runtime) -> N
         conn.execute(text("DELETE FROM audit_log WHERE seq >= 5"))
         if conn.dialect.name == "postgresql":
             conn.execute(text("ALTER TABLE audit_log ENABLE TRIGGER USER"))
-    settings = runtime.settings
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(REPO),
-        "TOOLROUTER_DATABASE_URL": settings.resolved_database_url,
-        "TOOLROUTER_REDIS_URL": settings.redis_url,
-        "TOOLROUTER_STATE_DIR": str(settings.state_dir),
-        "TOOLROUTER_SECRETS_DIR": str(settings.secrets_dir),
-        "TOOLROUTER_CONFIG": str(settings.config),
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "router.cli.main", "audit", "verify", "--json"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    report = json.loads(done.stdout)
+    returncode, report = verify_on_the_cli(runtime)
     print(
-        f"[{backend(runtime)}] cli verify after rewrite: exit={done.returncode} problems="
+        f"[{backend(runtime)}] cli verify after rewrite: exit={returncode} problems="
         + "; ".join(f"{p['seq']}: {p['reason']}" for p in report["problems"])
     )
-    assert done.returncode == 1 and not report["ok"]
+    assert returncode == 1 and not report["ok"]
     seqs = {problem["seq"] for problem in report["problems"]}
     assert 3 in seqs and 5 in seqs

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from typing import Any
 
 from router.audit import log as audit
 from router.runtime import Runtime
 
+from .launcher import REPO
 from .stack import Stack
 
 PAGE = 1000
@@ -47,3 +51,28 @@ def call_audit_rows(runtime: Runtime, call_id: str) -> list[dict[str, Any]]:
 
 def call_audit_events(runtime: Runtime, call_id: str) -> list[str]:
     return [row["event"] for row in call_audit_rows(runtime, call_id)]
+
+
+def verify_on_the_cli(runtime: Runtime) -> tuple[int, dict[str, Any]]:
+    """``toolrouter audit verify --json`` as an operator runs it on ``runtime``'s
+    deployment: its exit status and its report."""
+    settings = runtime.settings
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(REPO),
+        "TOOLROUTER_DATABASE_URL": settings.resolved_database_url,
+        "TOOLROUTER_REDIS_URL": settings.redis_url,
+        "TOOLROUTER_STATE_DIR": str(settings.state_dir),
+        "TOOLROUTER_SECRETS_DIR": str(settings.secrets_dir),
+        "TOOLROUTER_CONFIG": str(settings.config),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "router.cli.main", "audit", "verify", "--json"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout, done.stderr
+    return done.returncode, json.loads(done.stdout)

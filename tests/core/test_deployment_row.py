@@ -1,0 +1,187 @@
+"""The deployment row says where the keyed audit chain begins; rows before it are chained
+without the key. Someone who can write the database but does not hold the key must not be
+able to move that boundary: a row re-created at today's head would let them re-chain the
+whole log with plain SHA-256 and pass ``verify``.
+
+The rewrite below needs no trigger dropped: an unsigned checkpoint over a forged segment,
+the hot rows deleted under it, the deployment row deleted.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy import select, text
+
+from router.audit import head as audit_head
+from router.audit import log as audit
+from router.audit.deployment import FORGED, MISSING
+from router.audit.log import GENESIS_HASH, hashed_text
+from router.clock import FakeClock
+from router.db.schema import deployment
+from router.errors import ConfigError
+from router.runtime import Runtime
+
+from ..support.audit import verify_on_the_cli
+from .test_audit_log import append, export_head, problems, rows
+
+MISSING_ROW = (None, "the deployment row is missing: where the keyed chain begins is unknown")
+
+
+def rewrite_without_the_key(runtime: Runtime) -> None:
+    """Replace the whole log with a history chained with plain SHA-256 (as rows from before
+    the key are), archived under an unsigned checkpoint, and delete the deployment row."""
+    forged = [dict(row, actor="mallory") for row in reversed(rows(runtime))]
+    # One row past the real head, so the forged checkpoint covers every real row.
+    forged.append(dict(forged[-1]))
+    prev = GENESIS_HASH
+    for seq, row in enumerate(forged, start=1):
+        row.update(seq=seq, prev_hash=prev)
+        row["hash"] = prev = hashlib.sha256(hashed_text(row).encode()).hexdigest()
+    through = len(forged)
+    segment = f"audit-{1:012d}-{through:012d}.jsonl.gz"
+    runtime.archive_dir.mkdir(parents=True, exist_ok=True)
+    with gzip.open(runtime.archive_dir / segment, "wt", encoding="utf-8") as out:
+        out.writelines(json.dumps(row, sort_keys=True) + "\n" for row in forged)
+    digest = hashlib.sha256((runtime.archive_dir / segment).read_bytes()).hexdigest()
+    line = {
+        "segment": segment,
+        "from_seq": 1,
+        "through_seq": through,
+        "rows": through,
+        "first_prev_hash": GENESIS_HASH,
+        "last_hash": prev,
+        "sha256": digest,
+        "archived_at": 0,
+    }
+    (runtime.archive_dir / "manifest.jsonl").write_text(json.dumps(line) + "\n")
+    with runtime.engine.begin() as conn:
+        # The checkpoint's trigger wants a row with its hash: a placeholder, deleted below.
+        conn.execute(
+            text(
+                "INSERT INTO audit_log (seq, at, event, actor, prev_hash, hash)"
+                " VALUES (:seq, 0, 'x', 'x', 'x', :hash)"
+            ),
+            {"seq": through, "hash": prev},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO audit_checkpoints (through_seq, last_hash, rows, segment,"
+                " segment_sha256, at) VALUES (:seq, :hash, :seq, :segment, :digest, 0)"
+            ),
+            {"seq": through, "hash": prev, "segment": segment, "digest": digest},
+        )
+        conn.execute(text("DELETE FROM audit_log"))
+        conn.execute(text("DELETE FROM deployment"))
+
+
+@contextmanager
+def started_again(runtime: Runtime, clock: FakeClock) -> Iterator[Runtime]:
+    """A new process on the same database and secrets: nothing cached from before."""
+    again = Runtime(runtime.settings, clock=clock)
+    try:
+        yield again
+    finally:
+        again.close()
+
+
+def deployment_rows(runtime: Runtime) -> int:
+    with runtime.store.reading() as conn:
+        return len(conn.execute(select(deployment)).all())
+
+
+def test_a_log_rewritten_behind_a_deleted_deployment_row_is_refused_and_reported(
+    runtime: Runtime, clock: FakeClock
+) -> None:
+    append(runtime, 5)
+    export_head(runtime, clock)
+    rewrite_without_the_key(runtime)
+
+    # The next process to start refuses the database.
+    with started_again(runtime, clock) as restarted:
+        with pytest.raises(ConfigError) as refused:
+            _ = restarted.keyring
+        assert str(refused.value).endswith(MISSING)
+        # verify reports the row missing, and does not write one.
+        found = problems(restarted)
+        assert MISSING_ROW in found
+        assert any("not signed with this deployment's key (forged)" in r for _, r in found)
+        assert deployment_rows(restarted) == 0
+        # So does the operator's command, where every other command refuses to start.
+        returncode, report = verify_on_the_cli(restarted)
+        assert returncode == 1 and not report["ok"]
+        assert {"seq": None, "reason": MISSING_ROW[1]} in report["problems"]
+        assert deployment_rows(restarted) == 0
+
+
+def test_a_deployment_row_not_sealed_with_the_key_is_refused(
+    runtime: Runtime, clock: FakeClock
+) -> None:
+    """The key's fingerprint copied, the boundary moved past every row, no seal: every
+    later append would be chained without the key."""
+    append(runtime, 3)
+    with runtime.engine.begin() as conn:
+        conn.execute(text("UPDATE deployment SET keyed_from_seq = 1000000000"))
+    with started_again(runtime, clock) as restarted:
+        with pytest.raises(ConfigError) as refused:
+            _ = restarted.keyring
+        assert str(refused.value).endswith(FORGED)
+        assert (
+            None,
+            "the deployment row is not signed with this deployment's key (forged)",
+        ) in problems(restarted)
+
+
+def test_a_database_no_process_started_on_verifies_without_a_deployment_row(
+    runtime: Runtime, clock: FakeClock
+) -> None:
+    with runtime.engine.begin() as conn:
+        conn.execute(text("DELETE FROM deployment"))
+    with started_again(runtime, clock) as fresh:
+        assert problems(fresh) == []
+        assert deployment_rows(fresh) == 0
+
+
+def test_a_deleted_row_without_a_signed_head_is_written_again_where_the_chain_ends(
+    runtime: Runtime, clock: FakeClock
+) -> None:
+    """A database from before the key (or one whose head file was never written) gets its
+    row at the first start: rows so far are the unkeyed ones."""
+    append(runtime, 2)
+    assert not audit_head.head_file(runtime.settings, runtime.namespace.name).exists()
+    with runtime.engine.begin() as conn:
+        conn.execute(text("DELETE FROM deployment"))
+    with started_again(runtime, clock) as restarted:
+        with restarted.store.reading() as conn:
+            head_seq, _ = audit.chain_head(conn)
+        assert restarted.deployment.keyed_from_seq == head_seq == 2
+
+
+def test_rows_of_types_the_log_never_writes_are_reported_not_a_crash(
+    runtime: Runtime, clock: FakeClock
+) -> None:
+    """SQLite keeps any type in any column, so rows can be inserted that no writer makes."""
+    if runtime.engine.dialect.name != "sqlite":
+        pytest.skip("PostgreSQL's columns hold only their own types")
+    append(runtime, 3)
+    with runtime.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO audit_log VALUES ('zzz', 1, 'add', 'ok', NULL, NULL, 'a', NULL,"
+                " 'p', 'h')"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO audit_log VALUES (4, 1, 'add', 'ok', NULL, NULL, 'a',"
+                " CAST('{}' AS BLOB), 'p', 'h')"
+            )
+        )
+    found = problems(runtime)
+    assert (None, "a row whose seq is 'zzz': not a row this log writes") in found
+    assert (4, "hash does not match the row (edited, or not written here)") in found
