@@ -14,7 +14,7 @@ from celery import Celery
 from sqlalchemy import Engine
 
 from .approval.view import ApprovalsView
-from .audit.deployment import Deployment, check_key, register
+from .audit.deployment import Deployment, adopt, check_key, register
 from .audit.deployment import read as read_deployment
 from .audit.head import head_file
 from .audit.head import read as read_head
@@ -77,8 +77,7 @@ class Runtime:
     @cached_property
     def _trust(self) -> tuple[KeyRing, Deployment]:
         keyring = self._loaded_keyring
-        head = read_head(head_file(self.settings, self.namespace.name))
-        return keyring, register(self.store, keyring, self.clock, head=head)
+        return keyring, register(self.store, keyring, self.clock)
 
     @property
     def keyring(self) -> KeyRing:
@@ -312,6 +311,12 @@ class Runtime:
             check_key(found, keyring)
         with self.store.reading(snapshot=True) as conn:
             return verify(conn, found, evidence)
+
+    def adopt_key(self) -> Deployment:
+        """Record that this database's audit log so far was written before the deployment
+        had its key (``toolrouter audit adopt-key``)."""
+        head = read_head(head_file(self.settings, self.namespace.name))
+        return adopt(self.store, self._loaded_keyring, self.clock, head=head)
 
     def prepare(
         self, *, check_tools: bool = True, runs_tools: bool = False, trust: bool = True

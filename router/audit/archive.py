@@ -70,6 +70,11 @@ def latest_checkpoint(conn: Connection) -> Checkpoint | None:
     return Checkpoint(**dict(row._mapping)) if row else None
 
 
+def signed_checkpoint(conn: Connection, keyring: KeyRing) -> bool:
+    """Whether any checkpoint is signed with ``keyring``: the log was archived with it."""
+    return any(checkpoint.verifies(keyring) for checkpoint in checkpoints(conn))
+
+
 def checkpoints(conn: Connection) -> list[Checkpoint]:
     """Every checkpoint, oldest first: the chain of segments."""
     rows = conn.execute(select(audit_checkpoints).order_by(audit_checkpoints.c.through_seq))

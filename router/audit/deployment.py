@@ -1,41 +1,48 @@
 """The deployment row: which secret key this database belongs to, and where its keyed audit
 chain begins.
 
-Written once, by the first process that holds a key (under the audit chain's lock, so the
-boundary is exact), and sealed with that key. Every later process checks that its key is
+Written once and sealed with the key: by the first process that starts on a database whose
+audit log is empty, or, for a log written before the deployment had a key, by `toolrouter
+audit adopt-key`, which the operator runs once. Every later process checks that its key is
 the same one, so a process started with another key refuses to start rather than seal
 work that the others cannot verify.
 
-Rows before the boundary are chained without the key, so the row must never be written
-again once the chain has grown: a row re-created at today's head would let anyone who can
-write the database re-chain the whole log without the key. Where the deployment's signed
-head (kept beside the key, away from the database) shows a keyed process has run, a
-missing row is refused as tampering.
+Rows before the boundary are chained without the key, so no process writes the row over a
+log that has rows: one re-created at today's head would let anyone who can write the
+database re-chain the whole log without the key. A missing row there stops every process.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
 
 from ..canonical import canonical_json
 from ..clock import Clock
-from ..db.schema import deployment
+from ..db.schema import audit_log, deployment
 from ..db.store import Store
 from ..errors import ConfigError
 from ..trust.keyring import KeyRing, Purpose
+from . import archive
 from . import log as audit
 from .head import SignedHead
 
 ROW_ID = 1
 
 MISSING = (
-    "this database's audit log has rows but its deployment row (where the keyed chain "
-    "begins) is missing, though this deployment's signed head shows it had one: the audit "
-    "log may have been tampered with; run `toolrouter audit verify` and restore the "
-    "database from a backup"
+    "this database's audit log has rows but no deployment row (where its keyed chain "
+    "begins): if the log was written before the deployment had a secret key (an upgrade "
+    "from 0.1), run `toolrouter audit adopt-key` once, with this deployment's key; if not, "
+    "the row was deleted and the audit log may have been tampered with: run `toolrouter "
+    "audit verify` and restore the database from a backup"
+)
+KEYED_BEFORE = (
+    "refused: this audit log was already chained with this deployment's key ({evidence}), "
+    "so its deployment row was deleted and the log may have been tampered with: run "
+    "`toolrouter audit verify` and restore the database from a backup"
 )
 FORGED = (
     "this database's deployment row (where the keyed chain begins) is not signed with this "
@@ -75,40 +82,70 @@ def read(store: Store) -> Deployment | None:
     return Deployment(**data)
 
 
-def register(
-    store: Store, keyring: KeyRing, clock: Clock, *, head: SignedHead | None = None
-) -> Deployment:
-    """This database's deployment row, written now if it has none; ``ConfigError`` when
-    ``keyring`` is not the key the database was set up with, when the row is not sealed
-    with it, or when it is missing from a chain that ``head`` (the deployment's signed
-    head, if any) shows was keyed."""
-    found = read(store)
-    if found is None:
-        try:
-            with store.transaction() as conn:
-                audit.lock_chain(conn)
-                head_seq, _ = audit.chain_head(conn)
-                if head_seq != 0 and head is not None and head.verifies(keyring):
-                    raise ConfigError(MISSING)
-                draft = Deployment(keyring.fingerprint, head_seq, clock(), "")
-                sealed = Deployment(
-                    draft.key_fingerprint,
-                    draft.keyed_from_seq,
-                    draft.created_at,
-                    keyring.sign(Purpose.AUDIT_HEAD, draft.sealed_text()),
-                )
-                conn.execute(
-                    deployment.insert(),
-                    [{"id": ROW_ID, **asdict(sealed)}],
-                )
-        except IntegrityError:
-            pass  # another process registered it first; read theirs
-        found = read(store)
-        assert found is not None
+def register(store: Store, keyring: KeyRing, clock: Clock) -> Deployment:
+    """This database's deployment row, written now if it has none and its audit log is
+    empty; ``ConfigError`` when it has none over a log with rows, when ``keyring`` is not
+    the key the database was set up with, or when the row is not sealed with it."""
+    found = read(store) or _write(store, keyring, clock, over_rows=False)
     check_key(found, keyring)
     if not found.verifies(keyring):
         raise ConfigError(FORGED)
     return found
+
+
+def adopt(store: Store, keyring: KeyRing, clock: Clock, *, head: SignedHead | None) -> Deployment:
+    """The deployment row for a log written before the deployment had a key: the keyed
+    chain begins after its last row. ``ConfigError`` where the row exists, or where the
+    log shows it was keyed before (``head``, the deployment's signed head, names a row, or
+    a checkpoint is signed with the key): then the row was deleted."""
+    found = read(store)
+    if found is not None:
+        check_key(found, keyring)
+        raise ConfigError(
+            f"the keyed audit chain is already recorded as beginning after seq "
+            f"{found.keyed_from_seq}: nothing to adopt"
+        )
+    if head is not None and head.seq > 0 and head.verifies(keyring):
+        raise ConfigError(KEYED_BEFORE.format(evidence=f"its signed head names seq {head.seq}"))
+    return _write(store, keyring, clock, over_rows=True)
+
+
+def _write(store: Store, keyring: KeyRing, clock: Clock, *, over_rows: bool) -> Deployment:
+    """Seal and insert the row, the boundary at the chain's head (under the chain's lock,
+    so it is exact); the row another process wrote meanwhile, if one did."""
+    try:
+        with store.transaction() as conn:
+            audit.lock_chain(conn)
+            # Read again under the lock: a process that started at the same moment may
+            # have written it, and appended rows after it.
+            if conn.execute(select(deployment.c.id)).first() is None:
+                head_seq, _ = audit.chain_head(conn)
+                if head_seq != 0 and not over_rows:
+                    raise ConfigError(MISSING)
+                if over_rows:
+                    _refuse_a_keyed_past(conn, keyring)
+                draft = Deployment(keyring.fingerprint, head_seq, clock(), "")
+                sealed = dataclasses.replace(
+                    draft, mac=keyring.sign(Purpose.AUDIT_HEAD, draft.sealed_text())
+                )
+                conn.execute(deployment.insert(), [{"id": ROW_ID, **asdict(sealed)}])
+    except IntegrityError:
+        pass  # another process registered it first; read theirs
+    found = read(store)
+    assert found is not None
+    return found
+
+
+def _refuse_a_keyed_past(conn: Connection, keyring: KeyRing) -> None:
+    """``ConfigError`` where the log shows it was chained with ``keyring`` already: its
+    newest row hashed with it, or a checkpoint signed with it."""
+    newest = conn.execute(select(audit_log).order_by(audit_log.c.seq.desc()).limit(1)).first()
+    if newest is not None:
+        row = dict(newest._mapping)
+        if audit.AuditLog(keyring).row_hash(row) == row["hash"]:
+            raise ConfigError(KEYED_BEFORE.format(evidence=f"row {row['seq']} is hashed with it"))
+    if archive.signed_checkpoint(conn, keyring):
+        raise ConfigError(KEYED_BEFORE.format(evidence="a checkpoint is signed with it"))
 
 
 def check_key(found: Deployment, keyring: KeyRing) -> None:

@@ -78,6 +78,23 @@ def audit_verify(as_json: bool) -> None:
     click.echo(f"audit chain ok: {report.checked} rows verified")
 
 
+@audit.command("adopt-key")
+def audit_adopt_key() -> None:
+    """Once, for a database whose audit log was written before the deployment had a secret
+    key (an upgrade from 0.1): record that its rows so far are chained without the key,
+    and every later row with it. Refused where the log shows the key was used before:
+    then its deployment row was deleted."""
+    rt = runtime(tools=False, existing=True, trust=False)
+    try:
+        found = rt.adopt_key()
+    except (Unavailable, ConfigError) as exc:
+        fail(str(exc))
+    click.echo(
+        f"the keyed audit chain begins after seq {found.keyed_from_seq}: rows up to it are "
+        "checked as a plain SHA-256 chain"
+    )
+
+
 @audit.command("head")
 def audit_head_command() -> None:
     """Print the chain's current head, signed with the deployment's key, as JSON: keep a

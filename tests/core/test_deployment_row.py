@@ -18,12 +18,10 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy import select, text
 
-from router.audit import head as audit_head
-from router.audit import log as audit
 from router.audit.deployment import FORGED, MISSING
 from router.audit.log import GENESIS_HASH, hashed_text
 from router.clock import FakeClock
-from router.db.schema import deployment
+from router.db.schema import audit_log, deployment
 from router.errors import ConfigError
 from router.runtime import Runtime
 
@@ -33,16 +31,23 @@ from .test_audit_log import append, export_head, problems, rows
 MISSING_ROW = (None, "the deployment row is missing: where the keyed chain begins is unknown")
 
 
+def chained_plainly(rows: list[dict[str, object]]) -> str:
+    """Number ``rows`` from 1 and chain them with plain SHA-256, as rows written before the
+    deployment had a key are; the last hash."""
+    prev = GENESIS_HASH
+    for seq, row in enumerate(rows, start=1):
+        row.update(seq=seq, prev_hash=prev)
+        row["hash"] = prev = hashlib.sha256(hashed_text(row).encode()).hexdigest()
+    return prev
+
+
 def rewrite_without_the_key(runtime: Runtime) -> None:
     """Replace the whole log with a history chained with plain SHA-256 (as rows from before
     the key are), archived under an unsigned checkpoint, and delete the deployment row."""
     forged = [dict(row, actor="mallory") for row in reversed(rows(runtime))]
     # One row past the real head, so the forged checkpoint covers every real row.
     forged.append(dict(forged[-1]))
-    prev = GENESIS_HASH
-    for seq, row in enumerate(forged, start=1):
-        row.update(seq=seq, prev_hash=prev)
-        row["hash"] = prev = hashlib.sha256(hashed_text(row).encode()).hexdigest()
+    prev = chained_plainly(forged)
     through = len(forged)
     segment = f"audit-{1:012d}-{through:012d}.jsonl.gz"
     runtime.archive_dir.mkdir(parents=True, exist_ok=True)
@@ -95,11 +100,15 @@ def deployment_rows(runtime: Runtime) -> int:
         return len(conn.execute(select(deployment)).all())
 
 
+@pytest.mark.parametrize("head", ["head exported", "no head here"])
 def test_a_log_rewritten_behind_a_deleted_deployment_row_is_refused_and_reported(
-    runtime: Runtime, clock: FakeClock
+    runtime: Runtime, clock: FakeClock, head: str
 ) -> None:
+    """Refused whether or not the process starting finds the signed head: a worker may run
+    where the head file is not (another machine, another secrets directory)."""
     append(runtime, 5)
-    export_head(runtime, clock)
+    if head == "head exported":
+        export_head(runtime, clock)
     rewrite_without_the_key(runtime)
 
     # The next process to start refuses the database.
@@ -116,6 +125,22 @@ def test_a_log_rewritten_behind_a_deleted_deployment_row_is_refused_and_reported
         returncode, report = verify_on_the_cli(restarted)
         assert returncode == 1 and not report["ok"]
         assert {"seq": None, "reason": MISSING_ROW[1]} in report["problems"]
+        if head == "head exported":
+            # Adopting the log as one from before the key is refused: the head names a row.
+            with pytest.raises(ConfigError, match="its signed head names seq 5"):
+                restarted.adopt_key()
+        assert deployment_rows(restarted) == 0
+
+
+def test_a_deleted_row_over_keyed_rows_cannot_be_adopted(
+    runtime: Runtime, clock: FakeClock
+) -> None:
+    append(runtime, 3)
+    with runtime.engine.begin() as conn:
+        conn.execute(text("DELETE FROM deployment"))
+    with started_again(runtime, clock) as restarted:
+        with pytest.raises(ConfigError, match="row 3 is hashed with it"):
+            restarted.adopt_key()
         assert deployment_rows(restarted) == 0
 
 
@@ -147,19 +172,34 @@ def test_a_database_no_process_started_on_verifies_without_a_deployment_row(
         assert deployment_rows(fresh) == 0
 
 
-def test_a_deleted_row_without_a_signed_head_is_written_again_where_the_chain_ends(
+def test_a_log_from_before_the_key_is_adopted_once_by_the_operator(
     runtime: Runtime, clock: FakeClock
 ) -> None:
-    """A database from before the key (or one whose head file was never written) gets its
-    row at the first start: rows so far are the unkeyed ones."""
-    append(runtime, 2)
-    assert not audit_head.head_file(runtime.settings, runtime.namespace.name).exists()
+    """A log written before the deployment had a key (0.1) is chained with plain SHA-256:
+    processes refuse it until `toolrouter audit adopt-key` records where the keyed chain
+    begins; then rows before it verify as a plain chain and rows after it with the key."""
     with runtime.engine.begin() as conn:
         conn.execute(text("DELETE FROM deployment"))
+    old: list[dict[str, object]] = [
+        {"at": 1, "tool": "t", "event": "queued", "call_id": None, "request_id": None}
+        | {"actor": "old", "detail": None}
+        for _ in range(2)
+    ]
+    chained_plainly(old)
+    with runtime.engine.begin() as conn:
+        conn.execute(audit_log.insert(), old)
     with started_again(runtime, clock) as restarted:
-        with restarted.store.reading() as conn:
-            head_seq, _ = audit.chain_head(conn)
-        assert restarted.deployment.keyed_from_seq == head_seq == 2
+        with pytest.raises(ConfigError, match="toolrouter audit adopt-key"):
+            _ = restarted.keyring
+        assert restarted.adopt_key().keyed_from_seq == 2
+        with pytest.raises(ConfigError, match="already recorded as beginning after seq 2"):
+            restarted.adopt_key()
+    with started_again(runtime, clock) as adopted:
+        assert adopted.deployment.keyed_from_seq == 2
+        append(adopted, 2)
+        export_head(adopted, clock)
+        assert problems(adopted) == []
+        assert adopted.verify_audit().checked == 4
 
 
 def test_rows_of_types_the_log_never_writes_are_reported_not_a_crash(

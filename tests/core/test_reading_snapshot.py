@@ -59,12 +59,12 @@ def test_verify_holds_while_rows_are_appended_and_the_head_exported_meanwhile(
     export()
     walk = verify_module._walk
 
-    def walk_while_busy(*args: Any) -> None:
+    def walk_while_busy(*args: Any) -> int | None:
         writer = threading.Thread(target=lambda: (append_one(runtime), export()))
         writer.start()
         writer.join(timeout=60)
         assert not writer.is_alive()
-        walk(*args)
+        return walk(*args)
 
     monkeypatch.setattr(verify_module, "_walk", walk_while_busy)
     report = runtime.verify_audit()

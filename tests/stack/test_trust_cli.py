@@ -12,6 +12,7 @@ import json
 import secrets
 from pathlib import Path
 
+from router.audit.log import AuditEntry
 from router.db.migrate import head_revision
 from router.messaging.namespace import Namespace
 from router.runtime import Runtime
@@ -54,3 +55,29 @@ def test_keys_list_shows_a_key_forged_in_the_database_as_refused(tmp_path: Path)
     assert lines == {"forged": f"agent\tactive ({REFUSED})", "real": "agent\tactive"}
     listed = {key["name"]: key for key in json.loads(ok(home.run("keys", "list", "--json")))}
     assert listed["forged"]["sealed"] is False and listed["real"]["sealed"] is True
+
+
+def test_audit_adopt_key_refuses_a_log_the_key_has_chained(tmp_path: Path) -> None:
+    """`audit adopt-key` is for a log from before the key: over rows hashed with the key
+    (the deployment row deleted) it refuses, and every other command refuses to start."""
+    home = Home(tmp_path)
+    ok(home.run("keys", "create", "--name", "real", "--role", "agent"))
+    runtime = Runtime(home.settings())
+    try:
+        with runtime.store.transaction() as conn:
+            entry = AuditEntry(event="queued", actor="real", tool="echo")
+            runtime.audit.append(conn, [entry], at=runtime.clock())
+        write(runtime, "DELETE FROM deployment")
+    finally:
+        runtime.close()
+    adopted = home.run("audit", "adopt-key")
+    assert adopted.returncode == 2
+    assert "refused: this audit log was already chained with this deployment's key" in (
+        adopted.stderr
+    )
+    listed = home.run("keys", "list")
+    assert listed.returncode == 2
+    assert "toolrouter audit adopt-key" in listed.stderr
+    verified = home.run("audit", "verify", "--json")
+    assert verified.returncode == 1
+    assert not json.loads(verified.stdout)["ok"]
