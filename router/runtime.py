@@ -6,6 +6,8 @@ the same database, the same broker and the same tools.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -14,7 +16,7 @@ from celery import Celery
 from sqlalchemy import Engine
 
 from .approval.view import ApprovalsView
-from .audit.deployment import Deployment, adopt, check_key, register
+from .audit.deployment import Deployment, KeyMismatch, adopt, check_key, register
 from .audit.deployment import read as read_deployment
 from .audit.head import head_file
 from .audit.head import read as read_head
@@ -31,6 +33,7 @@ from .dispatch.calls import CallService
 from .dispatch.dispatcher import Dispatcher
 from .dispatch.explain import Explainer
 from .dispatch.group_commit import GroupCommit
+from .errors import ConfigError
 from .messaging.celery_app import make_celery, resolve_redis_url
 from .messaging.completions import CompletionListener, Notifier
 from .messaging.decisions import DecisionClient
@@ -48,7 +51,7 @@ from .tools.ranking import Ranker
 from .tools.registry import ToolRegistry, import_handlers_from
 from .tools.selection.candidates import Strategy
 from .tools.selection.llm import LlmEndpoint, LlmSelector
-from .trust.keyring import KeyRing, load_keyring
+from .trust.keyring import KeyRing, key_file, load_keyring, namespace_holding
 from .trust.redaction import Redactor, redact_logs
 
 
@@ -77,7 +80,28 @@ class Runtime:
     @cached_property
     def _trust(self) -> tuple[KeyRing, Deployment]:
         keyring = self._loaded_keyring
-        return keyring, register(self.store, keyring, self.clock)
+        with self._moved_namespace_told():
+            return keyring, register(self.store, keyring, self.clock)
+
+    @contextmanager
+    def _moved_namespace_told(self) -> Iterator[None]:
+        """A key mismatch, told as a moved namespace where this deployment's key is found
+        under another one: the namespace follows the database's path, and a project
+        folder moved or renamed gives it a new one, with a new key file."""
+        try:
+            yield
+        except KeyMismatch as mismatch:
+            if self.settings.secret_key.get_secret_value() or self.settings.namespace:
+                raise
+            moved = namespace_holding(self.settings, mismatch.fingerprint)
+            if moved is None or moved == self.namespace.name:
+                raise
+            raise ConfigError(
+                f"this deployment's key is in {key_file(self.settings, moved)}, under the "
+                f"namespace {moved}; the namespace is derived from the database's path, so "
+                f"it is now {self.namespace.name} (was the folder moved or renamed?): set "
+                f"TOOLROUTER_NAMESPACE={moved} in every process of this deployment"
+            ) from None
 
     @property
     def keyring(self) -> KeyRing:
@@ -308,7 +332,8 @@ class Runtime:
         )
         found = read_deployment(self.store)
         if found is not None:
-            check_key(found, keyring)
+            with self._moved_namespace_told():
+                check_key(found, keyring)
         with self.store.reading(snapshot=True) as conn:
             return verify(conn, found, evidence)
 

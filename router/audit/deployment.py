@@ -148,12 +148,21 @@ def _refuse_a_keyed_past(conn: Connection, keyring: KeyRing) -> None:
         raise ConfigError(KEYED_BEFORE.format(evidence="a checkpoint is signed with it"))
 
 
+class KeyMismatch(ConfigError):
+    """The key given is not the one the database was set up with (``fingerprint``)."""
+
+    def __init__(self, reason: str, fingerprint: str) -> None:
+        super().__init__(reason)
+        self.fingerprint = fingerprint
+
+
 def check_key(found: Deployment, keyring: KeyRing) -> None:
-    """``ConfigError`` when ``keyring`` is not the key ``found`` names."""
+    """``KeyMismatch`` when ``keyring`` is not the key ``found`` names."""
     if found.key_fingerprint != keyring.fingerprint:
-        raise ConfigError(
+        raise KeyMismatch(
             f"the secret key from {keyring.source or 'the settings'} (fingerprint "
             f"{keyring.fingerprint[:12]}) is not the key this database was set up with "
             f"(fingerprint {found.key_fingerprint[:12]}): give this deployment's key in "
-            "TOOLROUTER_SECRET_KEY or its key file"
+            "TOOLROUTER_SECRET_KEY or its key file",
+            found.key_fingerprint,
         )

@@ -233,7 +233,9 @@ class McpConnections:
         """The cause of a failed start, in words, with what the server wrote to its stderr
         this time."""
         found = self._stderr_from.get(name)
-        return unreachable_reason(exc, written_since(*found) if found is not None else [])
+        if found is None:
+            return unreachable_reason(exc, [])
+        return unreachable_reason(exc, written_since(*found), log=found[0])
 
     def _drop(self, name: str) -> _Session | None:
         session = self._sessions.pop(name, None)

@@ -5,6 +5,7 @@ stderr on that start."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 # A stdio server runs under ``sh``, which writes this line to its stderr with the server's
 # exit status (the SDK gives no access to it).
@@ -12,8 +13,12 @@ EXIT_MARK = "toolrouter: the server exited with code "
 CLOSED = "the server exited or closed its connection"
 
 
-def unreachable_reason(exc: BaseException, stderr_lines: Sequence[str]) -> str:
-    """The cause of ``exc``, the exit status ``sh`` reported, and the last lines written."""
+def unreachable_reason(
+    exc: BaseException, stderr_lines: Sequence[str], *, log: Path | None = None
+) -> str:
+    """The cause of ``exc``, the exit status ``sh`` reported, and the last lines written;
+    where all of them are (``log``): a wrapper such as ``npx`` may write notices of its own
+    after the server's error."""
     causes = list(dict.fromkeys(_describe(leaf) for leaf in _leaves(exc)))
     reason = "; ".join(causes) or _describe(exc)
     written = [line.strip() for line in stderr_lines if line.strip()]
@@ -22,7 +27,8 @@ def unreachable_reason(exc: BaseException, stderr_lines: Sequence[str]) -> str:
         reason = reason.replace(CLOSED, f"the server exited with code {codes[-1]}")
     kept = [line for line in written if not line.startswith(EXIT_MARK)][-5:]
     tail = " | ".join(kept)[-600:]
-    return f"{reason}; its stderr ended: {tail}" if tail else reason
+    told = f"{reason}; its stderr ended: {tail}" if tail else reason
+    return f"{told} (all of it in {log})" if log is not None and written else told
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

@@ -99,6 +99,19 @@ def load_keyring(settings: Settings, namespace: str) -> KeyRing:
     return KeyRing(text.encode("utf-8"), source=str(path))
 
 
+def namespace_holding(settings: Settings, fingerprint: str) -> str | None:
+    """The namespace whose key file in the secrets directory holds the key ``fingerprint``
+    names, if one does: where a deployment's key went when its namespace changed."""
+    for path in sorted(settings.resolved_secrets_dir.glob(f"*/{KEY_FILE}")):
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except OSError:
+            continue
+        if text and KeyRing(text.encode("utf-8")).fingerprint == fingerprint:
+            return path.parent.name
+    return None
+
+
 def existing_keyring(settings: Settings, namespace: str) -> KeyRing | None:
     """``load_keyring`` where the deployment has a key already; None where it has none
     (nothing is made: an upgrade run away from the deployment must not invent one)."""

@@ -41,3 +41,14 @@ def test_flower_on_a_taken_port_is_one_line(tmp_path: Path) -> None:
         f"error: port {port} on 127.0.0.1 (Flower) is in use, by another toolrouter or "
         "another program; free it or set TOOLROUTER_FLOWER_PORT\n"
     )
+
+
+def test_up_with_the_api_and_flower_on_one_port_is_one_line(tmp_path: Path) -> None:
+    port = str(free_port())
+    home = Home(tmp_path, TOOLROUTER_API_PORT=port, TOOLROUTER_FLOWER_PORT=port)
+    refused = home.run("up")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stderr == (
+        f"error: TOOLROUTER_API_PORT and TOOLROUTER_FLOWER_PORT are both {port}: the API and "
+        "Flower each need a port of their own\n"
+    )

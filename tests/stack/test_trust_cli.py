@@ -81,3 +81,20 @@ def test_audit_adopt_key_refuses_a_log_the_key_has_chained(tmp_path: Path) -> No
     verified = home.run("audit", "verify", "--json")
     assert verified.returncode == 1
     assert not json.loads(verified.stdout)["ok"]
+
+
+def test_a_moved_project_folder_is_told_where_its_key_is(tmp_path: Path) -> None:
+    """The namespace follows the database's path: a state directory moved or renamed gets
+    a new namespace, and a new key file beside the one the database was set up with."""
+    home = Home(tmp_path)
+    ok(home.run("keys", "create", "--name", "real", "--role", "agent"))
+    namespace = Namespace.of(home.settings()).name
+    moved = tmp_path / "moved"
+    home.state_dir.rename(moved)
+    home.state_dir, home.env["TOOLROUTER_STATE_DIR"] = moved, str(moved)
+    listed = home.run("keys", "list")
+    assert listed.returncode == 2
+    assert f"under the namespace {namespace}" in listed.stderr
+    assert f"set TOOLROUTER_NAMESPACE={namespace} in every process" in listed.stderr
+    home.env["TOOLROUTER_NAMESPACE"] = namespace
+    assert ok(home.run("keys", "list")).startswith("real\t")

@@ -97,8 +97,10 @@ def test_a_failed_starts_tail_names_the_cause_escaped(tmp_path: Path) -> None:
     finally:
         connections.close()
 
+    # Where all of it is: a wrapper (npx) may write notices of its own after the cause.
     assert why == (
         "the server exited with code 3 before answering; its stderr ended: npm error \\x1b[2J404"
+        f" (all of it in {tmp_path / 'mcp-ghost.log'})"
     )
 
 
