@@ -20,6 +20,7 @@ import click
 
 from ..canonical import shown_as_text
 from ..errors import RequestError, Unavailable
+from .children import api_port
 from .common import Seconds, get_settings, local_url
 from .http import api_key
 
@@ -83,7 +84,7 @@ def _client(key: str | None) -> Client:
     token = api_key(settings, key, "agent")
     from ..client import Client  # here: --help needs no HTTP library
 
-    return Client(local_url(settings.api_host, settings.api_port), token)
+    return Client(local_url(settings.api_host, api_port(settings)), token)
 
 
 def _fail(message: str) -> None:

@@ -18,6 +18,7 @@ from ..canonical import shown_as_text
 from ..files import private_dir, private_file
 from ..tools.unreachable import MARK as UNREACHABLE_MARK
 from .bound import bound_to_this_process
+from .preflight import up_holds_state_dir
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -36,8 +37,26 @@ def running_file(settings: Settings) -> Path:
 
 def record_running(settings: Settings, children: list[Child]) -> None:
     processes = {c.name: c.process.pid for c in children if c.process is not None}
-    text = json.dumps({"pid": os.getpid(), "processes": processes}, sort_keys=True)
-    private_file(running_file(settings)).write_text(text, encoding="utf-8")
+    recorded = {"pid": os.getpid(), "processes": processes, "api_port": settings.api_port}
+    private_file(running_file(settings)).write_text(json.dumps(recorded), encoding="utf-8")
+
+
+def api_port(settings: Settings) -> int:
+    """The API's port: the settings' where they name one; else, where an `up` runs on this
+    state directory, the one it serves (a second deployment on this machine has its own,
+    and a command run in its folder without the setting must not reach the first's)."""
+    if "api_port" in settings.model_fields_set:
+        return settings.api_port
+    if up_holds_state_dir(settings):
+        try:
+            recorded = json.loads(running_file(settings).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            recorded = None
+        port = recorded.get("api_port") if isinstance(recorded, dict) else None
+        # Only what `up` writes: the state directory is not trusted.
+        if type(port) is int and 0 < port < 65536:
+            return port
+    return settings.api_port
 
 
 @dataclass

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from .children import api_port
 from .common import get_settings, local_url
 from .demo import demo_key
 
@@ -39,7 +40,7 @@ def api_request(
 
     settings = get_settings()
     token = api_key(settings, key, role)
-    url = local_url(settings.api_host, settings.api_port) + path
+    url = local_url(settings.api_host, api_port(settings)) + path
     try:
         response = urllib3.request(
             method,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..canonical import shown_as_text
-from .children import running_file
+from .children import api_port, running_file
 from .common import get_settings, local_url
 from .preflight import up_holds_state_dir
 
@@ -117,7 +117,7 @@ def _workers(runtime: Any) -> dict[str, list[str]]:
 def api_health(settings: Settings) -> dict[str, Any]:
     import httpx
 
-    url = local_url(settings.api_host, settings.api_port)
+    url = local_url(settings.api_host, api_port(settings))
     try:
         response = httpx.get(f"{url}/readyz", timeout=3)
     except httpx.HTTPError as exc:

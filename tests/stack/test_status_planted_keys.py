@@ -110,3 +110,30 @@ def test_a_planted_up_json_leaves_status_whole(stack: Stack, planted: str) -> No
     report = json.loads(done.stdout)
     assert report["up"] in (None, {}), report["up"]
     assert report["redis"]["ok"] and report["database"]["ok"], report
+
+
+def test_status_reaches_the_api_on_the_port_up_serves(stack: Stack) -> None:
+    """A second deployment's `up` serves another port than the default; `status` (and every
+    command that talks to the API) run in its folder without the setting reach that port,
+    not the default one, which may be another deployment's."""
+    port = int(stack.base_url.rsplit(":", 1)[1])
+    env = {k: v for k, v in stack.env.items() if k != "TOOLROUTER_API_PORT"}
+    lock = hold_state_dir(stack.settings)  # as a running `up` holds it
+    try:
+        recorded = {"pid": 1, "processes": {}, "api_port": port}
+        (stack.state_dir / "up.json").write_text(json.dumps(recorded), encoding="utf-8")
+        done = subprocess.run(
+            [sys.executable, "-m", "router.cli.main", "status", "--json"],
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        (stack.state_dir / "up.json").unlink(missing_ok=True)
+        lock.release()
+    report = json.loads(done.stdout)
+    assert report["api"]["url"] == f"http://127.0.0.1:{port}", report["api"]
+    assert report["api"]["ok"], report["api"]
