@@ -77,7 +77,6 @@ def runtime(
 def _require_deployment(rt: Runtime) -> None:
     """Stop unless the database holds a deployment: checked before the engine or the key is
     made, as either would create one (a SQLite file, a key file)."""
-    from sqlalchemy.engine import make_url
 
     from ..db.migrate import current_revision
 
@@ -90,16 +89,27 @@ def _require_deployment(rt: Runtime) -> None:
     else:
         where = f"the state directory {settings.state_dir.resolve()}"
         hint = "run this where the deployment runs, or set TOOLROUTER_STATE_DIR"
-    if settings.is_sqlite:
-        path = make_url(settings.resolved_database_url).database
-        if path and path != ":memory:" and not Path(path).exists():
-            fail(f"no deployment in {where}: {Path(path).resolve()} does not exist; {hint}")
+    if (missing := missing_database(settings)) is not None:
+        fail(f"no deployment in {where}: {missing} does not exist; {hint}")
     try:
         revision = current_revision(rt.engine)
     except Unavailable as exc:
         fail(str(exc))
     if revision is None:
         fail(f"no deployment in {where}: its database has no schema; {hint}")
+
+
+def missing_database(settings: Settings) -> Path | None:
+    """The SQLite file the settings name, where it does not exist yet: a command run
+    outside a deployment's folder would make a new deployment there."""
+    if not settings.is_sqlite:
+        return None
+    from sqlalchemy.engine import make_url
+
+    path = make_url(settings.resolved_database_url).database
+    if not path or path == ":memory:" or Path(path).exists():
+        return None
+    return Path(path).resolve()
 
 
 def os_problem(exc: OSError) -> str:

@@ -11,7 +11,7 @@ import click
 from ..auth.key_cache import TTL_S
 from ..errors import ConfigError, ToolrouterError
 from ..status import Role
-from .common import fail, runtime
+from .common import fail, get_settings, missing_database, runtime
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -33,6 +33,7 @@ def keys() -> None:
 )
 def keys_create(name: str, roles: tuple[str, ...]) -> None:
     """Create a key; its token is printed once, alone on the last line."""
+    made_here = missing_database(get_settings())
     rt = runtime(tools=False)
     for role in unheard_of(rt, roles):
         hint = difflib.get_close_matches(role, list(Role), n=1)
@@ -42,6 +43,13 @@ def keys_create(name: str, roles: tuple[str, ...]) -> None:
         token = rt.keys.create(name, list(roles))
     except (ValueError, ToolrouterError) as exc:
         fail(str(exc))
+    if made_here is not None:
+        click.echo(
+            f"note: there was no deployment here: this made one ({made_here} and its secret "
+            "key), whose keys no deployment elsewhere knows; to add a key to a running one, "
+            "run this in its folder or set TOOLROUTER_STATE_DIR",
+            err=True,
+        )
     click.echo(f"created key {name!r} with roles {', '.join(sorted(set(roles)))}")
     click.echo("the token below is shown only once:")
     click.echo(token)

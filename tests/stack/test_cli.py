@@ -113,6 +113,17 @@ def test_keys_create_prints_the_token_alone_on_the_last_line(home: Home) -> None
     assert authenticate(home.settings(), token) == {"agent"}
 
 
+def test_keys_create_outside_a_deployment_says_it_made_one(home: Home) -> None:
+    """Run in the wrong folder it makes a new deployment, whose keys a running one elsewhere
+    refuses: said on stderr, once; a second key in the same place is not told again."""
+    first = home.run("keys", "create", "--name", "one", "--role", "agent")
+    database = (home.state_dir / "toolrouter.db").resolve()
+    assert first.returncode == 0, first.stderr
+    assert f"note: there was no deployment here: this made one ({database}" in first.stderr
+    second = home.run("keys", "create", "--name", "two", "--role", "agent")
+    assert second.returncode == 0 and "note:" not in second.stderr, second.stderr
+
+
 def test_keys_create_works_with_tail_n1(home: Home) -> None:
     """The documented idiom: KEY=$(toolrouter keys create … | tail -n1)."""
     script = (
@@ -203,6 +214,7 @@ def test_keys_create_warns_of_a_role_nothing_names_and_still_makes_the_key(home:
         " approvers: [finance]}\n",
         encoding="utf-8",
     )
+    ok(home.run("keys", "create", "--name", "first", "--role", "agent"))  # the deployment
     typo = home.run("keys", "create", "--name", "typo", "--role", "agnet")
     assert typo.returncode == 0, typo.stderr
     assert typo.stderr == (
