@@ -4,6 +4,9 @@ A page asks for a reference with a marker on a line of its own::
 
     <!-- reference: settings -->
 
+optionally followed, after a blank line, by one line of note for readers of the Markdown
+file itself (``> *Generated when …``), which the reference replaces too.
+
 and the hook replaces it with Markdown rendered from the code: the settings model, the
 tool-config models, the API's OpenAPI document, the CLI's own help and the status enums.
 An unknown marker, and any field, operation or member the code has but the reference
@@ -32,7 +35,11 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "roles": roles_reference,
 }
 
-MARKER = re.compile(r"^<!-- reference: ([a-z-]+) -->$", re.MULTILINE)
+# The marker, and the note after it for readers of the Markdown file (the site has the
+# reference in its place).
+MARKER = re.compile(
+    r"^<!-- reference: ([a-z-]+) -->$(?:\n\n> \*Generated when[^\n]*$)?", re.MULTILINE
+)
 
 
 def render(markdown: str, *, page: str) -> str:

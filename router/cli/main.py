@@ -35,7 +35,14 @@ def main() -> None:
 # -- processes ---------------------------------------------------------------------------
 
 
-@main.command()
+@main.command(
+    epilog=(
+        "Settings come from the environment, among them "
+        "TOOLROUTER_API_PORT (8000), TOOLROUTER_FLOWER_PORT (5555), TOOLROUTER_STATE_DIR "
+        "(.toolrouter), TOOLROUTER_CONFIG (toolrouter.yaml), TOOLROUTER_REDIS_URL and "
+        "TOOLROUTER_DATABASE_URL; every one is in docs/reference/settings.md."
+    )
+)
 @click.option("--verbose", is_flag=True, help="Also stream every process's log here")
 def up(verbose: bool) -> None:
     """Run everything on this machine (api, workers, approval and notification workers, beat,
