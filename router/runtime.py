@@ -6,8 +6,6 @@ the same database, the same broker and the same tools.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -16,7 +14,15 @@ from celery import Celery
 from sqlalchemy import Engine
 
 from .approval.view import ApprovalsView
-from .audit.deployment import Deployment, KeyMismatch, adopt, check_key, register
+from .audit.deployment import (
+    Deployment,
+    adopt,
+    check_key,
+    moved_namespace_told,
+    record_file,
+    register,
+    remember,
+)
 from .audit.deployment import read as read_deployment
 from .audit.head import head_file
 from .audit.head import read as read_head
@@ -51,7 +57,12 @@ from .tools.ranking import Ranker
 from .tools.registry import ToolRegistry, import_handlers_from
 from .tools.selection.candidates import Strategy
 from .tools.selection.llm import LlmEndpoint, LlmSelector
-from .trust.keyring import KeyRing, key_file, load_keyring, namespace_holding
+from .trust.keyring import (
+    KeyRing,
+    existing_keyring,
+    key_file,
+    load_keyring,
+)
 from .trust.redaction import Redactor, redact_logs
 
 
@@ -80,28 +91,11 @@ class Runtime:
     @cached_property
     def _trust(self) -> tuple[KeyRing, Deployment]:
         keyring = self._loaded_keyring
-        with self._moved_namespace_told():
-            return keyring, register(self.store, keyring, self.clock)
-
-    @contextmanager
-    def _moved_namespace_told(self) -> Iterator[None]:
-        """A key mismatch, told as a moved namespace where this deployment's key is found
-        under another one: the namespace follows the database's path, and a project
-        folder moved or renamed gives it a new one, with a new key file."""
-        try:
-            yield
-        except KeyMismatch as mismatch:
-            if self.settings.secret_key.get_secret_value() or self.settings.namespace:
-                raise
-            moved = namespace_holding(self.settings, mismatch.fingerprint)
-            if moved is None or moved == self.namespace.name:
-                raise
-            raise ConfigError(
-                f"this deployment's key is in {key_file(self.settings, moved)}, under the "
-                f"namespace {moved}; the namespace is derived from the database's path, so "
-                f"it is now {self.namespace.name} (was the folder moved or renamed?): set "
-                f"TOOLROUTER_NAMESPACE={moved} in every process of this deployment"
-            ) from None
+        with moved_namespace_told(self.settings, self.namespace.name):
+            found = register(self.store, keyring, self.clock)
+        # Outside the database: a sign ``adopt_key`` reads if the row is ever deleted.
+        remember(record_file(self.settings, self.namespace.name), found)
+        return keyring, found
 
     @property
     def keyring(self) -> KeyRing:
@@ -332,7 +326,7 @@ class Runtime:
         )
         found = read_deployment(self.store)
         if found is not None:
-            with self._moved_namespace_told():
+            with moved_namespace_told(self.settings, self.namespace.name):
                 check_key(found, keyring)
         with self.store.reading(snapshot=True) as conn:
             return verify(conn, found, evidence)
@@ -340,8 +334,17 @@ class Runtime:
     def adopt_key(self) -> Deployment:
         """Record that this database's audit log so far was written before the deployment
         had its key (``toolrouter audit adopt-key``)."""
-        head = read_head(head_file(self.settings, self.namespace.name))
-        return adopt(self.store, self._loaded_keyring, self.clock, head=head)
+        namespace = self.namespace.name
+        # Never a key made now: the database would be sealed to it, and refuse the real one.
+        keyring = existing_keyring(self.settings, namespace)
+        if keyring is None:
+            raise ConfigError(
+                f"no secret key for this deployment (TOOLROUTER_SECRET_KEY, or "
+                f"{key_file(self.settings, namespace)}): run this where its processes run"
+            )
+        head = read_head(head_file(self.settings, namespace))
+        recorded = record_file(self.settings, namespace)
+        return adopt(self.store, keyring, self.clock, head=head, recorded=recorded)
 
     def prepare(
         self, *, check_tools: bool = True, runs_tools: bool = False, trust: bool = True

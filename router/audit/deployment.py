@@ -15,7 +15,12 @@ database re-chain the whole log without the key. A missing row there stops every
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError
@@ -25,12 +30,19 @@ from ..clock import Clock
 from ..db.schema import audit_log, deployment
 from ..db.store import Store
 from ..errors import ConfigError
-from ..trust.keyring import KeyRing, Purpose
+from ..files import private_dir, private_file
+from ..settings import Settings
+from ..trust.keyring import KeyRing, Purpose, key_file, namespace_holding
 from . import archive
 from . import log as audit
 from .head import SignedHead
 
+log = logging.getLogger(__name__)
+
 ROW_ID = 1
+RECORD_FILE = "deployment.json"
+# Rows read at a time when the whole hot table is looked through.
+SCAN_ROWS = 5000
 
 MISSING = (
     "this database's audit log has rows but no deployment row (where its keyed chain "
@@ -93,11 +105,19 @@ def register(store: Store, keyring: KeyRing, clock: Clock) -> Deployment:
     return found
 
 
-def adopt(store: Store, keyring: KeyRing, clock: Clock, *, head: SignedHead | None) -> Deployment:
+def adopt(
+    store: Store,
+    keyring: KeyRing,
+    clock: Clock,
+    *,
+    head: SignedHead | None,
+    recorded: Path,
+) -> Deployment:
     """The deployment row for a log written before the deployment had a key: the keyed
-    chain begins after its last row. ``ConfigError`` where the row exists, or where the
-    log shows it was keyed before (``head``, the deployment's signed head, names a row, or
-    a checkpoint is signed with the key): then the row was deleted."""
+    chain begins after its last row. ``ConfigError`` where the row exists, or where there
+    is a sign that the key was used on this log before: then the row was deleted. The signs
+    outside the database: ``head`` (the deployment's signed head) names a row, or
+    ``recorded`` (written by every process that found the row) exists."""
     found = read(store)
     if found is not None:
         check_key(found, keyring)
@@ -107,7 +127,30 @@ def adopt(store: Store, keyring: KeyRing, clock: Clock, *, head: SignedHead | No
         )
     if head is not None and head.seq > 0 and head.verifies(keyring):
         raise ConfigError(KEYED_BEFORE.format(evidence=f"its signed head names seq {head.seq}"))
+    if recorded.exists():
+        raise ConfigError(
+            KEYED_BEFORE.format(evidence=f"{recorded} records its deployment row")
+            + "; if this database really comes from 0.1, remove that file first"
+        )
     return _write(store, keyring, clock, over_rows=True)
+
+
+def record_file(settings: Settings, namespace: str) -> Path:
+    """Where a process that found the deployment row records it, beside the key."""
+    return settings.resolved_secrets_dir / namespace / RECORD_FILE
+
+
+def remember(path: Path, found: Deployment) -> None:
+    """Record ``found`` at ``path`` once: that this key sealed a deployment row. Where the
+    folder cannot be written (a read-only mount), nothing is recorded."""
+    if path.exists():
+        return
+    try:
+        private_dir(path.parent.parent)
+        private_dir(path.parent)
+        private_file(path).write_text(json.dumps(asdict(found)), encoding="utf-8")
+    except OSError:
+        log.warning("cannot record the deployment row at %s", path)
 
 
 def _write(store: Store, keyring: KeyRing, clock: Clock, *, over_rows: bool) -> Deployment:
@@ -137,13 +180,22 @@ def _write(store: Store, keyring: KeyRing, clock: Clock, *, over_rows: bool) -> 
 
 
 def _refuse_a_keyed_past(conn: Connection, keyring: KeyRing) -> None:
-    """``ConfigError`` where the log shows it was chained with ``keyring`` already: its
-    newest row hashed with it, or a checkpoint signed with it."""
-    newest = conn.execute(select(audit_log).order_by(audit_log.c.seq.desc()).limit(1)).first()
-    if newest is not None:
-        row = dict(newest._mapping)
-        if audit.AuditLog(keyring).row_hash(row) == row["hash"]:
-            raise ConfigError(KEYED_BEFORE.format(evidence=f"row {row['seq']} is hashed with it"))
+    """``ConfigError`` where the log shows it was chained with ``keyring`` already: a row
+    hashed with it, or a checkpoint signed with it."""
+    keyed = audit.AuditLog(keyring)
+    rows = conn.execute(select(audit_log).execution_options(yield_per=SCAN_ROWS))
+    try:
+        for found in rows:
+            row = dict(found._mapping)
+            try:
+                hashed_with_the_key = keyed.row_hash(row) == row["hash"]
+            except (TypeError, ValueError):
+                continue  # a row no writer makes (verify reports it)
+            if hashed_with_the_key:
+                evidence = f"row {row['seq']} is hashed with it"
+                raise ConfigError(KEYED_BEFORE.format(evidence=evidence))
+    finally:
+        rows.close()  # a server-side cursor on PostgreSQL, left open by a refusal
     if archive.signed_checkpoint(conn, keyring):
         raise ConfigError(KEYED_BEFORE.format(evidence="a checkpoint is signed with it"))
 
@@ -166,3 +218,24 @@ def check_key(found: Deployment, keyring: KeyRing) -> None:
             "TOOLROUTER_SECRET_KEY or its key file",
             found.key_fingerprint,
         )
+
+
+@contextmanager
+def moved_namespace_told(settings: Settings, namespace: str) -> Iterator[None]:
+    """A key mismatch, told as a moved namespace where this deployment's key is found
+    under another one: the namespace follows the database's path, and a project folder
+    moved or renamed gives it a new one, with a new key file."""
+    try:
+        yield
+    except KeyMismatch as mismatch:
+        if settings.secret_key.get_secret_value() or settings.namespace:
+            raise
+        moved = namespace_holding(settings, mismatch.fingerprint)
+        if moved is None or moved == namespace:
+            raise
+        raise ConfigError(
+            f"this deployment's key is in {key_file(settings, moved)}, under the namespace "
+            f"{moved}; the namespace is derived from the database's path, so it is now "
+            f"{namespace} (was the folder moved or renamed?): set TOOLROUTER_NAMESPACE="
+            f"{moved} in every process of this deployment"
+        ) from None

@@ -16,9 +16,9 @@ from typing import IO, TYPE_CHECKING
 
 from ..canonical import shown_as_text
 from ..files import private_dir, private_file
+from ..messaging.namespace import Namespace
 from ..tools.unreachable import MARK as UNREACHABLE_MARK
 from .bound import bound_to_this_process
-from .preflight import up_holds_state_dir
 
 if TYPE_CHECKING:
     from ..settings import Settings
@@ -37,26 +37,32 @@ def running_file(settings: Settings) -> Path:
 
 def record_running(settings: Settings, children: list[Child]) -> None:
     processes = {c.name: c.process.pid for c in children if c.process is not None}
-    recorded = {"pid": os.getpid(), "processes": processes, "api_port": settings.api_port}
-    private_file(running_file(settings)).write_text(json.dumps(recorded), encoding="utf-8")
+    text = json.dumps({"pid": os.getpid(), "processes": processes}, sort_keys=True)
+    private_file(running_file(settings)).write_text(text, encoding="utf-8")
+    # Beside the key, not in the state directory: a command sends its key to this port.
+    port_file = served_port_file(settings)
+    private_dir(port_file.parent.parent)
+    private_dir(port_file.parent)
+    private_file(port_file).write_text(str(settings.api_port), encoding="utf-8")
+
+
+def served_port_file(settings: Settings) -> Path:
+    """Where a running `up` records the API's port, in the deployment's secrets folder."""
+    return settings.resolved_secrets_dir / Namespace.of(settings).name / "api-port"
 
 
 def api_port(settings: Settings) -> int:
-    """The API's port: the settings' where they name one; else, where an `up` runs on this
-    state directory, the one it serves (a second deployment on this machine has its own,
-    and a command run in its folder without the setting must not reach the first's)."""
+    """The API's port: the settings' where they name one; else the one a running `up` of
+    this deployment serves (a second deployment on this machine has its own, and a command
+    run in its folder without the setting must not reach the first's)."""
     if "api_port" in settings.model_fields_set:
         return settings.api_port
-    if up_holds_state_dir(settings):
-        try:
-            recorded = json.loads(running_file(settings).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            recorded = None
-        port = recorded.get("api_port") if isinstance(recorded, dict) else None
-        # Only what `up` writes: the state directory is not trusted.
-        if type(port) is int and 0 < port < 65536:
-            return port
-    return settings.api_port
+    try:
+        recorded = served_port_file(settings).read_text(encoding="utf-8").strip()
+        # Checked as the setting is: the same bounds.
+        return settings.model_validate({**settings.model_dump(), "api_port": recorded}).api_port
+    except (OSError, ValueError):
+        return settings.api_port
 
 
 @dataclass

@@ -88,7 +88,11 @@ def check_ports(settings: Settings, servers: tuple[Server, ...] = tuple(Server))
         Server.API: ("TOOLROUTER_API_PORT", settings.api_host, settings.api_port),
         Server.FLOWER: ("TOOLROUTER_FLOWER_PORT", settings.flower_host, settings.flower_port),
     }
-    if set(servers) == set(Server) and settings.api_port == settings.flower_port:
+    wildcard = {"", "0.0.0.0", "::"}
+    same_address = settings.api_host == settings.flower_host or bool(
+        {settings.api_host, settings.flower_host} & wildcard
+    )
+    if set(servers) == set(Server) and settings.api_port == settings.flower_port and same_address:
         # Either would start and the other fail to bind, after the rest had started.
         raise UpRefused(
             f"TOOLROUTER_API_PORT and TOOLROUTER_FLOWER_PORT are both {settings.api_port}: "

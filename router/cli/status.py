@@ -132,10 +132,14 @@ def processes_of_up(settings: Settings) -> dict[str, Any] | None:
     when no `up` runs on this state directory."""
     if not up_holds_state_dir(settings):
         return None
+    path = running_file(settings)
+    if not path.is_file():
+        return None  # a FIFO planted there would hold the read
     try:
-        recorded = json.loads(running_file(settings).read_text(encoding="utf-8"))
+        recorded = json.loads(path.read_text(encoding="utf-8"))
         processes = recorded.get("processes", {}) if isinstance(recorded, dict) else None
-    except (OSError, ValueError):
+    # Nesting deeper than the parser recurses raises RecursionError, not ValueError.
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(processes, dict):
         return None  # not what `up` writes (the state directory is not trusted)

@@ -28,7 +28,14 @@ from ..runtime import Runtime
 from ..settings import Settings
 from ..tools.config import config_in_use
 from . import processes
-from .children import Child, open_logs, record_running, running_file, stop_all
+from .children import (
+    Child,
+    open_logs,
+    record_running,
+    running_file,
+    served_port_file,
+    stop_all,
+)
 from .common import local_url, os_problem
 from .demo import demo_keys_file, ensure_demo_keys
 from .preflight import UpRefused, check_ports, hold_state_dir, public_url_warning
@@ -170,6 +177,7 @@ def _run(settings: Settings, runtime: Runtime, verbose: bool) -> int:
             )
         stop_all(children, settings.stop_grace_s, signals.stop_now)
         running_file(settings).unlink(missing_ok=True)
+        served_port_file(settings).unlink(missing_ok=True)
         if private_redis is not None:
             private_redis.terminate()
             try:

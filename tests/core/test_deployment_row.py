@@ -14,11 +14,12 @@ import hashlib
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select, text
 
-from router.audit.deployment import FORGED, MISSING
+from router.audit.deployment import FORGED, MISSING, record_file
 from router.audit.log import GENESIS_HASH, hashed_text
 from router.clock import FakeClock
 from router.db.schema import audit_log, deployment
@@ -28,6 +29,7 @@ from router.runtime import Runtime
 from ..support.audit import verify_on_the_cli
 from .test_audit_log import append, export_head, problems, rows
 
+NO_CALL = {"call_id": None, "request_id": None, "detail": None}
 MISSING_ROW = (None, "the deployment row is missing: where the keyed chain begins is unknown")
 
 
@@ -125,23 +127,50 @@ def test_a_log_rewritten_behind_a_deleted_deployment_row_is_refused_and_reported
         returncode, report = verify_on_the_cli(restarted)
         assert returncode == 1 and not report["ok"]
         assert {"seq": None, "reason": MISSING_ROW[1]} in report["problems"]
-        if head == "head exported":
-            # Adopting the log as one from before the key is refused: the head names a row.
-            with pytest.raises(ConfigError, match="its signed head names seq 5"):
-                restarted.adopt_key()
+        # Adopting the log as one from before the key is refused: the head names a row, and
+        # the processes that found the row recorded it beside the key.
+        evidence = "its signed head names seq 5" if head == "head exported" else "records its"
+        with pytest.raises(ConfigError, match=evidence):
+            restarted.adopt_key()
         assert deployment_rows(restarted) == 0
+
+
+def forget_the_record(runtime: Runtime) -> None:
+    """Remove what the processes recorded beside the key: a 0.1 deployment has none, and
+    nor has a process run where the secrets folder is not."""
+    record_file(runtime.settings, runtime.namespace.name).unlink()
 
 
 def test_a_deleted_row_over_keyed_rows_cannot_be_adopted(
     runtime: Runtime, clock: FakeClock
 ) -> None:
     append(runtime, 3)
+    # A plain row after them: every row is looked at, not only the newest.
     with runtime.engine.begin() as conn:
         conn.execute(text("DELETE FROM deployment"))
+        plain = [{"at": 1, "tool": "t", "event": "queued", "actor": "x"} | NO_CALL]
+        chained_plainly(plain)
+        conn.execute(audit_log.insert(), [{**plain[0], "seq": 4}])
+    forget_the_record(runtime)
     with started_again(runtime, clock) as restarted:
-        with pytest.raises(ConfigError, match="row 3 is hashed with it"):
+        with pytest.raises(ConfigError, match="row 1 is hashed with it"):
             restarted.adopt_key()
         assert deployment_rows(restarted) == 0
+
+
+def test_adopting_without_the_deployments_key_makes_none(
+    runtime: Runtime, clock: FakeClock, tmp_path: Path
+) -> None:
+    """Run where the key is not (another secrets folder), adopting would make a key and seal
+    the database to it, and every process with the real key would refuse it."""
+    elsewhere = runtime.settings.model_copy(update={"secrets_dir": tmp_path / "elsewhere"})
+    again = Runtime(elsewhere, clock=clock)
+    try:
+        with pytest.raises(ConfigError, match="no secret key for this deployment"):
+            again.adopt_key()
+    finally:
+        again.close()
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_a_deployment_row_not_sealed_with_the_key_is_refused(
@@ -180,10 +209,9 @@ def test_a_log_from_before_the_key_is_adopted_once_by_the_operator(
     begins; then rows before it verify as a plain chain and rows after it with the key."""
     with runtime.engine.begin() as conn:
         conn.execute(text("DELETE FROM deployment"))
+    forget_the_record(runtime)
     old: list[dict[str, object]] = [
-        {"at": 1, "tool": "t", "event": "queued", "call_id": None, "request_id": None}
-        | {"actor": "old", "detail": None}
-        for _ in range(2)
+        {"at": 1, "tool": "t", "event": "queued", "actor": "old"} | NO_CALL for _ in range(2)
     ]
     chained_plainly(old)
     with runtime.engine.begin() as conn:

@@ -16,6 +16,7 @@ import httpx
 import pytest
 import redis
 
+from router.cli.children import served_port_file
 from router.cli.preflight import hold_state_dir
 from router.messaging.namespace import Namespace
 
@@ -115,13 +116,12 @@ def test_a_planted_up_json_leaves_status_whole(stack: Stack, planted: str) -> No
 def test_status_reaches_the_api_on_the_port_up_serves(stack: Stack) -> None:
     """A second deployment's `up` serves another port than the default; `status` (and every
     command that talks to the API) run in its folder without the setting reach that port,
-    not the default one, which may be another deployment's."""
+    recorded beside the key: a port planted in the state directory, which is not trusted,
+    would have the commands send their key wherever it names."""
     port = int(stack.base_url.rsplit(":", 1)[1])
     env = {k: v for k, v in stack.env.items() if k != "TOOLROUTER_API_PORT"}
-    lock = hold_state_dir(stack.settings)  # as a running `up` holds it
-    try:
-        recorded = {"pid": 1, "processes": {}, "api_port": port}
-        (stack.state_dir / "up.json").write_text(json.dumps(recorded), encoding="utf-8")
+
+    def api_seen() -> dict[str, Any]:
         done = subprocess.run(
             [sys.executable, "-m", "router.cli.main", "status", "--json"],
             env=env,
@@ -131,9 +131,21 @@ def test_status_reaches_the_api_on_the_port_up_serves(stack: Stack) -> None:
             text=True,
             timeout=60,
         )
+        assert "Traceback" not in done.stderr, done.stderr
+        return dict(json.loads(done.stdout)["api"])
+
+    lock = hold_state_dir(stack.settings)  # as a running `up` holds it
+    recorded = served_port_file(stack.settings)
+    try:
+        (stack.state_dir / "up.json").write_text(json.dumps({"api_port": port}), "utf-8")
+        assert api_seen()["url"] == "http://127.0.0.1:8000"
+        (stack.state_dir / "up.json").write_text("[" * 100_000, encoding="utf-8")
+        recorded.write_text(str(port), encoding="utf-8")
+        seen = api_seen()
+        assert seen["url"] == f"http://127.0.0.1:{port}" and seen["ok"], seen
+        recorded.write_text("99999", encoding="utf-8")
+        assert api_seen()["url"] == "http://127.0.0.1:8000"
     finally:
+        recorded.unlink(missing_ok=True)
         (stack.state_dir / "up.json").unlink(missing_ok=True)
         lock.release()
-    report = json.loads(done.stdout)
-    assert report["api"]["url"] == f"http://127.0.0.1:{port}", report["api"]
-    assert report["api"]["ok"], report["api"]
