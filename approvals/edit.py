@@ -64,3 +64,13 @@ def apply_edit(
         keyring=runtime.keyring,
     )
     return Edit(edited, tuple(forgotten))
+
+
+def edited_detail(request: ApprovalRequest, edit: Edit) -> dict[str, Any]:
+    """What an approval that edited the arguments adds to its audit row."""
+    return {
+        "edited_by": request.edited_by,
+        "args_sha256": request.args_sha256,
+        "original_args_sha256": request.original_args_sha256,
+        "approvals_reset": list(edit.forgotten),
+    }

@@ -14,7 +14,6 @@ decisions this worker sealed count towards N-of-M (``router.approval.binding``).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import text
@@ -22,7 +21,7 @@ from sqlalchemy import text
 from router import metrics
 from router.approval import requests as pending
 from router.approval.binding import binding_verifies, release_text
-from router.approval.model import ApprovalRequest, Decision, RequestStatus, changed_since_read
+from router.approval.model import Decision, RequestStatus, changed_since_read
 from router.audit import entries
 from router.auth.keys import principal_named
 from router.canonical import sha256_hex
@@ -36,61 +35,12 @@ from router.runtime import Runtime
 from router.status import AuditEvent, CallStatus
 from router.trust.keyring import Purpose
 
-from .edit import Edit, apply_edit
+from .answer import PAST_DEADLINE, Answer, PastDeadline, refusal
+from .edit import Edit, apply_edit, edited_detail
 
 log = logging.getLogger(__name__)
 
 EXPIRY_ACTOR = "expiry"
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """The gate's answer to one decision, sent back to the API as JSON."""
-
-    ok: bool
-    http_status: int = 200
-    status: str | None = None
-    error: str | None = None
-    request_id: str | None = None
-    call_id: str | None = None
-    approvals: int | None = None
-    approvals_required: int | None = None
-    released: bool = False
-    # Set when this approval edited the arguments: the hash now bound.
-    args_sha256: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            key: value
-            for key, value in {
-                "ok": self.ok,
-                "http_status": self.http_status,
-                "status": self.status,
-                "error": self.error,
-                "request_id": self.request_id,
-                "call_id": self.call_id,
-                "approvals": self.approvals,
-                "approvals_required": self.approvals_required,
-                "released": self.released,
-                "edited": True if self.args_sha256 else None,
-                "args_sha256": self.args_sha256,
-            }.items()
-            if value is not None
-        }
-
-
-def edited_detail(request: ApprovalRequest, edit: Edit) -> dict[str, Any]:
-    """What an approval that edited the arguments adds to its audit row."""
-    return {
-        "edited_by": request.edited_by,
-        "args_sha256": request.args_sha256,
-        "original_args_sha256": request.original_args_sha256,
-        "approvals_reset": list(edit.forgotten),
-    }
-
-
-def refusal(http_status: int, error: str) -> Answer:
-    return Answer(ok=False, http_status=http_status, error=error)
 
 
 class Gate:
@@ -110,14 +60,40 @@ class Gate:
         deadline_ms: int | None = None,
         args: Any = None,
         expected_args_sha256: str | None = None,
+        expected_edits: int | None = None,
     ) -> Answer:
         """Apply one decision by the key named ``actor`` (from an authenticated message);
         an approval with ``args`` edits the arguments first (``approvals.edit``). With
-        ``expected_args_sha256``, nothing is decided unless the arguments still have it."""
-        now = self.clock()
-        if deadline_ms is not None and now > deadline_ms:
+        ``expected_args_sha256`` and ``expected_edits``, nothing is decided unless the
+        arguments still have that hash and have been edited that many times."""
+        if deadline_ms is not None and self.clock() > deadline_ms:
             # The API has already told the approver this failed; never apply it now.
-            return refusal(503, "unavailable: decision arrived after its deadline; not applied")
+            return refusal(503, PAST_DEADLINE)
+        try:
+            return self._decide(
+                request_id,
+                actor,
+                decision,
+                reason,
+                deadline_ms,
+                args,
+                expected_args_sha256,
+                expected_edits,
+            )
+        except PastDeadline:
+            return refusal(503, PAST_DEADLINE)
+
+    def _decide(
+        self,
+        request_id: str,
+        actor: str,
+        decision: str,
+        reason: str | None,
+        deadline_ms: int | None,
+        args: Any,
+        expected_args_sha256: str | None,
+        expected_edits: int | None,
+    ) -> Answer:
         try:
             choice = Decision(decision)
         except ValueError:
@@ -132,10 +108,13 @@ class Gate:
                 wait_ms = max(1, deadline_ms - self.clock())
                 conn.execute(text(f"SET LOCAL lock_timeout = {int(wait_ms)}"))
             request = pending.get(conn, request_id, for_update=True)
+            # Read under the lock: the decision happens now, not when it began to wait (an
+            # approval waiting past the expiry would be recorded as made before it).
+            now = self.clock()
             # Checked again under the lock: waiting for it may have taken us past the
             # deadline, after which the API has told the approver this failed.
-            if deadline_ms is not None and self.clock() > deadline_ms:
-                return refusal(503, "unavailable: decision arrived after its deadline; not applied")
+            if deadline_ms is not None and now > deadline_ms:
+                return refusal(503, PAST_DEADLINE)
             if request is None or request.status in (
                 RequestStatus.APPROVED,
                 RequestStatus.DENIED,
@@ -151,8 +130,11 @@ class Gate:
             problem = self._unbound(conn, request)
             if problem is not None:
                 return refusal(409, problem)
-            if expected_args_sha256 is not None and expected_args_sha256 != request.args_sha256:
-                # Under the row lock: an edit by another approver cannot slip in between.
+            if (
+                expected_args_sha256 is not None and expected_args_sha256 != request.args_sha256
+            ) or (expected_edits is not None and expected_edits != request.edits):
+                # Under the row lock: an edit by another approver cannot slip in between, nor
+                # can an approval replayed after an edit and an edit back to the same hash.
                 return refusal(409, changed_since_read(request.args_sha256))
             roles = who.roles
             ids = (request.id, request.call_id)
@@ -265,6 +247,10 @@ class Gate:
                     call_id=ids[1],
                     args_sha256=request.args_sha256 if edit else None,
                 )
+            # The last lock waited for (the audit chain's) may have taken us past the
+            # deadline too: rolled back, as the API will tell the approver it failed.
+            if deadline_ms is not None and self.clock() > deadline_ms:
+                raise PastDeadline
         if answer.ok and (answer.released or answer.status in ("denied", "cancelled")):
             metrics.decided(request.tool, str(answer.status), (now - request.created_at) / 1000)
             # Committed: the approvers hear of it now, off this thread.

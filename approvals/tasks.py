@@ -46,6 +46,7 @@ def decide(body: Any) -> str:
         message.deadline_ms,
         args=message.args,
         expected_args_sha256=message.expected_args_sha256,
+        expected_edits=message.expected_edits,
     )
     client = the_gate.notifier.client
     pipe = client.pipeline()

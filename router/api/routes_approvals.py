@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -101,14 +102,15 @@ async def _decide(
         edit = await in_thread(checks.check_edit, pending.requested_by, pending.tool, args)
         if isinstance(edit, EditRefused):
             raise REFUSALS[edit.http_status](edit.error)
+    edits = None
     if decision is Decision.APPROVE:
-        # Bound to the arguments as read now, when the approver named none: an approval
-        # replayed from Redis after another approver's edit is refused, not counted. (A
-        # denial ends the request whatever its arguments.)
-        expected = expected or pending.args_sha256
-    answer = await in_thread(
-        runtime.decisions.send, request_id, who.name, decision, reason, args, expected
-    )
+        # Bound to the arguments as read now, when the approver named none, and to their
+        # edits so far: an approval replayed from Redis after another approver's edit (or
+        # an edit and one back) is refused, not counted. (A denial ends the request
+        # whatever its arguments.)
+        expected, edits = expected or pending.args_sha256, pending.edits
+    send = functools.partial(runtime.decisions.send, expected_edits=edits)
+    answer = await in_thread(send, request_id, who.name, decision, reason, args, expected)
     if not answer.get("ok"):
         code = int(answer.get("http_status", 503))
         error = str(answer.get("error", "decision failed"))

@@ -61,13 +61,15 @@ class DecisionMessage:
     args_sha256: str | None = None
     # The hash of the arguments the approver read: refused if they have changed since.
     expected_args_sha256: str | None = None
+    # How many times they had been edited: an edit and one back give the same hash.
+    expected_edits: int | None = None
     mac: str = ""
 
     def signed_text(self) -> str:
         fields = asdict(self)
         fields.pop("mac")
         fields.pop("args")
-        for optional in ("args_sha256", "expected_args_sha256"):
+        for optional in ("args_sha256", "expected_args_sha256", "expected_edits"):
             if fields[optional] is None:
                 # Absent, not null: a decision without it is tagged as it always was.
                 fields.pop(optional)
@@ -90,6 +92,9 @@ class DecisionMessage:
                     None
                     if body.get("expected_args_sha256") is None
                     else str(body["expected_args_sha256"])
+                ),
+                expected_edits=(
+                    None if body.get("expected_edits") is None else int(body["expected_edits"])
                 ),
                 mac=str(body["mac"]),
             )
@@ -160,10 +165,11 @@ class DecisionClient:
         reason: str | None,
         args: dict[str, Any] | None = None,
         expected_args_sha256: str | None = None,
+        expected_edits: int | None = None,
     ) -> dict[str, Any]:
-        """Publish the decision (an approval may carry edited ``args``, and the hash of the
-        arguments it was made on) and return the worker's answer; ``Unavailable`` if none
-        came."""
+        """Publish the decision (an approval may carry edited ``args``, and the hash and the
+        edit count of the arguments it was made on) and return the worker's answer;
+        ``Unavailable`` if none came."""
         reply_to = self.namespace.key(DECISION_REPLY, secrets.token_hex(16))
         sent_at = self.clock()
         draft = DecisionMessage(
@@ -176,6 +182,7 @@ class DecisionClient:
             args=args,
             args_sha256=None if args is None else sha256_hex(canonical_json(args)),
             expected_args_sha256=expected_args_sha256,
+            expected_edits=expected_edits,
         )
         message = DecisionMessage(
             **{**asdict(draft), "mac": self.keyring.sign(Purpose.DECISION, draft.signed_text())}

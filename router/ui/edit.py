@@ -10,6 +10,7 @@ not see. The approval worker then checks the edit again (schema, rules) and appl
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 from typing import Any
 
@@ -72,10 +73,11 @@ def diff_lines(before: str, after: str) -> list[tuple[str, str]]:
 
 
 async def _current(request: Request, who: Principal, request_id: str) -> dict[str, Any]:
-    """The request as it stands, if this key may decide it now (else ``RequestError``)."""
+    """The request as it stands, if this key may decide it now (else ``RequestError``), with
+    how many times it has been edited (``edits``)."""
     view = _runtime(request).approvals_view
-    await in_thread(view.precheck, who, request_id)
-    return await in_thread(view.get, who, request_id)
+    found = await in_thread(view.precheck, who, request_id)
+    return {**await in_thread(view.get, who, request_id), "edits": found.edits}
 
 
 async def _vetted(request: Request, item: dict[str, Any], edited: Any) -> Checked | EditRefused:
@@ -147,7 +149,7 @@ async def approve(request: Request) -> Response:
             return _redirect_with_flash(request, f"{request_id}: {vetted.error} Nothing was sent.")
         # The hash reviewed goes along: the approval worker refuses it if an edit came since.
         answer = await in_thread(
-            runtime.decisions.send,
+            functools.partial(runtime.decisions.send, expected_edits=item["edits"]),
             request_id,
             who.name,
             Decision.APPROVE,

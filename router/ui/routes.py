@@ -300,7 +300,7 @@ async def decide(request: Request) -> Response:
         # (A denial ends the request whatever its arguments.)
         shown = str(form.get(f"args_sha256.{request_id}") or "")
         try:
-            await in_thread(runtime.approvals_view.precheck, who, request_id)
+            found = await in_thread(runtime.approvals_view.precheck, who, request_id)
             if decision == Decision.APPROVE and not SHA256_HEX.fullmatch(shown):
                 lines.append(f"{request_id}: the page was stale; reload it. Nothing was sent.")
                 refused.append(lines[-1])
@@ -313,6 +313,7 @@ async def decide(request: Request) -> Response:
                     decision,
                     reason,
                     expected_args_sha256=shown if decision == Decision.APPROVE else None,
+                    expected_edits=found.edits if decision == Decision.APPROVE else None,
                 )
             )
         except (RequestError, Unavailable) as exc:
