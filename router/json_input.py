@@ -21,6 +21,15 @@ def no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def finite(text: str) -> float:
+    """A JSON number as a float; ``ValueError`` for one past a float's range (``1e400``),
+    which would go out again as ``Infinity``, not JSON."""
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is out of a JSON number's range")
+    return value
+
+
 def too_large(size: int, limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"body is {size} bytes, over the limit of {limit}")
 

@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 
 import click
 
+from ..json_input import finite, no_constants
 from ..names import path_segment
 from .common import Seconds
 from .http import api_request
@@ -88,7 +89,7 @@ def approve(
         payload["expected_args_sha256"] = expected
     if edited is not None:
         try:
-            payload["args"] = json.loads(edited)
+            payload["args"] = json.loads(edited, parse_constant=no_constants, parse_float=finite)
         except ValueError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--args") from None
         if not isinstance(payload["args"], dict):

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from ..json_input import finite, no_constants
 from ..names import path_segment
 from ..status import CallStatus
 from .common import Seconds
@@ -46,8 +47,8 @@ def call(
     With --dry-run, print what submitting it would do instead (its queue, the approval it
     needs and why, a refusal, the rate limit, the cache), with nothing stored or run."""
     try:
-        args = json.loads(args_json)
-    except json.JSONDecodeError as exc:
+        args = json.loads(args_json, parse_constant=no_constants, parse_float=finite)
+    except ValueError as exc:
         raise click.UsageError(f"--args is not JSON: {exc}") from None
     body: dict[str, object] = {"tool": tool, "args": args}
     if wait_s:
