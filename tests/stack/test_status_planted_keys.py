@@ -40,11 +40,13 @@ def stack(
         yield stack
 
 
-def status(stack: Stack, *flags: str) -> subprocess.CompletedProcess[str]:
-    port = stack.base_url.rsplit(":", 1)[1]
+def status(stack: Stack, *flags: str, port_set: bool = True) -> subprocess.CompletedProcess[str]:
+    """`toolrouter status` on ``stack``, told the API's port unless ``port_set`` is false."""
+    port = {"TOOLROUTER_API_PORT": stack.base_url.rsplit(":", 1)[1]} if port_set else {}
+    env = {k: v for k, v in stack.env.items() if k != "TOOLROUTER_API_PORT"}
     return subprocess.run(
         [sys.executable, "-m", "router.cli.main", "status", *flags],
-        env={**stack.env, "TOOLROUTER_API_PORT": port},
+        env={**env, **port},
         cwd=REPO,
         stdin=subprocess.DEVNULL,
         capture_output=True,
@@ -119,18 +121,9 @@ def test_status_reaches_the_api_on_the_port_up_serves(stack: Stack) -> None:
     recorded beside the key: a port planted in the state directory, which is not trusted,
     would have the commands send their key wherever it names."""
     port = int(stack.base_url.rsplit(":", 1)[1])
-    env = {k: v for k, v in stack.env.items() if k != "TOOLROUTER_API_PORT"}
 
     def api_seen() -> dict[str, Any]:
-        done = subprocess.run(
-            [sys.executable, "-m", "router.cli.main", "status", "--json"],
-            env=env,
-            cwd=REPO,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = status(stack, "--json", port_set=False)
         assert "Traceback" not in done.stderr, done.stderr
         return dict(json.loads(done.stdout)["api"])
 
