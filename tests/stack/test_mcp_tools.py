@@ -364,8 +364,10 @@ def test_an_mcp_server_that_cannot_start_is_a_config_error_naming_the_cause(
             runtime.prepare()
     finally:
         runtime.close()
+    # Where a start wrote to its stderr, the error names the log holding all of it.
+    log = f" (all of it in {tmp_path / 'logs' / 'mcp-ghost.log'})" if "stderr" in cause else ""
     assert str(refused.value) == (
-        f"config error (file {config}): mcp server 'ghost' cannot be reached: {cause}"
+        f"config error (file {config}): mcp server 'ghost' cannot be reached: {cause}{log}"
     )
     assert "ExceptionGroup" not in str(refused.value)
 
