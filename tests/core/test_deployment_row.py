@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select, text
+from sqlalchemy.exc import DBAPIError
 
 from router.audit.deployment import FORGED, MISSING, record_file
 from router.audit.log import GENESIS_HASH, hashed_text
@@ -233,17 +234,19 @@ def test_a_log_from_before_the_key_is_adopted_once_by_the_operator(
 def test_rows_of_types_the_log_never_writes_are_reported_not_a_crash(
     runtime: Runtime, clock: FakeClock
 ) -> None:
-    """SQLite keeps any type in any column, so rows can be inserted that no writer makes."""
-    if runtime.engine.dialect.name != "sqlite":
-        pytest.skip("PostgreSQL's columns hold only their own types")
+    """SQLite keeps any type in any column, so rows can be inserted that no writer makes;
+    PostgreSQL's columns refuse them, and its log stays whole."""
     append(runtime, 3)
+    odd_seq = (
+        "INSERT INTO audit_log VALUES ('zzz', 1, 'add', 'ok', NULL, NULL, 'a', NULL, 'p', 'h')"
+    )
+    if runtime.engine.dialect.name != "sqlite":
+        with pytest.raises(DBAPIError), runtime.engine.begin() as conn:
+            conn.execute(text(odd_seq))
+        assert problems(runtime) == []
+        return
     with runtime.engine.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO audit_log VALUES ('zzz', 1, 'add', 'ok', NULL, NULL, 'a', NULL,"
-                " 'p', 'h')"
-            )
-        )
+        conn.execute(text(odd_seq))
         conn.execute(
             text(
                 "INSERT INTO audit_log VALUES (4, 1, 'add', 'ok', NULL, NULL, 'a',"
