@@ -71,5 +71,6 @@ def sign_audit_head() -> int:
         runtime.namespace.name,
         audit_head.head_file(runtime.settings, runtime.namespace.name),
         runtime.clock,
+        keyed_from_seq=runtime.deployment.keyed_from_seq,
     )
     return head.seq

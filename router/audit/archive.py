@@ -217,6 +217,35 @@ def verify_segment(path: Path, checkpoint: Checkpoint, prev_hash: str, log: Audi
     return None
 
 
+def archived_hash(conn: Connection, archive_dir: Path, seq: int) -> str | None:
+    """The hash of archived row ``seq``, from its checkpoint or its segment; None where it
+    cannot be read (no checkpoint covers it, its segment was pruned or is damaged)."""
+    row = conn.execute(
+        select(audit_checkpoints)
+        .where(audit_checkpoints.c.through_seq >= seq)
+        .order_by(audit_checkpoints.c.through_seq)
+        .limit(1)
+    ).first()
+    if row is None:
+        return None
+    checkpoint = Checkpoint(**dict(row._mapping))
+    if checkpoint.through_seq == seq:
+        return checkpoint.last_hash
+    first = checkpoint.through_seq - checkpoint.rows + 1
+    path = archive_dir / checkpoint.segment
+    if checkpoint.segment != segment_name(first, checkpoint.through_seq) or not path.exists():
+        return None
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            for line in handle:
+                archived: dict[str, Any] = json.loads(line)
+                if archived.get("seq") == seq:
+                    return str(archived.get("hash"))
+    except (OSError, EOFError, ValueError, AttributeError):
+        pass  # a damaged segment: ``verify_archives`` reports it against its checkpoint
+    return None
+
+
 def verify_archives(
     conn: Connection, archive_dir: Path, log: AuditLog, *, now: int, archive_days: float
 ) -> tuple[list[str], list[str]]:

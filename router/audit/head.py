@@ -28,6 +28,7 @@ from ..files import private_dir
 from ..settings import Settings
 from ..trust.keyring import KeyRing, Purpose
 from . import log as audit
+from .archive import Checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +88,19 @@ def read(path: Path) -> SignedHead | None:
         return SignedHead("", -1, "", 0, "unreadable")
 
 
-def export(store: Store, keyring: KeyRing, namespace: str, path: Path, clock: Clock) -> SignedHead:
+def export(
+    store: Store,
+    keyring: KeyRing,
+    namespace: str,
+    path: Path,
+    clock: Clock,
+    *,
+    keyed_from_seq: int = 0,
+) -> SignedHead:
     """Write the current signed head to ``path`` (0600, atomically), unless the file holds
-    a valid head further on: then the chain lost rows, and the file stays as evidence."""
+    a valid head further on: then the chain lost rows, and the file stays as evidence.
+    ``keyed_from_seq`` is where the keyed chain begins: checkpoints up to it predate the
+    key and are unsigned."""
     head = current(store, keyring, namespace, clock)
     kept = read(path)
     if kept is not None and kept.verifies(keyring) and kept.seq > head.seq:
@@ -106,7 +117,11 @@ def export(store: Store, keyring: KeyRing, namespace: str, path: Path, clock: Cl
         return kept
     if kept is not None and kept.seq == head.seq and kept.hash == head.hash:
         return kept
-    if kept is not None and kept.verifies(keyring) and not _still_holds(store, kept):
+    if (
+        kept is not None
+        and kept.verifies(keyring)
+        and not _still_holds(store, keyring, kept, keyed_from_seq)
+    ):
         log.error(
             "the audit chain no longer holds seq %d as its signed head names it: rows were "
             "removed or rewritten; keeping %s as evidence",
@@ -124,22 +139,26 @@ def export(store: Store, keyring: KeyRing, namespace: str, path: Path, clock: Cl
     return head
 
 
-def _still_holds(store: Store, kept: SignedHead) -> bool:
-    """Whether the chain still has ``kept``'s row with its hash, or archived it: new rows
-    appended after a deletion would otherwise carry the head past the rows removed."""
+def _still_holds(store: Store, keyring: KeyRing, kept: SignedHead, keyed_from_seq: int) -> bool:
+    """Whether the chain still has ``kept``'s row with its hash, or archived it under a
+    checkpoint the key signed: new rows appended after a deletion, or after a checkpoint
+    made up to cover it, would otherwise carry the head past the rows removed."""
     if kept.seq <= 0:
         return kept.hash == audit.GENESIS_HASH
     with store.reading() as conn:
         stored = conn.execute(select(audit_log.c.hash).where(audit_log.c.seq == kept.seq)).scalar()
         if stored is not None:
             return bool(stored == kept.hash)
-        covering = conn.execute(
-            select(audit_checkpoints.c.through_seq, audit_checkpoints.c.last_hash)
+        row = conn.execute(
+            select(audit_checkpoints)
             .where(audit_checkpoints.c.through_seq >= kept.seq)
             .order_by(audit_checkpoints.c.through_seq)
             .limit(1)
         ).first()
-    if covering is None:
+    if row is None:
+        return False
+    covering = Checkpoint(**dict(row._mapping))
+    if covering.through_seq > keyed_from_seq and not covering.verifies(keyring):
         return False
     # Archived: ``verify`` checks segments against their signed checkpoints.
     return covering.through_seq != kept.seq or covering.last_hash == kept.hash

@@ -183,6 +183,29 @@ def test_rows_removed_from_the_tail_stay_caught_once_the_chain_grows_past_them(
     assert problems(runtime) == [(6, "differs from the signed head (the chain was rewritten)")]
 
 
+def test_a_checkpoint_made_up_to_cover_removed_rows_leaves_the_signed_head_as_evidence(
+    runtime: Runtime, clock: FakeClock
+) -> None:
+    """Rows removed from the tail, then a checkpoint of one's own (unsigned) covering them
+    and the rest archived away: the exporter keeps the head that names the removed rows."""
+    append(runtime, 6)
+    assert export_head(runtime, clock).seq == 6
+    unguarded(
+        runtime,
+        "DELETE FROM audit_log WHERE seq >= 4",
+        "INSERT INTO audit_checkpoints (through_seq, last_hash, rows, segment, segment_sha256,"
+        " at, mac) VALUES (7, 'made up', 7, :segment, 'made up', 0, NULL)",
+        "DELETE FROM audit_log",
+        params={"segment": archive.segment_name(1, 7)},
+    )
+    append(runtime, 3)
+    assert export_head(runtime, clock).seq == 6
+    assert (
+        None,
+        "checkpoint through seq 7 is not signed with this deployment's key (forged)",
+    ) in problems(runtime)
+
+
 def test_a_row_inserted_out_of_sequence_is_named_and_the_rest_still_verified(
     runtime: Runtime,
 ) -> None:
@@ -242,6 +265,27 @@ def test_archival_moves_old_rows_to_a_segment_and_verify_still_holds(
     # And the chain continues across the archive boundary.
     append(runtime, 1)
     assert verify(runtime) == (3, None, None)
+
+
+def test_a_signed_head_in_an_archived_segment_is_compared_with_its_row(
+    runtime: Runtime, clock: FakeClock
+) -> None:
+    append(runtime, 3)
+    assert export_head(runtime, clock).seq == 3
+    append(runtime, 2)
+    clock.advance(91 * DAY_MS)
+    append(runtime, 2)
+    result = archive_old(runtime, clock)
+    assert (result.through_seq, result.segment) == (5, archive.segment_name(1, 5))
+    report = runtime.verify_audit()
+    assert report.ok and "signed head found: seq 3" in report.lines, report.to_dict()
+    segment = runtime.archive_dir / result.segment
+    with gzip.open(segment, "rt") as handle:
+        lines = handle.readlines()
+    lines[2] = lines[2].replace(json.loads(lines[2])["hash"], "0" * 64)
+    with gzip.open(segment, "wt") as handle:
+        handle.writelines(lines)
+    assert (3, "differs from the signed head (the chain was rewritten)") in problems(runtime)
 
 
 def test_a_tampered_segment_is_caught(runtime: Runtime, clock: FakeClock, tmp_path: Path) -> None:
