@@ -28,7 +28,7 @@ from router.errors import ConfigError
 from router.runtime import Runtime
 
 from ..support.audit import verify_on_the_cli
-from .test_audit_log import append, export_head, problems, rows
+from .test_audit_log import append, archive_old, export_head, problems, rows
 
 NO_CALL = {"call_id": None, "request_id": None, "detail": None}
 MISSING_ROW = (None, "the deployment row is missing: where the keyed chain begins is unknown")
@@ -155,6 +155,21 @@ def test_a_deleted_row_over_keyed_rows_cannot_be_adopted(
     forget_the_record(runtime)
     with started_again(runtime, clock) as restarted:
         with pytest.raises(ConfigError, match="row 1 is hashed with it"):
+            restarted.adopt_key()
+        assert deployment_rows(restarted) == 0
+
+
+def test_a_log_archived_with_the_key_cannot_be_adopted(runtime: Runtime, clock: FakeClock) -> None:
+    """Every keyed row archived away, no head, no record: the signed checkpoint still shows
+    the key was used on this log."""
+    append(runtime, 3)
+    clock.advance(91 * 86_400_000)
+    assert archive_old(runtime, clock).through_seq == 3
+    with runtime.engine.begin() as conn:
+        conn.execute(text("DELETE FROM deployment"))
+    forget_the_record(runtime)
+    with started_again(runtime, clock) as restarted:
+        with pytest.raises(ConfigError, match="a checkpoint is signed with it"):
             restarted.adopt_key()
         assert deployment_rows(restarted) == 0
 

@@ -24,6 +24,7 @@ import pytest
 import redis
 
 from router.auth.keys import KeyStore
+from router.cli.children import running_file, served_port_file
 from router.cli.privredis import redis_answers, start_private_redis
 from router.runtime import Runtime
 from router.settings import Settings
@@ -274,6 +275,11 @@ def test_up_runs_every_process_serves_a_call_and_stops_cleanly_on_ctrl_c(
                 "the sleep call to start",
             )
 
+        # Commands run in this folder find the port it serves, recorded beside the key.
+        settings = Settings(state_dir=state_dir, database_url="", redis_url=up_redis_url)
+        port_file = served_port_file(settings)
+        assert port_file.read_text(encoding="utf-8") == str(api_port)
+
         started = psutil.Process(up.process.pid).children(recursive=True)
         assert len(started) >= len(names)
         up.process.send_signal(signal.SIGINT)
@@ -288,6 +294,8 @@ def test_up_runs_every_process_serves_a_call_and_stops_cleanly_on_ctrl_c(
         left = wait_until_gone(started, 10)
         assert not left, [(p.pid, p.cmdline()) for p in left]
         assert not processes_of(state_dir)
+        # Nothing it recorded is left to point a later command at a port no longer served.
+        assert not port_file.exists() and not running_file(settings).exists()
     finally:
         up.close()
         kill_all(started)
