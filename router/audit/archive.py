@@ -75,6 +75,17 @@ def signed_checkpoint(conn: Connection, keyring: KeyRing) -> bool:
     return any(checkpoint.verifies(keyring) for checkpoint in checkpoints(conn))
 
 
+def covering_checkpoint(conn: Connection, seq: int) -> Checkpoint | None:
+    """The checkpoint under which row ``seq`` was archived, if it was."""
+    row = conn.execute(
+        select(audit_checkpoints)
+        .where(audit_checkpoints.c.through_seq >= seq)
+        .order_by(audit_checkpoints.c.through_seq)
+        .limit(1)
+    ).first()
+    return Checkpoint(**dict(row._mapping)) if row else None
+
+
 def checkpoints(conn: Connection) -> list[Checkpoint]:
     """Every checkpoint, oldest first: the chain of segments."""
     rows = conn.execute(select(audit_checkpoints).order_by(audit_checkpoints.c.through_seq))
@@ -220,15 +231,9 @@ def verify_segment(path: Path, checkpoint: Checkpoint, prev_hash: str, log: Audi
 def archived_hash(conn: Connection, archive_dir: Path, seq: int) -> str | None:
     """The hash of archived row ``seq``, from its checkpoint or its segment; None where it
     cannot be read (no checkpoint covers it, its segment was pruned or is damaged)."""
-    row = conn.execute(
-        select(audit_checkpoints)
-        .where(audit_checkpoints.c.through_seq >= seq)
-        .order_by(audit_checkpoints.c.through_seq)
-        .limit(1)
-    ).first()
-    if row is None:
+    checkpoint = covering_checkpoint(conn, seq)
+    if checkpoint is None:
         return None
-    checkpoint = Checkpoint(**dict(row._mapping))
     if checkpoint.through_seq == seq:
         return checkpoint.last_hash
     first = checkpoint.through_seq - checkpoint.rows + 1

@@ -22,13 +22,13 @@ from sqlalchemy import select
 
 from ..canonical import canonical_json
 from ..clock import Clock
-from ..db.schema import audit_checkpoints, audit_log
+from ..db.schema import audit_log
 from ..db.store import Store
 from ..files import private_dir
 from ..settings import Settings
 from ..trust.keyring import KeyRing, Purpose
 from . import log as audit
-from .archive import Checkpoint
+from .archive import covering_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -149,15 +149,9 @@ def _still_holds(store: Store, keyring: KeyRing, kept: SignedHead, keyed_from_se
         stored = conn.execute(select(audit_log.c.hash).where(audit_log.c.seq == kept.seq)).scalar()
         if stored is not None:
             return bool(stored == kept.hash)
-        row = conn.execute(
-            select(audit_checkpoints)
-            .where(audit_checkpoints.c.through_seq >= kept.seq)
-            .order_by(audit_checkpoints.c.through_seq)
-            .limit(1)
-        ).first()
-    if row is None:
+        covering = covering_checkpoint(conn, kept.seq)
+    if covering is None:
         return False
-    covering = Checkpoint(**dict(row._mapping))
     if covering.through_seq > keyed_from_seq and not covering.verifies(keyring):
         return False
     # Archived: ``verify`` checks segments against their signed checkpoints.
