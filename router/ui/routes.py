@@ -8,7 +8,6 @@ same pre-checks and the same approval worker as ``POST /v1/approvals/…``.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.datastructures import FormData
 
-from ..approval.model import MAX_REASON_CHARS, Decision, approves_as
+from ..approval.model import MAX_REASON_CHARS, Decision
 from ..auth.principal import Principal
 from ..auth.sessions import (
     COOKIE,
@@ -35,9 +34,12 @@ from ..errors import NotAuthenticated, RequestError, Unavailable
 from ..messaging.redis_clients import redis_client
 from ..runtime import Runtime
 from ..threads import in_thread
+from .cards import card
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 MAX_SELECTED = 100
+# An approval of a card whose arguments the list cut (``router.ui.cards``).
+CUT = "its arguments were cut on the list; open the request to read them all and approve"
 # Decisions told one line each after a bulk decision; more are summed up.
 FLASH_LINES = 10
 
@@ -141,13 +143,7 @@ async def inbox(request: Request) -> Response:
     del pending[INBOX_SHOWS:]
     history = await in_thread(runtime.approvals_view.history, who, 20)
     for item in pending:
-        tool = runtime.registry.get(item["tool"])
-        item["risk"] = tool.spec.risk if tool else "unknown"
-        item["args_pretty"] = json.dumps(item["args"], indent=2, sort_keys=True)
-        # Operators see every request; only one this key may decide gets the edit form.
-        item["may_edit"] = who.name != item["requested_by"] and approves_as(
-            who.roles, item["approvers"]
-        )
+        card(item, runtime.registry, who, whole=False)
     flash = _sessions(request).read_flash(
         request.cookies.get(FLASH_COOKIE), request.cookies.get(COOKIE, "")
     )
@@ -302,7 +298,8 @@ async def decide(request: Request) -> Response:
         try:
             found = await in_thread(runtime.approvals_view.precheck, who, request_id)
             if decision == Decision.APPROVE and not SHA256_HEX.fullmatch(shown):
-                lines.append(f"{request_id}: the page was stale; reload it. Nothing was sent.")
+                why = CUT if form.get(f"cut.{request_id}") else "the page was stale; reload it"
+                lines.append(f"{request_id}: {why}. Nothing was sent.")
                 refused.append(lines[-1])
                 continue
             answer = await in_thread(
