@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from sqlalchemy import text
 
-from ..messaging.redis_clients import redis_client
+from ..messaging.redis_clients import redis_client, redis_problem
 from .deps import in_thread, runtime_of
 from .exposition import exposition
 from .models import errors
@@ -62,7 +62,7 @@ async def readyz(request: Request) -> JSONResponse:
         try:
             redis_client(runtime.redis_url, socket_timeout=2, socket_connect_timeout=2).ping()
         except Exception as exc:
-            problems["redis"] = str(exc)
+            problems["redis"] = redis_problem(exc)
         return problems
 
     problems = await in_thread(check)

@@ -69,10 +69,12 @@ def gather(settings: Settings) -> dict[str, Any]:
 
 
 def _check(probe: Any) -> dict[str, Any]:
+    from ..messaging.redis_clients import redis_problem
+
     try:
         return {"ok": True, **probe()}
     except Exception as exc:  # a status report names what is down rather than failing
-        return {"ok": False, "error": str(exc) or type(exc).__name__}
+        return {"ok": False, "error": redis_problem(exc)}
 
 
 def _queues() -> list[str]:

@@ -14,10 +14,9 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
 from ..constants import RISK_LEVELS
 from ..errors import ConfigError, SchemaOutdated, Unavailable
@@ -259,8 +258,17 @@ def _banner(
 
 
 def safe_url(url: str) -> str:
-    """``url`` without its password, for a terminal others may see."""
+    """``url`` without its passwords, for a terminal others may see; a Sentinel address
+    lists several URLs, separated by ``;``."""
+    return ";".join(_without_password(part) for part in url.split(";"))
+
+
+def _without_password(url: str) -> str:
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url.rsplit("@", 1)[-1]
+        parts = urlsplit(url)
+    except ValueError:  # an unbalanced IPv6 bracket: what follows the last "@" is safe
+        return url.rpartition("@")[2]
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))

@@ -18,6 +18,7 @@ passes the URL along passes it too; kombu is given its own form.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -25,7 +26,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
-from redis.sentinel import Sentinel
+from redis.sentinel import MasterNotFoundError, Sentinel
 
 from ..guards import eviction_warning
 
@@ -36,8 +37,24 @@ MASTER_PARAM = "master_name"
 DEFAULT_SENTINEL_PORT = 26379
 
 
+# What redis-py says of each sentinel it tried, inside the reprs of their clients.
+_SENTINEL_CAUSE = re.compile(r" - \w+:\w+: (.*?)(?=, <redis|$)")
+
+
 class RedisUrlError(ValueError):
     """A Redis URL toolrouter cannot use, said in a sentence."""
+
+
+def redis_problem(exc: BaseException) -> str:
+    """``exc`` as an operator reads it. redis-py's "no primary found" through Sentinel
+    holds the repr of every client it tried (options, pools, objects): only its first
+    words and what each sentinel answered are kept."""
+    text = str(exc) or type(exc).__name__
+    if not isinstance(exc, MasterNotFoundError):
+        return text
+    head = text.split(" : ", 1)[0]
+    causes = _SENTINEL_CAUSE.findall(text)
+    return f"{head} ({'; '.join(causes)})" if causes else head
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,12 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import redis
 
+from router.cli.up import safe_url
 from router.messaging.celery_app import celery_settings, resolve_redis_url
 from router.messaging.namespace import Namespace
 from router.messaging.redis_clients import (
     RedisUrlError,
     broker_settings,
+    redis_client,
+    redis_problem,
     sentinel_target,
     with_master,
 )
@@ -58,3 +62,34 @@ def test_celery_gets_kombus_form_and_the_sentinel_transport(tmp_path: Path) -> N
     plain = celery_settings("redis://127.0.0.1:6379/0", Namespace("tr-test"))
     assert plain["broker_transport"] == TRANSPORT
     assert "master_name" not in plain["broker_transport_options"]
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (SENTINELS, SENTINELS.replace("s3cret", "***")),
+        ("redis://:pw@127.0.0.1:6379/3", "redis://:***@127.0.0.1:6379/3"),
+        ("postgresql://me:p@ss@db.example:5432/tr", "postgresql://me:***@db.example:5432/tr"),
+        ("sqlite:////srv/state/toolrouter.db", "sqlite:////srv/state/toolrouter.db"),
+        ("redis://:pw@[::1:6379/0", "[::1:6379/0"),
+    ],
+)
+def test_urls_are_shown_without_their_passwords(url: str, shown: str) -> None:
+    """As `up`'s banner and `status` show them; a Sentinel URL is several URLs in one."""
+    assert safe_url(url) == shown
+
+
+def test_no_primary_found_through_sentinels_reads_as_a_sentence() -> None:
+    """redis-py's message holds the repr of every client it tried; what each sentinel
+    answered is kept (two closed ports here: nothing listens on port 1 or 2)."""
+    client = redis_client(
+        with_master("sentinel://:pw@127.0.0.1:1;sentinel://127.0.0.1:2/0", "main"),
+        socket_timeout=2,
+        socket_connect_timeout=2,
+    )
+    with pytest.raises(redis.exceptions.ConnectionError) as caught:
+        client.ping()
+    problem = redis_problem(caught.value)
+    assert problem.startswith("No master found for 'main' (Error 111 connecting to 127.0.0.1:1")
+    assert "127.0.0.1:2. Connection refused.)" in problem
+    assert "<redis" not in problem and "pw" not in problem
