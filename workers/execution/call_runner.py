@@ -157,9 +157,11 @@ class CallRunner:
     def _fall_back(self, row: CallRow, tool: Tool, outcome: Outcome) -> tuple[Outcome, str]:
         """The call failed for good: try the next tool of its chain, each try audited on the
         same call, until one answers. Gated tools are never fallen back to, nor a tool whose
-        rules refuse or would gate these arguments: that would run them without approval."""
+        rules refuse or would gate these arguments: that would run them without approval.
+        A tool not tried answers nothing: the error stays the last run's, with why."""
         chain = fallback_chain(tool, json.loads(row.chain) if row.chain else None)
         args, answered = row.arguments, row.tool
+        not_tried: list[str] = []
         for name in chain:
             fallback = self.registry.get(name)
             if fallback is None or fallback.spec.gated or name == answered:
@@ -182,16 +184,14 @@ class CallRunner:
                     at=self.clock(),
                 )
                 refused = self.ledger.fallback_refusal(conn, fallback, args, row.requested_by)
-            answered = name
             problem = fallback.argument_errors(args)
             if problem is not None:
-                outcome = Outcome(
-                    ok=False, error=f"invalid arguments: {problem}", error_type="InvalidArguments"
-                )
+                not_tried.append(f"fallback {name} not tried: invalid arguments: {problem}")
                 continue
             if refused is not None:
-                outcome = Outcome(ok=False, error=refused.error, error_type=refused.error_type)
+                not_tried.append(f"fallback {name} not tried: {refused.error}")
                 continue
+            answered = name
             ctx = CallContext(
                 call_id=row.id,
                 idempotency_key=row.idempotency_key or row.id,
@@ -203,6 +203,9 @@ class CallRunner:
                 outcome = self._invoke(fallback, args, ctx)
             if outcome.ok:
                 break
+        if not outcome.ok and not_tried:
+            error = "; ".join([outcome.error or "failed", *not_tried])[:ERROR_MAX]
+            outcome = dataclasses.replace(outcome, error=error)
         return outcome, answered
 
     def _invoke(self, tool: Tool, args: dict[str, Any], ctx: CallContext) -> Outcome:
