@@ -253,13 +253,15 @@ def archived_hash(conn: Connection, archive_dir: Path, seq: int) -> str | None:
 
 def verify_archives(
     conn: Connection, archive_dir: Path, log: AuditLog, *, now: int, archive_days: float
-) -> tuple[list[str], list[str]]:
+) -> tuple[list[str], list[str], int]:
     """Check every checkpoint against its signature, the manifest and its segment file.
 
-    Returns (lines to show, problems). A segment may be missing only once it is past the
-    archive retention; rows a checkpoint covers must have left the hot table.
+    Returns (lines to show, problems, rows found whole in segments). A segment may be
+    missing only once it is past the archive retention; rows a checkpoint covers must have
+    left the hot table.
     """
     lines: list[str] = []
+    rows_ok = 0
     found, problems = manifest.read(archive_dir)
     signed = _signed_lines(found, log, problems)
     prev_hash = GENESIS_HASH
@@ -302,10 +304,16 @@ def verify_archives(
                 problems.append(problem)
             else:
                 lines.append(f"segment {checkpoint.segment}: {checkpoint.rows} rows ok")
+                rows_ok += checkpoint.rows
         elif checkpoint.at < retention_cutoff:
             lines.append(f"segment {checkpoint.segment}: pruned after retention (checkpoint kept)")
         else:
-            problems.append(f"segment {checkpoint.segment} is missing")
+            age = (now - checkpoint.at) / DAY_MS
+            problems.append(
+                f"segment {checkpoint.segment} is missing: deleted, or pruned by an archive run "
+                f"with a shorter TOOLROUTER_AUDIT_ARCHIVE_DAYS than this one ({archive_days:g} "
+                f"days; archived {age:.1f} days ago)"
+            )
         prev_hash = checkpoint.last_hash
     latest = latest_checkpoint(conn)
     if latest is not None:
@@ -315,7 +323,7 @@ def verify_archives(
         if leftover:
             problems.append(f"{leftover} rows covered by a checkpoint are still in the hot table")
     problems.extend(f"{line.describe()} names no checkpoint" for line in signed.values())
-    return lines, problems
+    return lines, problems, rows_ok
 
 
 def _signed_lines(

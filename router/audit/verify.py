@@ -45,9 +45,11 @@ class Problem:
 
 @dataclass
 class Report:
-    """What ``verify`` found: rows checked, problems, and lines worth showing."""
+    """What ``verify`` found: rows checked (in the hot table, and in archive segments),
+    problems, and lines worth showing."""
 
     checked: int = 0
+    archived: int = 0
     problems: list[Problem] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
     truncated: bool = False
@@ -66,6 +68,7 @@ class Report:
         return {
             "ok": self.ok,
             "rows_checked": self.checked,
+            "archived_rows_checked": self.archived,
             "problems": [{"seq": p.seq, "reason": p.reason} for p in self.problems],
             "more_problems": self.truncated,
             "notes": list(self.lines),
@@ -106,7 +109,7 @@ def verify(conn: Connection, found: Deployment | None, evidence: Evidence) -> Re
     start_seq, start_hash = _start(conn, log, report)
     last = _walk(conn, log, start_seq, start_hash, report)
     _check_head(conn, evidence, report, start_seq, start_hash, last)
-    lines, problems = archive.verify_archives(
+    lines, problems, report.archived = archive.verify_archives(
         conn, evidence.archive_dir, log, now=evidence.now, archive_days=evidence.archive_days
     )
     report.lines.extend(lines)

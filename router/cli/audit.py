@@ -75,7 +75,8 @@ def audit_verify(as_json: bool) -> None:
         count = len(report.problems)
         more = " (and more)" if report.truncated else ""
         fail(f"audit log does not verify: {count} problem{'' if count == 1 else 's'}{more}")
-    click.echo(f"audit chain ok: {report.checked} rows verified")
+    archived = f", and {report.archived} in archive segments" if report.archived else ""
+    click.echo(f"audit chain ok: {report.checked} rows verified in the database{archived}")
 
 
 @audit.command("adopt-key")

@@ -421,7 +421,17 @@ def test_verify_reports_a_missing_segment_within_retention(
     report = runtime.verify_audit()
     assert report.ok and f"segment {result.segment}: 2 rows ok" in report.lines
     (runtime.archive_dir / result.segment).unlink()
-    assert problems(runtime) == [(None, f"segment {result.segment} is missing")]
+    clock.advance(DAY_MS // 2)
+    days = runtime.settings.audit_archive_days
+    # A verify run with a longer retention than the archive run's would see the same.
+    assert problems(runtime) == [
+        (
+            None,
+            f"segment {result.segment} is missing: deleted, or pruned by an archive run with "
+            f"a shorter TOOLROUTER_AUDIT_ARCHIVE_DAYS than this one ({days:g} days; archived "
+            "0.5 days ago)",
+        )
+    ]
 
 
 UNSIGNED = "with this deployment's key (forged)"

@@ -78,4 +78,4 @@ def test_a_restored_backup_verifies_once_the_old_head_is_set_aside(tmp_path: Pat
         restored.close()
     verified = home.run("audit", "verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert f"audit chain ok: {backed_up} rows verified" in verified.stdout
+    assert f"audit chain ok: {backed_up} rows verified in the database" in verified.stdout

@@ -104,7 +104,11 @@ def test_audit_archive_then_verify_with_archives(tmp_path: Path) -> None:
     assert "archived 3 rows through seq 3" in archived.stdout
     verified = cli(env, "audit", "verify")
     assert verified.returncode == 0, verified.stderr
-    assert "rows ok" in verified.stdout and "audit chain ok" in verified.stdout
+    assert "segment audit-000000000001-000000000003.jsonl.gz: 3 rows ok" in verified.stdout
+    assert (
+        "audit chain ok: 0 rows verified in the database, and 3 in archive segments"
+        in verified.stdout
+    )
     exported = cli(env, "audit", "export")
     assert exported.returncode == 0 and exported.stdout == ""
     # A tampered manifest is reported like any other problem, not as a traceback.

@@ -391,7 +391,7 @@ def test_a_named_config_that_does_not_exist_is_an_error_not_the_example_tools(
 
 def test_audit_verify_is_ok_on_a_new_deployment(home: Home) -> None:
     ok(home.run("db", "upgrade"))
-    assert "audit chain ok: 0 rows verified" in ok(home.run("audit", "verify"))
+    assert "audit chain ok: 0 rows verified in the database" in ok(home.run("audit", "verify"))
 
 
 def test_init_run_again_writes_nothing_and_names_the_files_that_exist(home: Home) -> None:
