@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import httpx
 
@@ -47,6 +48,29 @@ def test_metrics_count_calls_by_outcome_across_processes(stack: Stack) -> None:
         )
         or 0
     ) >= 1
+
+
+def test_a_cached_answer_counts_as_a_call_but_not_as_a_run(stack: Stack, tmp_path: Path) -> None:
+    """The duration histogram is the handler's run time: a cached answer ran nothing."""
+    succeeded = 'outcome="succeeded",tool="cached_ledger"'
+    ran = 'tool="cached_ledger"'
+    with stack.client("") as http:
+        before = http.get("/metrics").text
+    args = {"path": str(tmp_path / "runs")}
+    with stack.client("agent") as http:
+        for _ in range(2):
+            answer = http.post(
+                "/v1/calls", json={"tool": "cached_ledger", "args": args, "wait_s": 20}
+            ).json()
+            assert answer["status"] == "succeeded", answer
+    with stack.client("") as http:
+        after = http.get("/metrics").text
+    calls = [sample(text, "toolrouter_calls_total", succeeded) or 0 for text in (before, after)]
+    runs = [
+        sample(text, "toolrouter_call_duration_seconds_count", ran) or 0 for text in (before, after)
+    ]
+    assert (calls[1] - calls[0], runs[1] - runs[0]) == (2, 1)
+    assert len((tmp_path / "runs").read_text(encoding="utf-8").splitlines()) == 1
 
 
 def test_the_counters_to_alert_on_are_shown_before_anything_counts(stack: Stack) -> None:

@@ -309,10 +309,12 @@ class Ledger:
         for done in recorded:
             tool = self.registry.get(done.row.tool)
             started_at = done.row.started_at
+            # A cached answer ran no handler: counted as a call, not timed as a run.
+            ran = None if done.cached or started_at is None else (done.at - started_at) / 1000
             metrics.call_finished(
                 done.row.tool,
                 str(done.status),
-                (done.at - started_at) / 1000 if started_at is not None else None,
+                ran,
                 0.0 if done.cached or tool is None else tool.spec.cost_per_call,
             )
 
