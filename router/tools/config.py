@@ -238,25 +238,33 @@ def interpolate(
     file: str,
     tool: str | None,
     used: dict[str, str] | None = None,
+    at: str = "",
 ) -> Any:
-    """Replace ``${VAR}`` in every string; a missing variable is a config error. Each
-    variable interpolated is noted in ``used``, with its value."""
+    """Replace ``${VAR}`` in every string; a missing variable is a config error, naming
+    the field (``at``: where ``value`` is in the file). Each variable interpolated is
+    noted in ``used``, with its value."""
     if isinstance(value, str):
 
         def sub(match: re.Match[str]) -> str:
             name = match.group(1)
             if name not in env:
-                raise ConfigError(f"environment variable {name} is not set", file=file, tool=tool)
+                unset = f"environment variable {name} is not set"
+                raise ConfigError(f"{at}: {unset}" if at else unset, file=file, tool=tool)
             if used is not None:
                 used[name] = env[name]
             return env[name]
 
         return _VAR_RE.sub(sub, value)
     if isinstance(value, list):
-        return [interpolate(item, env, file=file, tool=tool, used=used) for item in value]
+        return [
+            interpolate(item, env, file=file, tool=tool, used=used, at=f"{at}[{index}]")
+            for index, item in enumerate(value)
+        ]
     if isinstance(value, dict):
         return {
-            key: interpolate(item, env, file=file, tool=tool, used=used)
+            key: interpolate(
+                item, env, file=file, tool=tool, used=used, at=f"{at}.{key}" if at else str(key)
+            )
             for key, item in value.items()
         }
     return value
@@ -350,7 +358,7 @@ def _parse(text: str, *, file: str, env: Mapping[str, str], used: dict[str, str]
                 check_headers(
                     server.get("headers"), env, file=file, tool=None, where=f"mcp server {name}"
                 )
-    servers = interpolate(servers, env, file=file, tool=None, used=used)
+    servers = interpolate(servers, env, file=file, tool=None, used=used, at="mcp_servers")
     routing = parse_routing(raw.get("routing") or None, file=file)
     notifications = parse_notifications(
         raw.get("notifications"), env, file=file, interpolate=interpolate, used=used

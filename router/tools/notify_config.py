@@ -161,7 +161,7 @@ def parse_notifications(
             value = channel.get(field)
             if value is not None and not (isinstance(value, str) and _ONLY_VAR_RE.fullmatch(value)):
                 raise ConfigError(f"{where}.{field}: must be written as ${{VAR}}", file=file)
-    interpolated = interpolate(raw, env, file=file, tool=None, used=used)
+    interpolated = interpolate(raw, env, file=file, tool=None, used=used, at="notifications")
     try:
         parsed = Notifications.model_validate(interpolated)
     except ValidationError as exc:

@@ -110,7 +110,12 @@ def test_high_risk_is_gated_by_default_and_others_are_not() -> None:
         (
             'tools:\n  - {name: e, handler: "tests.fixture_tools:echo", url: "${NOPE}"}\n',
             "e",
-            "environment variable NOPE is not set",
+            "url: environment variable NOPE is not set",
+        ),
+        (
+            'tools:\n  - {name: e, handler: {http: {url: "http://x", headers: {A: "${NOPE}"}}}}\n',
+            "e",
+            "handler.http.headers.A: environment variable NOPE is not set",
         ),
     ],
 )

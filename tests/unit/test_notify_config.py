@@ -50,6 +50,10 @@ def test_channels_come_from_the_tool_then_its_roles_each_once() -> None:
         (('url: "https://ops.test/hook"', 'url: "https://ops.test:99999/hook"'), "65535"),
         (('url: "https://ops.test/hook"', 'url: "https://ops.test:0/hook"'), "65535"),
         (('url: "https://ops.test/hook"', 'url: "https://:8080/hook"'), "names no host"),
+        (
+            ('secret: "${HOOK_SECRET}"', 'secret: "${UNSET_SECRET}"'),
+            "notifications.channels.ops-hook.secret: environment variable UNSET_SECRET is not set",
+        ),
     ],
 )
 def test_a_bad_notifications_table_is_refused_naming_file_and_field(
