@@ -69,3 +69,7 @@ POISON_CAP = 3
 def queue_for(risk: str) -> str:
     """The Celery queue that serves tools of this risk level."""
     return QUEUE_PREFIX + risk
+
+
+# Candidates a route answers with unless asked for more or fewer (the API and the CLI).
+ROUTE_LIMIT = 10

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from ..auth.principal import Principal
+from ..constants import ROUTE_LIMIT
 from ..errors import BadRequest, Forbidden
 from ..status import Role
 from .bodies import object_body
@@ -36,7 +37,7 @@ async def route(request: Request, who: Principal = Depends(principal)) -> dict[s
             task.encode("utf-8")
         except UnicodeEncodeError:
             raise BadRequest("task must be text: it holds a lone surrogate") from None
-    limit = body.get("limit", 10)
+    limit = body.get("limit", ROUTE_LIMIT)
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100:
         raise BadRequest("limit must be an integer between 1 and 100")
     ranking = await in_thread(

@@ -8,6 +8,7 @@ import json
 import click
 
 from ..canonical import shown_as_text
+from ..constants import ROUTE_LIMIT
 from ..errors import ConfigError, RequestError
 from .common import fail, runtime
 
@@ -35,7 +36,7 @@ def tools(as_json: bool) -> None:
 @click.argument("task", default="")
 @click.option("--strategy", help="lexical, semantic, hybrid, llm, capability, cost or rules")
 @click.option("--capability", help="Only tools that declare this capability")
-@click.option("--limit", type=click.IntRange(1, 100), default=5, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 100), default=ROUTE_LIMIT, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="As POST /v1/route answers")
 def route(
     task: str, strategy: str | None, capability: str | None, limit: int, as_json: bool

@@ -340,12 +340,13 @@ class Dispatcher:
             and tool.argument_errors(args) is None
         ]
         if not usable:
-            return rejection(
-                requested_by,
-                label,
-                AuditEvent.UNKNOWN,
-                f"no tool with capability {echo_name(capability)} takes these arguments",
+            shown = echo_name(capability)
+            why = (
+                f"with capability {shown} takes these arguments"
+                if ranked
+                else f"declares capability {shown}"
             )
+            return rejection(requested_by, label, AuditEvent.UNKNOWN, f"no tool {why}")
         first, rest = usable[0], usable[1:]
         chain = [name for name in rest if not self.registry.get(name).spec.gated]  # type: ignore[union-attr]
         return Choice(first, chain, tuple(usable))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import redis
 
+from router.dispatch.checks import Refused
 from router.dispatch.explain import Explainer
 from router.messaging.policies import Limiter, ResultCache
 from router.results import CallResult
@@ -30,3 +31,13 @@ def test_a_dry_run_without_redis_is_unavailable_and_a_cache_that_is_down_a_miss(
     cached = explainer.explain("agent", "cached_ledger", {"path": "x"}, None)
     assert isinstance(cached, dict)
     assert cached["cache"] == {"ttl_s": 60.0, "hit": False}
+
+
+def test_a_capability_whose_tools_take_none_of_the_arguments_says_so(runtime: Runtime) -> None:
+    """Told apart from a capability no tool declares: the arguments are what to change."""
+    refused = runtime.dispatcher.choose_by_capability("agent", "pay", ["strict"], {"to": 1})
+    assert isinstance(refused, Refused)
+    assert refused.result.error == "no tool with capability pay takes these arguments"
+    refused = runtime.dispatcher.choose_by_capability("agent", "pay", [], {"to": 1})
+    assert isinstance(refused, Refused)
+    assert refused.result.error == "no tool declares capability pay"

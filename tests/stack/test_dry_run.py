@@ -267,7 +267,7 @@ def test_a_capability_no_tool_has_is_refused(stack: Stack) -> None:
     assert_nothing_after_a_refusal(answer)
     assert answer["tool"] is None
     assert answer["capability"] == {"name": "no.such", "ranking": []}
-    assert answer["refused"]["error"] == "no tool with capability no.such takes these arguments"
+    assert answer["refused"]["error"] == "no tool declares capability no.such"
 
 
 def test_the_configured_fallbacks_are_named(stack: Stack) -> None:
