@@ -263,14 +263,13 @@ class ToolrouterMcp:
         call_id = args.get("call_id") if isinstance(args, dict) else None
         if not isinstance(call_id, str) or not call_id:
             return error_result("call_id must be a call id string")
-        wait_s = args.get("wait_s", 0)
+        wait_s = args.get("wait_s")
+        wait_s = 0 if wait_s is None else wait_s  # null is no wait, as in the HTTP API
         # Compared, not converted: an integer too large for a float is out of range too,
         # and NaN is within no range.
-        if (
-            isinstance(wait_s, bool)
-            or not isinstance(wait_s, int | float)
-            or not 0 <= wait_s <= self.max_wait_s
-        ):
+        if isinstance(wait_s, bool) or not isinstance(wait_s, int | float):
+            return error_result("wait_s must be a number of seconds")  # as the HTTP API says
+        if not 0 <= wait_s <= self.max_wait_s:
             return error_result(f"wait_s must be between 0 and {self.max_wait_s:g}")
         try:
             if wait_s > 0:

@@ -42,9 +42,22 @@ def test_a_query_number_as_json_writes_it_is_taken(stack: Stack, text: str) -> N
     assert response.status_code == 404, response.text  # the number passed; the call is unknown
 
 
-@pytest.mark.parametrize("wait_s", ["10" + "0" * 400, "1e400", "-1", "301"])
-def test_call_status_over_mcp_refuses_a_wait_out_of_range(stack: Stack, wait_s: str) -> None:
-    """An integer too large for a float included: it is out of range, not an internal error."""
+OUT_OF_RANGE = "wait_s must be between 0 and "
+NOT_A_NUMBER = "wait_s must be a number of seconds"
+
+
+@pytest.mark.parametrize(
+    ("wait_s", "refusal"),
+    [
+        *[(out, OUT_OF_RANGE) for out in ("10" + "0" * 400, "1e400", "-1", "301")],
+        *[(odd, NOT_A_NUMBER) for odd in ('"5"', "true", "[1]")],
+    ],
+)
+def test_call_status_over_mcp_refuses_a_wait_out_of_range(
+    stack: Stack, wait_s: str, refusal: str
+) -> None:
+    """An integer too large for a float included: it is out of range, not an internal error.
+    A value that is no number is told as the HTTP API tells it."""
     arguments = f'{{"call_id": "call_{"0" * 32}", "wait_s": {wait_s}}}'
     body = (
         '{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": '
@@ -63,7 +76,7 @@ def test_call_status_over_mcp_refuses_a_wait_out_of_range(stack: Stack, wait_s: 
     )
     result = payload["result"]
     assert result["isError"] is True
-    assert result["content"][0]["text"].startswith("wait_s must be between 0 and "), result
+    assert result["content"][0]["text"].startswith(refusal), result
 
 
 @pytest.mark.parametrize(
