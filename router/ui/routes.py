@@ -28,7 +28,7 @@ from ..auth.sessions import (
     SessionStore,
     throttled_as,
 )
-from ..canonical import SHA256_HEX, ascii_json
+from ..canonical import SHA256_HEX, ascii_json, shown_plainly
 from ..constants import LOGIN_FAILURES
 from ..errors import NotAuthenticated, RequestError, Unavailable
 from ..messaging.redis_clients import redis_client
@@ -110,6 +110,8 @@ def _not_allowed(
 
 
 def _redirect_with_flash(request: Request, message: str) -> RedirectResponse:
+    # Lines may echo what a form posted (a request id): shown as text, never as controls.
+    message = shown_plainly(message)
     response = RedirectResponse("/ui/", status_code=303)
     response.set_cookie(
         FLASH_COOKIE,

@@ -62,6 +62,13 @@ def test_a_bulk_decision_reports_every_refusal_and_sends_no_more_than_it_may(
         flash = html.unescape(inbox.get("/ui/").text)
     assert f"{len(made)} of {len(chosen)} decided as asked" in flash
     assert f"{unknown}: unknown request" in flash
+    # An id posted with a control character in it is echoed as its escape.
+    with httpx.Client(base_url=stack.base_url, timeout=30) as inbox:
+        assert sign_in_with(inbox, stack.keys["approver"]).status_code == 303
+        form = {"decision": "deny", "csrf": csrf_of(inbox.get("/ui/")), "request_id": "req-\x00"}
+        inbox.post("/ui/decide", data=form)
+        page = inbox.get("/ui/").text
+    assert "\x00" not in page and "req-\\u0000: unknown request" in html.unescape(page)
     with stack.client("operator") as http:
         statuses = {
             http.get(f"/v1/approvals/{m['request_id']}").json()["request"]["status"] for m in made
