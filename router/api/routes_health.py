@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
@@ -13,6 +13,9 @@ from .deps import in_thread, runtime_of
 from .exposition import exposition
 from .models import errors
 from .responses import AsciiJSONResponse
+
+if TYPE_CHECKING:
+    from ..runtime import Runtime
 
 router = APIRouter(tags=["health"])
 
@@ -50,23 +53,37 @@ async def healthz() -> dict[str, Any]:
 @router.get("/readyz", responses=errors(503))
 async def readyz(request: Request) -> JSONResponse:
     """Readiness: the database and Redis both answer."""
-    runtime = runtime_of(request)
-
-    def check() -> dict[str, str]:
-        problems = {}
-        try:
-            with runtime.store.reading() as conn:
-                conn.execute(text("SELECT 1"))
-        except Exception as exc:
-            problems["database"] = str(exc)
-        try:
-            redis_client(runtime.redis_url, socket_timeout=2, socket_connect_timeout=2).ping()
-        except Exception as exc:
-            problems["redis"] = redis_problem(exc)
-        return problems
-
-    problems = await in_thread(check)
+    problems = await in_thread(_readiness_problems, runtime_of(request))
     if problems:
         detail = "; ".join(f"{name}: {reason}" for name, reason in problems.items())
         return AsciiJSONResponse({"ok": False, "error": f"unavailable: {detail}"}, status_code=503)
     return AsciiJSONResponse({"ok": True})
+
+
+# Uptime checkers and load balancers often probe with HEAD: the same answers, no body.
+@router.head("/healthz", include_in_schema=False)
+async def healthz_head() -> Response:
+    return Response(status_code=200)
+
+
+@router.head("/readyz", include_in_schema=False)
+async def readyz_head(request: Request) -> Response:
+    problems = await in_thread(_readiness_problems, runtime_of(request))
+    return Response(status_code=503 if problems else 200)
+
+
+def _readiness_problems(runtime: Runtime) -> dict[str, str]:
+    problems = {}
+    try:
+        with runtime.store.reading() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:
+        problems["database"] = str(exc)
+    client = redis_client(runtime.redis_url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except Exception as exc:
+        problems["redis"] = redis_problem(exc)
+    finally:
+        client.close()
+    return problems

@@ -111,6 +111,7 @@ def test_database_outage_answers_503_writes_nothing_by_halves_and_work_resumes(
                 assert_unavailable(http.get("/v1/audit"))
             with stack.client("") as http:
                 assert_unavailable(http.get("/readyz"))
+                assert http.head("/readyz").status_code == 503
         finally:
             pg_fault_stack.outage(False)
         accepted_during = submitter.count(200)

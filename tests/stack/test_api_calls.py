@@ -740,8 +740,11 @@ def test_audit_pages_with_after_seq_and_limit(stack: Stack) -> None:
 def test_health_endpoints_answer_without_a_key(stack: Stack, path: str) -> None:
     with stack.client("") as http:
         response = http.get(path)
+        # As uptime checkers probe: the same status, no body.
+        head = http.head(path)
     assert response.status_code == 200
     assert response.json() == {"ok": True}
+    assert (head.status_code, head.content) == (200, b"")
 
 
 def test_the_api_address_leads_people_to_the_inbox_which_has_an_icon(stack: Stack) -> None:
