@@ -16,6 +16,9 @@ from ..errors import ConfigError, ToolListRefused
 from .config import TOOL_NAME_RE, ToolSpec
 from .schemas import schema_problem
 
+# Characters of an imported tool's description kept (a server may send megabytes).
+DESCRIPTION_CHARS = 10_000
+
 if TYPE_CHECKING:
     from .mcp_client import McpConnections
 
@@ -59,7 +62,7 @@ def spec_of(server: str, tool: Any) -> ToolSpec | Skipped:
     return ToolSpec.model_validate(
         {
             "name": name,
-            "description": tool.description or tool.title or "",
+            "description": _shortened(tool.description or tool.title or ""),
             "category": f"mcp:{server}",
             "handler": {"mcp": {"server": server, "tool": tool.name}},
             "risk": risk_of(annotations),
@@ -68,6 +71,14 @@ def spec_of(server: str, tool: Any) -> ToolSpec | Skipped:
             "output_schema": tool.output_schema,
         }
     )
+
+
+def _shortened(description: str) -> str:
+    """A server's description, cut: it is served to every agent listing tools, and read
+    by the ranking on every route."""
+    if len(description) <= DESCRIPTION_CHARS:
+        return description
+    return description[: DESCRIPTION_CHARS - 1] + "…"
 
 
 def import_mcp_tools(mcp: McpConnections, *, file: str) -> Imported:

@@ -74,6 +74,12 @@ class Tool:
         except re.error:
             # A pattern reached through a `$ref` into data, which the load-time check skips.
             return "cannot be checked: the tool's schema has a pattern only backtracking matches"
+        except RecursionError:
+            # A `$ref` loop (an MCP server's schema): each check would follow it for ever.
+            return "cannot be checked: the tool's schema refers to itself without end"
+        except OverflowError:
+            # jsonschema divides a number by a float `multipleOf` before it guards the result.
+            return "arguments: a number too large to check against the tool's schema"
         if error is None:
             return None
         where = "/".join(str(part) for part in error.absolute_path) or "arguments"

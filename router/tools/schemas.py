@@ -6,10 +6,12 @@ from typing import Any
 
 from jsonschema import exceptions, validators
 
-from . import schema_regex
+from . import schema_regex, schema_unique
 
-# Before any schema is checked or any arguments validated: no pattern ever backtracks.
+# Before any schema is checked or any arguments validated: no pattern ever backtracks,
+# and no array's items are compared each with each.
 schema_regex.install()
+schema_unique.install()
 
 
 def schema_problem(
@@ -23,4 +25,7 @@ def schema_problem(
             validators.validator_for(output_schema).check_schema(output_schema)
     except exceptions.SchemaError as exc:
         return str(exc.message)
+    except RecursionError:
+        # An MCP server's schema may nest without a useful end.
+        return "the schema nests too deeply to be checked"
     return schema_regex.pattern_problem([input_schema, output_schema])

@@ -10,7 +10,13 @@ from mcp import types
 
 from router.errors import ConfigError
 from router.tools.config import ToolSpec
-from router.tools.mcp_import import Imported, Skipped, merge_imported, spec_of
+from router.tools.mcp_import import (
+    DESCRIPTION_CHARS,
+    Imported,
+    Skipped,
+    merge_imported,
+    spec_of,
+)
 from router.tools.registry import build_tool
 
 from ..support.receivers import accept
@@ -42,6 +48,22 @@ def test_an_imported_tool_whose_schema_cannot_check_anything_is_skipped(
 ) -> None:
     skipped = spec_of("files", tool("search", schema))
     assert isinstance(skipped, Skipped) and skipped.why.startswith("invalid JSON Schema: ")
+
+
+def test_a_schema_nested_past_checking_is_skipped_not_a_crash() -> None:
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(160):
+        deep = {"type": "array", "items": deep}
+    skipped = spec_of("files", tool("search", {"type": "object", "properties": {"a": deep}}))
+    assert isinstance(skipped, Skipped)
+    assert skipped.why == "invalid JSON Schema: the schema nests too deeply to be checked"
+
+
+def test_a_servers_long_description_is_cut() -> None:
+    described = types.Tool(name="search", input_schema={"type": "object"}, description="x" * 10**6)
+    spec = spec_of("files", described)
+    assert isinstance(spec, ToolSpec)
+    assert len(spec.description) == DESCRIPTION_CHARS and spec.description.endswith("…")
 
 
 def test_configuring_a_skipped_tool_says_why_it_was_skipped() -> None:

@@ -83,9 +83,15 @@ class Embeddings:
         return np.asarray(embedding_model().embed([_text(text)], norm=True)[0], dtype=np.float32)
 
 
+# Characters of a text embedded: the model pads every text of a batch to the longest, so
+# one tool's megabytes of description would cost gigabytes for all of them; its meaning
+# is in its first words.
+EMBEDDED_CHARS = 2000
+
+
 def _text(text: str) -> str:
     """A lone surrogate (valid in JSON's escapes) is not text the tokenizer takes."""
-    return text.encode("utf-8", "replace").decode("utf-8")
+    return text[:EMBEDDED_CHARS].encode("utf-8", "replace").decode("utf-8")
 
 
 class SemanticIndex:
