@@ -139,6 +139,7 @@ class Runtime:
             parse_servers(self.tool_config.mcp_servers, file=str(self.settings.config)),
             log_dir=self.settings.logs_dir,
             max_answer_bytes=ANSWER_BYTES_PER_RESULT_BYTE * self.settings.max_result_bytes,
+            redact=self.redactor,
         )
 
     @cached_property

@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -89,6 +89,8 @@ class McpConnections:
     # The largest answer read from a server: over HTTP (``mcp_http``), or a line of a stdio
     # server's output (``mcp_stdio_lines``).
     max_answer_bytes: int = 64 * 1024 * 1024
+    # Applied to each line a server writes to its stderr: its env may hold ${VAR} secrets.
+    redact: Callable[[str], str] = str
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _sessions: dict[str, _Session] = field(default_factory=dict)
@@ -222,12 +224,12 @@ class McpConnections:
         log folder to this process's file descriptor 2 (under Celery, ``sys.stderr`` is a
         logging proxy without one), escaped either way."""
         if self.log_dir is None:
-            return stderr_log(None)
+            return stderr_log(None, self.redact)
         # A server's name is the config's: only safe characters reach the file name.
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip(".") or "server"
         path = rotated(private_dir(self.log_dir) / f"mcp-{safe}.log")
         self._stderr_from[name] = (path, path.stat().st_size)
-        return stderr_log(path)
+        return stderr_log(path, self.redact)
 
     def why_unreachable(self, name: str, exc: BaseException) -> str:
         """The cause of a failed start, in words, with what the server wrote to its stderr

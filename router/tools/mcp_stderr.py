@@ -1,6 +1,7 @@
 """A stdio MCP server's stderr in its log, ``mcp-<server>.log``: as text to read, and to a size.
 
-The server writes to a pipe, not to the file: a thread copies each line with every
+The server writes to a pipe, not to the file: a thread copies each line, every ``${VAR}``
+secret's value replaced by its name and every
 character that does not print written as its escape (``shown_as_text``, as ``up`` writes
 its processes' logs), so the log cannot act on a terminal that shows it. One start of a
 server writes at most ``MAX_WRITTEN_BYTES``; past that the rest is read and dropped, one
@@ -13,7 +14,7 @@ import asyncio
 import contextlib
 import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -49,13 +50,17 @@ def written_since(path: Path, start: int) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def stderr_log(path: Path | None) -> AsyncIterator[TextIO]:
+async def stderr_log(
+    path: Path | None, redact: Callable[[str], str] = str
+) -> AsyncIterator[TextIO]:
     """A file to hand a server as its stderr, copied to ``path`` (None: this process's own
-    stderr, a terminal as likely as not) until the server and this block have both let go
-    of it."""
+    stderr, a terminal as likely as not), each line through ``redact``, until the server
+    and this block have both let go of it."""
     read_fd, write_fd = os.pipe()
     name = path.name if path is not None else "stderr"
-    copier = threading.Thread(target=_copy, args=(read_fd, path), name=f"copy-{name}", daemon=True)
+    copier = threading.Thread(
+        target=_copy, args=(read_fd, path, redact), name=f"copy-{name}", daemon=True
+    )
     copier.start()
     pipe = os.fdopen(write_fd, "w")
     try:
@@ -66,13 +71,13 @@ async def stderr_log(path: Path | None) -> AsyncIterator[TextIO]:
         await asyncio.to_thread(copier.join, COPIED_WITHIN_S)
 
 
-def _copy(read_fd: int, path: Path | None) -> None:
+def _copy(read_fd: int, path: Path | None, redact: Callable[[str], str]) -> None:
     written = 0
     with open(read_fd, "rb") as pipe, _target(path) as log:
         for line in iter(lambda: pipe.readline(MAX_LINE_BYTES), b""):
             if written > MAX_WRITTEN_BYTES:
                 continue  # read, so that the server never blocks on a full pipe
-            text = shown_as_text(line.decode("utf-8", "replace").removesuffix("\n"))
+            text = shown_as_text(redact(line.decode("utf-8", "replace").removesuffix("\n")))
             data = text.encode("utf-8") + b"\n"
             written += len(data)
             if written > MAX_WRITTEN_BYTES:

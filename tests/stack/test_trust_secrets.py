@@ -61,6 +61,15 @@ class ChattyHook(BaseHTTPRequestHandler):
         self._refuse(f"no hook at {self.path} for {self.headers.get('Authorization')}")
 
     def do_GET(self) -> None:
+        if self.path == "/echo":
+            # A service that succeeds, answering with the headers it was sent.
+            body = json.dumps({"authorization": self.headers.get("Authorization")}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if self.path.startswith("/keyed"):
             self.keyed_paths.append(self.path)
             self._refuse(f"no such account; request was GET {self.path}")
@@ -122,6 +131,14 @@ tools:
     handler:
       http:
         url: "http://127.0.0.1:{chatty}/query"
+        method: GET
+        headers: {{Authorization: "Bearer ${{TR_TEST_TOKEN}}"}}
+  - name: hook_echo
+    risk: low
+    timeout_s: 10
+    handler:
+      http:
+        url: "http://127.0.0.1:{chatty}/echo"
         method: GET
         headers: {{Authorization: "Bearer ${{TR_TEST_TOKEN}}"}}
   - name: hook_keyed
@@ -383,6 +400,22 @@ def test_a_failing_http_tool_never_reveals_its_secret(secret_stack: SecretStack)
         f"secret found in {len(stored)} call rows / {len(audited)} audit rows / "
         f"{sum(len(t) for t in logs.values())} log bytes / {scanned} Redis keys: 0"
     )
+
+
+def test_a_service_that_answers_with_the_secret_it_was_sent_never_reveals_it(
+    secret_stack: SecretStack,
+) -> None:
+    """A success value is the service's words too: the secret echoed in it is named."""
+    secret = secret_stack.secret
+    with secret_stack.client() as http:
+        accepted = http.post("/v1/calls", json={"tool": "hook_echo", "args": {}})
+        assert accepted.status_code == 200, accepted.text[:300]
+        result = finished(http, accepted.json()["call_id"])
+    assert result["status"] == "succeeded", result
+    assert result["value"] == {"authorization": "Bearer ${TR_TEST_TOKEN}"}
+    with runtime_of(secret_stack.stack.settings) as runtime, runtime.store.reading() as conn:
+        stored = [str(tuple(row)) for row in conn.execute(sql_select(calls)).all()]
+    assert not [row for row in stored if secret in row]
 
 
 def test_a_secret_across_the_error_texts_cut_is_replaced_whole(secret_stack: SecretStack) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from router.tools import mcp_stderr
 from router.tools.mcp_client import McpConnections, StdioServer
+from router.trust.redaction import Redactor
 
 # Answers initialize, lists one tool, and writes ``lines`` lines of stderr (an escape that
 # would retitle a terminal, then filler) before each answer to a call.
@@ -132,3 +133,23 @@ def test_a_log_that_cannot_be_written_still_drains_the_servers_stderr() -> None:
             pipe.flush()
 
     asyncio.run(flood())
+
+
+def test_a_config_secret_a_server_writes_to_its_stderr_is_logged_by_name(tmp_path: Path) -> None:
+    """A server given ``${VAR}`` secrets in its env may print them (a debug line): its log
+    holds the variable's name, as every other log does."""
+    secret = "s3cr3t+/Tok&en=Value"
+    script = f"import sys; sys.stderr.write('debug: starting with token {secret}\\n'); sys.exit(3)"
+    server = StdioServer(command=sys.executable, args=("-c", script))
+    connections = McpConnections(
+        {"envsrv": server}, log_dir=tmp_path, redact=Redactor({"H_TOKEN": secret})
+    )
+    try:
+        with pytest.raises(Exception) as raised:
+            connections.list_tools("envsrv")
+        why = connections.why_unreachable("envsrv", raised.value)
+    finally:
+        connections.close()
+    log = (tmp_path / "mcp-envsrv.log").read_text(encoding="utf-8")
+    assert log.startswith("debug: starting with token ${H_TOKEN}\n") and secret not in log
+    assert secret not in why and "${H_TOKEN}" in why

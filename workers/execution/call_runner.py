@@ -209,8 +209,9 @@ class CallRunner:
         return outcome, answered
 
     def _invoke(self, tool: Tool, args: dict[str, Any], ctx: CallContext) -> Outcome:
-        """Run the handler, timed (the tool's measured latency); its error, stored and
-        audited, never carries a config secret and is cut to ``ERROR_MAX`` characters."""
+        """Run the handler, timed (the tool's measured latency); neither its value nor its
+        error, stored, audited and answered, carries a config secret (a service may echo
+        the header it was sent), and the error is cut to ``ERROR_MAX`` characters."""
         started = time.monotonic()
         outcome = invoke(
             tool,
@@ -223,7 +224,7 @@ class CallRunner:
         )
         ran_ms = round((time.monotonic() - started) * 1000)
         if outcome.error is None:
-            return dataclasses.replace(outcome, ran_ms=ran_ms)
+            return dataclasses.replace(_without_secrets(outcome, self.redact), ran_ms=ran_ms)
         # Replaced before the cut: a secret across it would be left in part.
         error = (self.redact(outcome.error) if self.redact else outcome.error)[:ERROR_MAX]
         return dataclasses.replace(outcome, error=error, ran_ms=ran_ms)
@@ -293,3 +294,26 @@ class CallRunner:
             # Queued and due at ``due_at``: the reconciler sends it once Redis is back.
             log.warning("retry of %s not published: %s", row.id, exc)
         return RunOutcome.RETRY
+
+
+def _without_secrets(outcome: Outcome, redact: Callable[[str], str] | None) -> Outcome:
+    """``outcome`` with each config secret in its value and content replaced by its name.
+    Where a secret was not inside a string (a number, say), the text left is no JSON: the
+    call fails rather than answer with the secret or with broken JSON."""
+    if not redact:
+        return outcome
+    texts = (outcome.value_json, outcome.content_json)
+    value, content = (redact(text) if text is not None else None for text in texts)
+    if (value, content) == texts:
+        return outcome
+    try:
+        for text in (value, content):
+            if text is not None:
+                json.loads(text)
+    except ValueError:
+        return Outcome(
+            ok=False,
+            error="the result holds a config secret outside any string; it is not shown",
+            error_type="SecretInResult",
+        )
+    return dataclasses.replace(outcome, value_json=value, content_json=content)
