@@ -116,6 +116,8 @@ async def submit_batch(
         raise Forbidden("agent role required to submit calls")
     start = offset_param(offset)
     raw = await read_body(request, settings.max_batch_bytes)
+    # The body may take minutes to arrive: a key revoked meanwhile submits nothing.
+    await principal(request)
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     body: dict[str, Any] = {}  # NDJSON: the key comes in the header alone
     if content_type in NDJSON_TYPES:

@@ -74,6 +74,7 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
         raise Forbidden("agent role required to submit calls")
     # The body may carry JSON punctuation around the arguments; allow a little slack.
     body = object_body(await request.body(), limit=call_body_bytes(settings), allowed=CALL_FIELDS)
+    await principal(request)  # a key revoked while its body arrived submits nothing
     if "capability" in body and "tool" in body:
         return answer(bad_request("give either tool or capability, not both"))
     by_capability = "capability" in body

@@ -5,6 +5,7 @@ the outcome: a revocation takes effect at once, as over MCP."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,7 @@ from .test_api_calls import client_with_token, revoke_key, temporary_key
 
 def revoke_then_release(stack: Stack, name: str, token: str, release: Path) -> None:
     revoke_key(stack, name)
-
-    def refused() -> bool:
-        with client_with_token(stack, token) as http:
-            return http.get("/v1/tools").status_code == 401
-
-    wait_for(refused, 30, "the API refusing the revoked key")
+    wait_for(lambda: refused(stack, token), 30, "the API refusing the revoked key")
     release.touch()
 
 
@@ -96,3 +92,36 @@ def test_a_key_revoked_while_its_approval_waits_gets_no_outcome(
         assert answer.json() == {"ok": False, "error": "key revoked"}
         finished = agent.get(f"/v1/calls/{call_id}?wait_s=60").json()
         assert finished["status"] == "succeeded", finished
+
+
+def test_a_key_revoked_while_its_body_arrives_submits_nothing(stack: Stack) -> None:
+    """A call's body and a batch's (which may take minutes to upload) are read after the
+    key was checked: it is checked again once they are in."""
+    for path, first, rest in (
+        ("/v1/calls", b'{"tool": "echo", ', b'"args": {"n": 1}}'),
+        ("/v1/batches", b'{"calls": [{"tool": "echo", "args": {}}, ', b'{"tool": "echo"}]}'),
+    ):
+        name, token = temporary_key(stack, ["agent"])
+        with client_with_token(stack, token) as http:
+            answer = http.post(
+                path,
+                content=revoked_between(stack, name, token, first, rest),
+                headers={"Content-Type": "application/json"},
+            )
+        assert answer.status_code == 401, (path, answer.text)
+        assert call_rows_by(stack, name) == 0, path
+
+
+def revoked_between(
+    stack: Stack, name: str, token: str, first: bytes, rest: bytes
+) -> Iterator[bytes]:
+    """A body sent in two parts, the key revoked (and refused by the API) between them."""
+    yield first
+    revoke_key(stack, name)
+    wait_for(lambda: refused(stack, token), 30, "the API refusing the revoked key")
+    yield rest
+
+
+def refused(stack: Stack, token: str) -> bool:
+    with client_with_token(stack, token) as http:
+        return http.get("/v1/tools").status_code == 401
