@@ -150,6 +150,11 @@ def rejected(tool: str | None, error: str, *, did_you_mean: tuple[str, ...] = ()
     return CallResult(status=REJECTED, tool=tool, error=error, did_you_mean=did_you_mean)
 
 
+# A request the API cannot finish because it is stopping (a submission waiting for its
+# group, a wait cut short by the server's graceful stop).
+SHUTTING_DOWN = "the API is shutting down"
+
+
 def unavailable(message: str, *, tool: str | None = None) -> CallResult:
     text = message if message.startswith("unavailable: ") else f"unavailable: {message}"
     return CallResult(status=Refusal.UNAVAILABLE, tool=tool, error=text, http_status=503)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from typing import Annotated, Any
 
@@ -129,8 +130,9 @@ async def _decide(
                 known_unfinished=True,
             )
             await principal(request)  # a key revoked during the wait gets no outcome
-        except StoreUnavailable:
-            # The decision is applied: told so, without the outcome, never as a failure.
+        except (StoreUnavailable, asyncio.CancelledError):
+            # The decision is applied: told so, without the outcome, never as a failure (nor
+            # a 500 when the server's stop outlasts the wait).
             return AsciiJSONResponse(answer)
         return AsciiJSONResponse(result.to_dict())
     return AsciiJSONResponse(answer)

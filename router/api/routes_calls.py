@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import functools
 from typing import Annotated, Any
 
@@ -14,7 +14,7 @@ from ..auth.principal import Principal
 from ..dispatch.submission import Submission
 from ..errors import Forbidden, StoreUnavailable
 from ..messaging.waiting import wait_for_call
-from ..results import CallResult, bad_request
+from ..results import SHUTTING_DOWN, CallResult, bad_request, unavailable
 from ..runtime import Runtime
 from ..status import TERMINAL_STATES, Role
 from .bodies import (
@@ -111,7 +111,7 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
     if wait_s > 0 and result.call_id is not None and unfinished:
         call_id, accepted = result.call_id, result
         # Not read back at the end (the database gone meanwhile): read below, once on disk.
-        with contextlib.suppress(StoreUnavailable):
+        try:
             result = await wait_for_call(
                 request.app.state.listener,
                 call_id,
@@ -119,6 +119,11 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
                 wait_s,
                 known_unfinished=True,
             )
+        except StoreUnavailable:
+            pass
+        except asyncio.CancelledError:
+            # The server's stop outlasted the wait: told as accepted, nothing read, no 500.
+            return answer(accepted)
         if result.status not in TERMINAL_STATES:
             # Not finished in time: the call may have been accepted by a commit that did
             # not wait for the disk, so it is told as it stands once on disk.
@@ -166,9 +171,16 @@ async def get_call(
     check_call_id(call_id)
     seconds = wait_seconds_param(wait_s, maximum=runtime.settings.max_wait_s)
     if seconds > 0:
-        result = await wait_for_call(
-            request.app.state.listener, call_id, lambda: runtime.calls.get(who, call_id), seconds
-        )
+        try:
+            result = await wait_for_call(
+                request.app.state.listener,
+                call_id,
+                lambda: runtime.calls.get(who, call_id),
+                seconds,
+            )
+        except asyncio.CancelledError:
+            # The server's stop outlasted the wait: answered at once, not a 500.
+            return answer(unavailable(SHUTTING_DOWN))
         await principal(request)  # a key revoked during the wait gets no outcome
     else:
         result = (await in_thread(runtime.calls.get, who, call_id)).result()

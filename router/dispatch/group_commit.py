@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..results import CallResult, internal_error, unavailable
+from ..results import SHUTTING_DOWN, CallResult, internal_error, unavailable
 from ..status import CallStatus
 from ..threads import in_thread
 from .dispatcher import Dispatcher
@@ -161,7 +161,7 @@ class GroupCommit:
         if task.cancelled() or task.exception() is not None:
             _answer_all(accepting, unavailable("the API shut down while accepting this call"))
             if current:
-                _answer_all(queue.waiting, unavailable("the API is shutting down"))
+                _answer_all(queue.waiting, unavailable(SHUTTING_DOWN))
                 queue.waiting.clear()
         if current:
             queue.draining = None
