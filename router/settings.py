@@ -28,7 +28,8 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="TOOLROUTER_", extra="ignore")
 
-    # Where the embedded defaults live: the SQLite file, a private Redis, demo keys.
+    # Where the embedded defaults live: the SQLite file, a private Redis, logs (demo keys
+    # are kept beside the secret key, in the secrets directory).
     state_dir: Path = Path(".toolrouter")
     # Empty: SQLite under the state directory. Else `sqlite:///<path>`, or
     # `postgresql://user:password@host/database` (`postgresql+psycopg://` alike): any other
@@ -40,8 +41,9 @@ class Settings(BaseSettings):
     redis_url: str = ""
     # For a `sentinel://` URL: the name of the primary the sentinels watch (required).
     redis_sentinel_master: str = ""
-    # The tool config (YAML); while the file does not exist the built-in example tools are
-    # served, so `toolrouter up` works out of the box.
+    # The tool config (YAML). Left unset, while `toolrouter.yaml` does not exist the
+    # built-in example tools are served, so `toolrouter up` works out of the box; set, the
+    # file it names must exist.
     config: Path = Path("toolrouter.yaml")
 
     # Address the API binds to: loopback, until you put it behind TLS or a private network.

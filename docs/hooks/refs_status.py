@@ -42,7 +42,10 @@ AUDIT_EVENT = {
     "queued": "A call was accepted and stored `queued`.",
     "pending": "A call of a gated tool was stored `pending`, with its approval request.",
     "approved": "One approver approved; the detail counts approvals and says if it released.",
-    "denied": "An approver denied the request.",
+    "denied": (
+        "An approver denied the request, or a tool's `deny_if` refused a submission (actor "
+        "the submitting key, no call stored, the rule in `detail`)."
+    ),
     "expired": "The expiry sweep expired a request and its call.",
     "ok": "A run succeeded (the detail has the attempt, and `cached: true` for a cached answer).",
     "error": (
@@ -55,7 +58,10 @@ AUDIT_EVENT = {
     ),
     "interrupted": "A run of a non-idempotent tool was lost with its worker.",
     "cancelled": "The requester cancelled a queued or pending call.",
-    "unknown": "A submission named no registered tool; no call was stored.",
+    "unknown": (
+        "A submission named no registered tool, or a call by capability found none that "
+        "takes its arguments (tool `capability:<name>`); no call was stored."
+    ),
     "invalid": "A submission's arguments did not satisfy the tool's schema; no call was stored.",
 }
 

@@ -132,8 +132,8 @@ class DryRunRefusal(BaseModel):
     status: str = Field(
         description=(
             "`rejected` (answered 200 and audited), `conflict` (an idempotency key reused "
-            "with other arguments) or `bad_request` (arguments over the size limit, a "
-            "malformed idempotency key)"
+            "with other arguments) or `bad_request` (arguments over the size limit); a "
+            "malformed body or idempotency key is a 422 as for a submission, not a dry run"
         ),
         json_schema_extra={"enum": [REJECTED, "conflict", "bad_request"]},
     )

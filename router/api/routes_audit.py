@@ -67,7 +67,7 @@ async def read_audit(
     return {"ok": True, "rows": rows, "next_after_seq": rows[-1]["seq"] if rows else after}
 
 
-@router.get("/v1/audit/verify", responses=errors(401, 403, 503))
+@router.get("/v1/audit/verify", responses=errors(401, 403, 422, 503))
 async def verify_audit(request: Request, who: Principal = Depends(principal)) -> JSONResponse:
     """Check the audit log (operators only): the keyed chain, its signed head, checkpoints and
     archive segments. ``ok`` is false when anything does not hold; ``problems`` says where."""

@@ -16,7 +16,7 @@ from .models import errors
 router = APIRouter(tags=["tools"])
 
 
-@router.get("/v1/tools", responses=errors(401, 503))
+@router.get("/v1/tools", responses=errors(401, 422, 503))
 async def list_tools(request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
     """Every registered tool's definition and schemas."""
     return {"ok": True, "tools": [tool.describe() for tool in runtime_of(request).registry]}
