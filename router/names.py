@@ -10,6 +10,10 @@ MAX_ECHOED_NAME = 128
 # A key's name is its identity in the audit log and every listing.
 KEY_NAME_MAX = 128
 KEY_NAME_RULE = f"key name must be 1-{KEY_NAME_MAX} printable characters, none blank at either end"
+ROLE_NAME_MAX = 64
+ROLE_NAME_RULE = (
+    f"role must be 1-{ROLE_NAME_MAX} printable characters, none blank at either end, no comma"
+)
 # Printable, yet shown as nothing: a space, the grapheme joiner, Hangul and Khmer fillers,
 # and the blank braille pattern.
 _SHOWN_AS_NOTHING = frozenset(" \u034f\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0")
@@ -39,6 +43,12 @@ def is_key_name(name: str) -> bool:
     """Whether ``name`` may name a key: one that reads as another (``agentA `` beside
     ``agentA``) would make two identities look like one in the audit log."""
     return 0 < len(name) <= KEY_NAME_MAX and name.isprintable() and not _blank_at_an_end(name)
+
+
+def is_role_name(name: str) -> bool:
+    """Whether ``name`` may name a role: as a key's name, and without a comma (listings
+    join a key's roles with commas, so ``a,operator`` would read as two)."""
+    return is_key_name(name) and len(name) <= ROLE_NAME_MAX and "," not in name
 
 
 def echo_name(name: object) -> str:

@@ -25,7 +25,7 @@ from ..db.schema import api_keys, ui_sessions
 from ..db.store import Store
 from ..errors import Conflict, NotAuthenticated, NotFound
 from ..ids import new_token
-from ..names import KEY_NAME_RULE, is_key_name
+from ..names import KEY_NAME_RULE, ROLE_NAME_RULE, is_key_name, is_role_name
 from ..trust.keyring import KeyRing
 from ..trust.row_seals import key_row_seal
 from .key_cache import Acknowledged, PrincipalCache
@@ -100,6 +100,9 @@ class KeyStore:
             raise ValueError(KEY_NAME_RULE)
         if not roles:
             raise ValueError("a key needs at least one role")
+        odd = next((role for role in roles if not is_role_name(role)), None)
+        if odd is not None:
+            raise ValueError(f"{ROLE_NAME_RULE}: {json.dumps(odd)}")
         token = new_token()
         row: dict[str, Any] = {
             "name": name,

@@ -167,6 +167,14 @@ def test_keys_create_refuses_a_name_that_reads_as_another(home: Home, name: str)
     ), result.stderr
 
 
+@pytest.mark.parametrize("role", ["", "a,operator", "operator\u200b"])
+def test_keys_create_refuses_a_role_that_reads_as_another(home: Home, role: str) -> None:
+    result = home.run("keys", "create", "--name", "odd-role", "--role", role)
+    assert result.returncode != 0 and result.stdout == ""
+    rule = "error: role must be 1-64 printable characters, none blank at either end, no comma"
+    assert f"{rule}: {json.dumps(role)}\n" in result.stderr, result.stderr
+
+
 def test_keys_revoke_makes_the_token_refused(home: Home) -> None:
     token = ok(home.run("keys", "create", "--name", "leaving", "--role", "agent")).splitlines()[-1]
     keep = ok(home.run("keys", "create", "--name", "staying", "--role", "agent")).splitlines()[-1]

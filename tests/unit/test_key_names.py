@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.names import is_key_name
+from router.names import is_key_name, is_role_name
 
 
 @pytest.mark.parametrize(
@@ -44,3 +44,22 @@ def test_a_name_blank_at_an_end_is_refused(name: str) -> None:
 )
 def test_a_name_that_shows_all_it_holds_is_taken(name: str) -> None:
     assert is_key_name(name)
+
+
+@pytest.mark.parametrize(
+    ("role", "allowed"),
+    [
+        ("finance", True),
+        ("trésorerie", True),
+        ("", False),
+        ("a,operator", False),  # listed as two roles
+        ("agent\nadmin", False),
+        ("operator\u200b", False),  # reads as "operator"
+        (" operator", False),
+        ("r" * 65, False),
+    ],
+)
+def test_role_names_follow_the_rule_of_key_names_and_hold_no_comma(
+    role: str, allowed: bool
+) -> None:
+    assert is_role_name(role) is allowed
