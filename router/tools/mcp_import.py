@@ -84,6 +84,10 @@ def _shortened(description: str) -> str:
 def import_mcp_tools(mcp: McpConnections, *, file: str) -> Imported:
     """Connect to every server and import its tools; a server that fails is a config error."""
     imported = Imported()
+    # Which server's tool each name came from: "a" offering "b.c" and "a.b" offering "c"
+    # both make "a.b.c", and a call must never reach one it did not name.
+    origin: dict[str, str] = {}
+    collided: set[str] = set()
     for server in mcp.servers:
         try:
             listing = mcp.list_tools(server)
@@ -102,11 +106,20 @@ def import_mcp_tools(mcp: McpConnections, *, file: str) -> Imported:
             spec = spec_of(server, tool)
             if isinstance(spec, Skipped):
                 skipped[tool.name] = spec
+            elif spec.name in origin:
+                collided.add(spec.name)
+                origin[spec.name] += f" and {tool.name!r} of {server}"
             else:
                 imported.specs[spec.name] = spec
+                origin[spec.name] = f"{tool.name!r} of {server}"
         for name, skip in skipped.items():
             log.warning("skipping MCP tool %r of %s: %s", name, server, skip.why)
             imported.skipped[f"{server}.{name}"] = skip
+    for name in collided:
+        why = f"two MCP tools would be named {name}: {origin[name]}; neither is served"
+        log.warning("skipping MCP tool %s: %s", name, why)
+        del imported.specs[name]
+        imported.skipped[name] = Skipped(why)
     return imported
 
 

@@ -3,6 +3,8 @@ so that one server's tool never stops the router from starting."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,10 +12,12 @@ from mcp import types
 
 from router.errors import ConfigError
 from router.tools.config import ToolSpec
+from router.tools.mcp_client import McpConnections, StdioServer
 from router.tools.mcp_import import (
     DESCRIPTION_CHARS,
     Imported,
     Skipped,
+    import_mcp_tools,
     merge_imported,
     spec_of,
 )
@@ -104,3 +108,39 @@ def test_a_ref_to_an_address_is_never_fetched() -> None:
         problem = build_tool(spec, file="t.yaml").argument_errors({"doc": {}})
         assert problem is not None and problem.startswith("cannot be checked"), problem
         assert server.seen == []
+
+
+# Answers initialize and lists the one tool named in its first argument.
+LISTING_SERVER = r"""
+import json, sys
+for raw in sys.stdin:
+    message = json.loads(raw)
+    if "id" not in message:
+        continue
+    result = {}
+    if message["method"] == "initialize":
+        result = {"protocolVersion": message["params"]["protocolVersion"],
+                  "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "1"}}
+    elif message["method"] == "tools/list":
+        result = {"tools": [{"name": sys.argv[1], "inputSchema": {"type": "object"}}]}
+    print(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}), flush=True)
+"""
+
+
+def test_two_servers_tools_that_would_share_a_name_are_both_skipped(tmp_path: Path) -> None:
+    """Server "a" offering "b.c" and server "a.b" offering "c" both make "a.b.c": a call
+    by that name must not reach whichever listed last."""
+    servers = {
+        "a": StdioServer(command=sys.executable, args=("-c", LISTING_SERVER, "b.c")),
+        "a.b": StdioServer(command=sys.executable, args=("-c", LISTING_SERVER, "c")),
+        "d": StdioServer(command=sys.executable, args=("-c", LISTING_SERVER, "e")),
+    }
+    connections = McpConnections(servers, log_dir=tmp_path)
+    try:
+        imported = import_mcp_tools(connections, file="t.yaml")
+    finally:
+        connections.close()
+    assert sorted(imported.specs) == ["d.e"]
+    assert imported.skipped["a.b.c"].why == (
+        "two MCP tools would be named a.b.c: 'b.c' of a and 'c' of a.b; neither is served"
+    )
