@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -22,6 +21,7 @@ from ..constants import RISK_LEVELS
 from ..errors import ConfigError, SchemaOutdated, Unavailable
 from ..files import private_file
 from ..messaging.celery_app import LOCAL_REDIS_URL, private_redis_url_file
+from ..messaging.redis_clients import is_sentinel
 from ..metrics import metrics_dir
 from ..runtime import Runtime
 from ..settings import Settings
@@ -258,17 +258,19 @@ def _banner(
 
 
 def safe_url(url: str) -> str:
-    """``url`` without its passwords, for a terminal others may see; a Sentinel address
-    lists several URLs, separated by ``;``."""
-    return ";".join(_without_password(part) for part in url.split(";"))
+    """``url`` without its passwords, for a terminal others may see. A Sentinel address
+    lists several URLs, separated by ``;``; any other URL is one, whatever its password
+    holds."""
+    if is_sentinel(url):
+        return ";".join(_without_password(part) for part in url.split(";"))
+    return _without_password(url)
 
 
 def _without_password(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # an unbalanced IPv6 bracket: what follows the last "@" is safe
-        return url.rpartition("@")[2]
-    if parts.password is None:
+    # Up to the last "@": a password may hold "@", ";", "/" and "#" unescaped. Where a
+    # query holds an "@" too, more is hidden than the password, never less.
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, place = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
         return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{place}"

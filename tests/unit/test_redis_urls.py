@@ -71,7 +71,13 @@ def test_celery_gets_kombus_form_and_the_sentinel_transport(tmp_path: Path) -> N
         ("redis://:pw@127.0.0.1:6379/3", "redis://:***@127.0.0.1:6379/3"),
         ("postgresql://me:p@ss@db.example:5432/tr", "postgresql://me:***@db.example:5432/tr"),
         ("sqlite:////srv/state/toolrouter.db", "sqlite:////srv/state/toolrouter.db"),
-        ("redis://:pw@[::1:6379/0", "[::1:6379/0"),
+        ("redis://:pw@[::1:6379/0", "redis://:***@[::1:6379/0"),
+        # Characters a password may hold unescaped, as the database and redis-py read it.
+        ("postgresql://me:pa;ss@db.example/tr", "postgresql://me:***@db.example/tr"),
+        ("postgresql://me:pa/ss@db.example/tr", "postgresql://me:***@db.example/tr"),
+        ("postgresql://me:pa#ss@db.example/tr", "postgresql://me:***@db.example/tr"),
+        ("redis://:s3cr;et@h:6379/0", "redis://:***@h:6379/0"),
+        ("redis://h:6379/0", "redis://h:6379/0"),
     ],
 )
 def test_urls_are_shown_without_their_passwords(url: str, shown: str) -> None:
