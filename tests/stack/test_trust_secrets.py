@@ -48,6 +48,9 @@ from ..support.trust import (
 
 # == private stacks: a config with secrets and a tool that answers too deeply ===============
 
+# A secret that is a number: answered outside any string, it cannot be named in place.
+PIN = "20261207"
+
 
 class ChattyHook(BaseHTTPRequestHandler):
     """An endpoint that says no, repeating what it was sent (as many real services do)."""
@@ -141,6 +144,15 @@ tools:
         url: "http://127.0.0.1:{chatty}/echo"
         method: GET
         headers: {{Authorization: "Bearer ${{TR_TEST_TOKEN}}"}}
+  - {{name: ledger_fallback, handler: "tests.fixture_tools:ledger", risk: low}}
+  - {{name: echo_then_ledger, handler: "tests.fixture_tools:echo", risk: low,
+     fallbacks: [ledger_fallback]}}
+  - name: pin_holder
+    risk: low
+    handler:
+      http:
+        url: "http://127.0.0.1:{closed}/pin"
+        headers: {{X-Pin: "${{TR_TEST_PIN}}"}}
   - name: hook_keyed
     risk: low
     timeout_s: 10
@@ -188,6 +200,7 @@ def secret_stack(
                 TOOLROUTER_CONFIG=str(config),
                 TR_TEST_TOKEN=secret,
                 TR_TEST_QUERY_KEY=query_key,
+                TR_TEST_PIN=PIN,
             ),
             state_dir=state_dir,
         ),
@@ -416,6 +429,22 @@ def test_a_service_that_answers_with_the_secret_it_was_sent_never_reveals_it(
     with runtime_of(secret_stack.stack.settings) as runtime, runtime.store.reading() as conn:
         stored = [str(tuple(row)) for row in conn.execute(sql_select(calls)).all()]
     assert not [row for row in stored if secret in row]
+
+
+def test_a_secret_answered_as_a_number_fails_the_call_and_nothing_runs_again(
+    secret_stack: SecretStack, tmp_path: Path
+) -> None:
+    """The handler ran: its answer is not told (the secret would be), and no fallback runs
+    the arguments again, since the handler's action may not bear repeating."""
+    runs = tmp_path / "runs"
+    args = {"pin": int(PIN), "path": str(runs)}
+    with secret_stack.client() as http:
+        accepted = http.post("/v1/calls", json={"tool": "echo_then_ledger", "args": args})
+        assert accepted.status_code == 200, accepted.text[:300]
+        result = finished(http, accepted.json()["call_id"])
+    assert result["status"] == "failed" and result["error_type"] == "SecretInResult", result
+    assert PIN not in json.dumps(result)
+    assert not runs.exists()
 
 
 def test_a_secret_across_the_error_texts_cut_is_replaced_whole(secret_stack: SecretStack) -> None:

@@ -31,7 +31,7 @@ from router.tools.registry import Tool, is_idempotent
 
 from ..call_limits import limits
 from ..handlers import Outcome, invoke
-from ..handlers.outcome import ERROR_MAX
+from ..handlers.outcome import ERROR_MAX, SECRET_IN_RESULT
 from ..policies import Limiter, ResultCache, backoff_s, should_retry
 from .ledger import Ledger, timeout_of
 from .run_outcome import RunOutcome
@@ -128,6 +128,8 @@ class CallRunner:
                 # The cache holds values only: content blocks would come back without them.
                 if outcome.content_json is None:
                     self.cache.put(tool, row.args_sha256, outcome.value_json)
+            elif outcome.error_type == SECRET_IN_RESULT:
+                pass  # the handler ran: nothing runs it, or another tool, again
             elif should_retry(tool, row.attempt, outcome):
                 return self._retry_later(tool, row, outcome)
             elif row.chain or tool.spec.fallbacks:
@@ -201,7 +203,7 @@ class CallRunner:
             )
             with limits.handler():
                 outcome = self._invoke(fallback, args, ctx)
-            if outcome.ok:
+            if outcome.ok or outcome.error_type == SECRET_IN_RESULT:
                 break
         if not outcome.ok and not_tried:
             error = "; ".join([outcome.error or "failed", *not_tried])[:ERROR_MAX]
@@ -314,6 +316,6 @@ def _without_secrets(outcome: Outcome, redact: Callable[[str], str] | None) -> O
         return Outcome(
             ok=False,
             error="the result holds a config secret outside any string; it is not shown",
-            error_type="SecretInResult",
+            error_type=SECRET_IN_RESULT,
         )
     return dataclasses.replace(outcome, value_json=value, content_json=content)

@@ -17,6 +17,9 @@ ERROR_MAX = 4096
 # The longest wait a service or handler may ask for before a retry; longer waits are cut
 # to it (a retry scheduled past what a date can hold would fail the run that schedules it).
 RETRY_AFTER_MAX_S = 24 * 3600.0
+# A handler that returned a config secret outside any string: it ran, so the call ends
+# there (no retry, no fallback would undo what it did).
+SECRET_IN_RESULT = "SecretInResult"
 
 
 @dataclass(frozen=True, slots=True)
