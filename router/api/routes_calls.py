@@ -122,8 +122,9 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
         except StoreUnavailable:
             pass
         except asyncio.CancelledError:
-            # The server's stop outlasted the wait: told as accepted, nothing read, no 500.
-            return answer(accepted)
+            # The server's stop outlasted the wait: answered at once, not a 500. Not as
+            # accepted: its commit may not be on disk yet, and nothing is waited for now.
+            return answer(unavailable(SHUTTING_DOWN))
         if result.status not in TERMINAL_STATES:
             # Not finished in time: the call may have been accepted by a commit that did
             # not wait for the disk, so it is told as it stands once on disk.
