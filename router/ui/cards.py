@@ -19,7 +19,7 @@ from ..tools.registry import ToolRegistry
 ARGS_SHOWN = 4000
 
 
-def card(item: dict[str, Any], registry: ToolRegistry, who: Principal, *, whole: bool) -> None:
+def fill_card(item: dict[str, Any], registry: ToolRegistry, who: Principal, *, whole: bool) -> None:
     """Add what the card shows to ``item`` (a pending request as the API answers it);
     ``whole``: the request's own page, arguments never cut."""
     tool = registry.get(item["tool"])
@@ -34,8 +34,9 @@ def card(item: dict[str, Any], registry: ToolRegistry, who: Principal, *, whole:
 
 def may_open(item: dict[str, Any], who: Principal) -> bool:
     """Whether the inbox lists ``item`` for ``who``: operators see every request, others
-    those they may decide."""
-    return who.is_operator or _may_decide(item, who)
+    those they may decide and have not decided yet (an N-of-M request)."""
+    decided = any(d.get("approver") == who.name for d in item.get("decisions") or ())
+    return who.is_operator or (_may_decide(item, who) and not decided)
 
 
 def _may_decide(item: dict[str, Any], who: Principal) -> bool:

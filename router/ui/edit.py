@@ -23,6 +23,7 @@ from ..auth.principal import Principal
 from ..canonical import shown_plainly
 from ..dispatch.checks import Checked, EditRefused
 from ..errors import RequestError, Unavailable
+from ..names import echo_name
 from ..threads import in_thread
 from .routes import (
     _page,
@@ -102,12 +103,13 @@ async def review(request: Request) -> Response:
         return checked
     who, form, csrf = checked
     request_id = str(form.get("request_id") or "")
+    label = echo_name(request_id)  # as the form posted it: shown printable, and short
     try:
         item = await _current(request, who, request_id)
     except (RequestError, Unavailable) as exc:
-        return _redirect_with_flash(request, f"{request_id}: {exc}")
+        return _redirect_with_flash(request, f"{label}: {exc}")
     if _changed(item, form):
-        return _redirect_with_flash(request, CHANGED.format(request_id))
+        return _redirect_with_flash(request, CHANGED.format(label))
     text = str(form.get("args") or "")
     limit = TEXT_MARGIN + _runtime(request).settings.max_args_bytes
     edited = parse_args(text, limit)
@@ -132,21 +134,22 @@ async def approve(request: Request) -> Response:
         return checked
     who, form, _ = checked
     request_id = str(form.get("request_id") or "")
+    label = echo_name(request_id)  # as the form posted it: shown printable, and short
     runtime = _runtime(request)
     edited = parse_args(str(form.get("args") or ""), TEXT_MARGIN + runtime.settings.max_args_bytes)
     if isinstance(edited, str):
-        return _redirect_with_flash(request, f"{request_id}: {edited} Nothing was sent.")
+        return _redirect_with_flash(request, f"{label}: {edited} Nothing was sent.")
     try:
         reason = reason_of(form)
     except ValueError as exc:
-        return _redirect_with_flash(request, f"{request_id}: {exc}")
+        return _redirect_with_flash(request, f"{label}: {exc}")
     try:
         item = await _current(request, who, request_id)
         if _changed(item, form):
-            return _redirect_with_flash(request, CHANGED.format(request_id))
+            return _redirect_with_flash(request, CHANGED.format(label))
         vetted = await _vetted(request, item, edited)
         if isinstance(vetted, EditRefused):
-            return _redirect_with_flash(request, f"{request_id}: {vetted.error} Nothing was sent.")
+            return _redirect_with_flash(request, f"{label}: {vetted.error} Nothing was sent.")
         # The hash reviewed goes along: the approval worker refuses it if an edit came since.
         answer = await in_thread(
             functools.partial(runtime.decisions.send, expected_edits=item["edits"]),
@@ -158,6 +161,6 @@ async def approve(request: Request) -> Response:
             item["args_sha256"],
         )
     except (RequestError, Unavailable) as exc:
-        return _redirect_with_flash(request, f"{request_id}: {exc}")
-    line = outcome_line(request_id, answer)
+        return _redirect_with_flash(request, f"{label}: {exc}")
+    line = outcome_line(label, answer)
     return _redirect_with_flash(request, f"{line} (edited)" if answer.get("ok") else line)

@@ -14,7 +14,7 @@ from ..approval.requests import RequestStatus
 from ..errors import NotFound
 from ..names import echo_name
 from ..threads import in_thread
-from .cards import card, may_open
+from .cards import fill_card, may_open
 from .routes import _not_allowed, _page, _runtime, _sessions, _signed_in
 
 router = APIRouter(prefix="/ui/requests", include_in_schema=False)
@@ -35,12 +35,13 @@ async def one_request(request: Request, request_id: str) -> Response:
         item = await in_thread(runtime.approvals_view.get, who, request_id)
     except NotFound:
         return _page(request, "request.html", 404, who=who, csrf=csrf, gone=unknown)
-    if not may_open(item, who):
-        return _page(request, "request.html", 404, who=who, csrf=csrf, gone=unknown)
     if item["status"] != RequestStatus.PENDING or item["expires_in_ms"] <= 0:
-        # Past its expiry and not yet swept: expired all the same.
+        # Told to a key that may read it (as the API tells it). Past its expiry and not
+        # yet swept: expired all the same.
         status = item["status"] if item["status"] != RequestStatus.PENDING else "expired"
         gone = f"{item['request_id']} is no longer pending: {status}"
         return _page(request, "request.html", 404, who=who, csrf=csrf, gone=gone)
-    card(item, runtime.registry, who, whole=True)
+    if not may_open(item, who):
+        return _page(request, "request.html", 404, who=who, csrf=csrf, gone=unknown)
+    fill_card(item, runtime.registry, who, whole=True)
     return _page(request, "request.html", who=who, csrf=csrf, item=item, now_ms=runtime.clock())

@@ -32,9 +32,10 @@ from ..canonical import SHA256_HEX, ascii_json, shown_plainly
 from ..constants import LOGIN_FAILURES
 from ..errors import NotAuthenticated, RequestError, Unavailable
 from ..messaging.redis_clients import redis_client
+from ..names import echo_name
 from ..runtime import Runtime
 from ..threads import in_thread
-from .cards import card
+from .cards import fill_card
 
 TEMPLATES = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 MAX_SELECTED = 100
@@ -145,7 +146,7 @@ async def inbox(request: Request) -> Response:
     del pending[INBOX_SHOWS:]
     history = await in_thread(runtime.approvals_view.history, who, 20)
     for item in pending:
-        card(item, runtime.registry, who, whole=False)
+        fill_card(item, runtime.registry, who, whole=False)
     flash = _sessions(request).read_flash(
         request.cookies.get(FLASH_COOKIE), request.cookies.get(COOKIE, "")
     )
@@ -294,6 +295,7 @@ async def decide(request: Request) -> Response:
     runtime = _runtime(request)
     lines, refused = [], []
     for request_id in request_ids:
+        label = echo_name(request_id)  # as the form posted it: shown printable, and short
         # The hash of the arguments the page showed: an edit since then refuses an approval.
         # (A denial ends the request whatever its arguments.)
         shown = str(form.get(f"args_sha256.{request_id}") or "")
@@ -301,7 +303,7 @@ async def decide(request: Request) -> Response:
             found = await in_thread(runtime.approvals_view.precheck, who, request_id)
             if decision == Decision.APPROVE and not SHA256_HEX.fullmatch(shown):
                 why = CUT if form.get(f"cut.{request_id}") else "the page was stale; reload it"
-                lines.append(f"{request_id}: {why}. Nothing was sent.")
+                lines.append(f"{label}: {why}. Nothing was sent.")
                 refused.append(lines[-1])
                 continue
             answer = await in_thread(
@@ -316,10 +318,10 @@ async def decide(request: Request) -> Response:
                 )
             )
         except (RequestError, Unavailable) as exc:
-            lines.append(f"{request_id}: {exc}")
+            lines.append(f"{label}: {exc}")
             refused.append(lines[-1])
             continue
-        lines.append(outcome_line(request_id, answer))
+        lines.append(outcome_line(label, answer))
         if not answer.get("ok"):
             refused.append(lines[-1])
     return _redirect_with_flash(request, flash_of(lines, refused))

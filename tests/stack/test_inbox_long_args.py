@@ -13,7 +13,7 @@ from router.canonical import args_digest
 from router.ui.cards import ARGS_SHOWN
 from router.ui.routes import CUT
 
-from ..support.calls import result, submit_pending
+from ..support.calls import decide, result, submit_pending
 from ..support.inbox import csrf_of, sign_in_with
 from ..support.stack import Stack
 
@@ -43,7 +43,7 @@ def test_long_arguments_are_cut_on_the_list_and_whole_on_the_requests_page(
         assert 'value="deny"' in cut
         assert 'value="approve"' in card_of(listed.text, short["request_id"])
 
-        # Approving it from the list, with the others selected, is refused by name.
+        # Approving it from the list (ticked for a bulk decision) is refused by name.
         form = {"decision": "approve", "csrf": csrf_of(listed), "request_id": long["request_id"]}
         inbox.post("/ui/decide", data={**form, f"cut.{long['request_id']}": "1"})
         flash = html.unescape(inbox.get("/ui/").text)
@@ -82,6 +82,7 @@ def test_long_arguments_are_cut_on_the_list_and_whole_on_the_requests_page(
 
 def test_a_requests_page_shows_only_what_the_list_would(stack: Stack) -> None:
     finance = submit_pending(stack, tool="finance_wire", args={"to": "x", "amount": 1})
+    made = [finance]
     try:
         with httpx.Client(base_url=stack.base_url, timeout=30) as inbox:
             path = f"/ui/requests/{finance['request_id']}"
@@ -93,6 +94,16 @@ def test_a_requests_page_shows_only_what_the_list_would(stack: Stack) -> None:
             assert "finance" not in hidden.text
         with httpx.Client(base_url=stack.base_url, timeout=30) as inbox:
             assert sign_in_with(inbox, stack.keys["agent"]).status_code == 403
+        # A request of two approvers, approved once by this key: the list no longer shows it
+        # to this key, nor does its page; the second approver still sees it.
+        two = submit_pending(stack, tool="two_man", args={"n": 2})
+        made.append(two)
+        assert decide(stack, two["request_id"]).status_code == 200
+        for key, status in (("approver", 404), ("approver2", 200)):
+            with httpx.Client(base_url=stack.base_url, timeout=30) as inbox:
+                assert sign_in_with(inbox, stack.keys[key]).status_code == 303
+                assert inbox.get(f"/ui/requests/{two['request_id']}").status_code == status
     finally:
         with stack.client("operator") as http:
-            http.post(f"/v1/approvals/{finance['request_id']}/deny", json={"reason": "test over"})
+            for pending in made:
+                http.post(f"/v1/approvals/{pending['request_id']}/deny", json={"reason": "over"})
