@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -30,6 +30,7 @@ from ..errors import (
     ToolListTooLong,
 )
 from ..files import private_dir
+from ..trust.redaction import Redactor
 from .mcp_servers import HttpServer, ServerSpec, StdioServer, parse_servers
 from .mcp_stderr import rotated, stderr_log, written_since
 from .mcp_stdio_lines import held_lines
@@ -90,7 +91,7 @@ class McpConnections:
     # server's output (``mcp_stdio_lines``).
     max_answer_bytes: int = 64 * 1024 * 1024
     # Applied to each line a server writes to its stderr: its env may hold ${VAR} secrets.
-    redact: Callable[[str], str] = str
+    redact: Redactor = field(default_factory=Redactor)
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _sessions: dict[str, _Session] = field(default_factory=dict)

@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import os
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from ..canonical import shown_as_text
 from ..files import private_file
+from ..trust.redaction import Redactor
 
 # What one start of a server writes at most: a server flooding its stderr fills no disk.
 MAX_WRITTEN_BYTES = 8 * 1024 * 1024
@@ -50,16 +51,17 @@ def written_since(path: Path, start: int) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def stderr_log(
-    path: Path | None, redact: Callable[[str], str] = str
-) -> AsyncIterator[TextIO]:
+async def stderr_log(path: Path | None, redact: Redactor | None = None) -> AsyncIterator[TextIO]:
     """A file to hand a server as its stderr, copied to ``path`` (None: this process's own
     stderr, a terminal as likely as not), each line through ``redact``, until the server
     and this block have both let go of it."""
     read_fd, write_fd = os.pipe()
     name = path.name if path is not None else "stderr"
     copier = threading.Thread(
-        target=_copy, args=(read_fd, path, redact), name=f"copy-{name}", daemon=True
+        target=_copy,
+        args=(read_fd, path, redact or Redactor()),
+        name=f"copy-{name}",
+        daemon=True,
     )
     copier.start()
     pipe = os.fdopen(write_fd, "w")
@@ -71,13 +73,31 @@ async def stderr_log(
         await asyncio.to_thread(copier.join, COPIED_WITHIN_S)
 
 
-def _copy(read_fd: int, path: Path | None, redact: Callable[[str], str]) -> None:
+def _pieces(pipe: BinaryIO, redact: Redactor) -> Iterator[str]:
+    """The pipe's lines, a long one in pieces of about ``MAX_LINE_BYTES``, each cut where no
+    secret lies across the cut, so that each piece can be redacted on its own."""
+    held = ""
+    for chunk in iter(lambda: pipe.readline(MAX_LINE_BYTES), b""):
+        text = held + chunk.decode("utf-8", "replace")
+        if text.endswith("\n"):
+            held = ""
+            yield text[:-1]
+            continue
+        cut = redact.safe_cut(text)
+        text, held = text[:cut], text[cut:]
+        if text:
+            yield text
+    if held:
+        yield held
+
+
+def _copy(read_fd: int, path: Path | None, redact: Redactor) -> None:
     written = 0
     with open(read_fd, "rb") as pipe, _target(path) as log:
-        for line in iter(lambda: pipe.readline(MAX_LINE_BYTES), b""):
+        for piece in _pieces(pipe, redact):
             if written > MAX_WRITTEN_BYTES:
                 continue  # read, so that the server never blocks on a full pipe
-            text = shown_as_text(redact(line.decode("utf-8", "replace").removesuffix("\n")))
+            text = shown_as_text(redact(piece))
             data = text.encode("utf-8") + b"\n"
             written += len(data)
             if written > MAX_WRITTEN_BYTES:

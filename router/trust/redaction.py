@@ -47,6 +47,21 @@ class Redactor:
                 text = text.replace(value, name)
         return text
 
+    def safe_cut(self, text: str) -> int:
+        """Where ``text``, the start of a longer text, may be cut so that no form of a
+        secret lies across the cut: what follows it may still complete one."""
+        if not self._pairs:
+            return len(text)
+        cut = max(0, len(text) - len(self._pairs[0][0]) + 1)
+        moved = True
+        while moved:
+            moved = False
+            for value, _ in self._pairs:
+                start = text.find(value, max(0, cut - len(value) + 1))
+                if start != -1 and start < cut:
+                    cut, moved = start, True  # across the cut: keep it whole, after it
+        return cut
+
     def config_error(self, error: ConfigError) -> ConfigError:
         """``error`` with every secret in its reason replaced."""
         return ConfigError(self(error.reason), file=error.file, tool=error.tool)

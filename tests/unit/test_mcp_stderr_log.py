@@ -153,3 +153,31 @@ def test_a_config_secret_a_server_writes_to_its_stderr_is_logged_by_name(tmp_pat
     log = (tmp_path / "mcp-envsrv.log").read_text(encoding="utf-8")
     assert log.startswith("debug: starting with token ${H_TOKEN}\n") and secret not in log
     assert secret not in why and "${H_TOKEN}" in why
+
+
+def test_a_secret_across_the_cut_of_a_long_line_is_logged_by_name(tmp_path: Path) -> None:
+    """A long line (a server dumping its environment) is copied in pieces: a secret that
+    would lie across the cut between two is kept whole in the second."""
+    secret = "supersecret-token-123"
+    path = tmp_path / "mcp-envsrv.log"
+
+    async def dump() -> None:
+        async with mcp_stderr.stderr_log(path, Redactor({"TOK": secret})) as pipe:
+            for padding in (mcp_stderr.MAX_LINE_BYTES - 10, 3 * mcp_stderr.MAX_LINE_BYTES - 1):
+                pipe.write("x" * padding + secret + " tail\n")
+            pipe.write("y" * 10 + secret)  # no line feed before the end
+            pipe.flush()
+
+    asyncio.run(dump())
+    log = path.read_text(encoding="utf-8")
+    assert secret[:8] not in log and secret[-8:] not in log
+    assert log.count("${TOK}") == 3
+    assert log.replace("\n", "").count("x") == mcp_stderr.MAX_LINE_BYTES * 4 - 11
+
+
+def test_a_cut_never_falls_inside_a_secret() -> None:
+    redact = Redactor({"TOK": "abcdefgh"})
+    assert redact.safe_cut("0123456789") == 3  # the last 7 may start one
+    assert redact.safe_cut("01abcdefgh23456") == 2  # across the cut: kept whole after it
+    assert redact.safe_cut("abcdefgh0123456789") == 11
+    assert Redactor().safe_cut("0123") == 4
