@@ -15,19 +15,17 @@ from ..errors import NotFound
 from ..names import echo_name
 from ..threads import in_thread
 from .cards import fill_card, may_open
-from .routes import _not_allowed, _page, _runtime, _sessions, _signed_in
+from .routes import _page, _runtime, _sessions, approver_page
 
 router = APIRouter(prefix="/ui/requests", include_in_schema=False)
 
 
 @router.get("/{request_id}", response_class=HTMLResponse)
 async def one_request(request: Request, request_id: str) -> Response:
-    signed_in = await _signed_in(request)
-    if signed_in is None:
-        return _page(request, "login.html")
+    signed_in = await approver_page(request)
+    if isinstance(signed_in, Response):
+        return signed_in
     current, who = signed_in
-    if not who.is_approver:
-        return _not_allowed(request, signed_in)
     runtime = _runtime(request)
     csrf = _sessions(request).csrf(current)
     unknown = f"unknown request: {echo_name(request_id)}"

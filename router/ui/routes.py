@@ -132,14 +132,23 @@ INBOX_SHOWS = 200
 REQUEST_ANCHOR = re.compile(r"#req-[0-9a-f]{32}")
 
 
-@router.get("/", response_class=HTMLResponse)
-async def inbox(request: Request) -> Response:
+async def approver_page(request: Request) -> tuple[Session, Principal] | Response:
+    """The signed-in approver of a page, or the page for anyone else: the sign-in form,
+    or "Not allowed" for a key without an approver role."""
     signed_in = await _signed_in(request)
     if signed_in is None:
         return _page(request, "login.html")
-    current, who = signed_in
-    if not who.is_approver:
+    if not signed_in[1].is_approver:
         return _not_allowed(request, signed_in)
+    return signed_in
+
+
+@router.get("/", response_class=HTMLResponse)
+async def inbox(request: Request) -> Response:
+    signed_in = await approver_page(request)
+    if isinstance(signed_in, Response):
+        return signed_in
+    current, who = signed_in
     runtime = _runtime(request)
     pending = await in_thread(runtime.approvals_view.list_requests, who, "pending", INBOX_SHOWS + 1)
     more = len(pending) > INBOX_SHOWS
