@@ -3,8 +3,8 @@ whether this key may edit them.
 
 The list cuts long arguments: an agent could otherwise fill every approver's page with
 megabytes (arguments are shown twice, as text and in the edit form, and escaping a quote
-takes six bytes). A cut card offers no decision: the approver opens the request's own
-page, which shows the arguments whole, and decides there."""
+takes six bytes). A cut card can be denied, never approved or edited: the approver opens
+the request's own page, which shows the arguments whole, to do either."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """``/ui/requests/{id}``: one pending request on a page of its own, its arguments whole.
 
-The list cuts long arguments (``router.ui.cards``) and offers no decision on such a card;
-this page is where the approver reads them all and decides. A request the key may not
+The list cuts long arguments (``router.ui.cards``) and offers no approval or edit on such
+a card; this page is where the approver reads them all and does either. A request the key may not
 decide, or that is no longer pending, is told as the API tells it: unknown, or decided.
 """
 
