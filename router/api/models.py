@@ -214,6 +214,13 @@ class DryRunCapability(BaseModel):
     ranking: list[DryRunCandidate] = Field(description="Every tool with it, best first")
 
 
+class DryRunFallbackNotTried(BaseModel):
+    """A fallback the failed call would skip, as the worker would skip it."""
+
+    tool: str = Field(description="The fallback")
+    why: str = Field(description="Why it would not be tried with these arguments")
+
+
 class DryRun(BaseModel):
     """What submitting the call would do, with nothing done. Sections that do not apply
     are `null`: after a refusal or a replay, nothing more would happen."""
@@ -242,8 +249,11 @@ class DryRun(BaseModel):
     fallbacks: list[str] = Field(
         description=(
             "Tools tried in turn if the call fails for good: a capability's chain, else the "
-            "tool's `fallbacks`"
+            "tool's `fallbacks`, less those in `fallbacks_not_tried`"
         )
+    )
+    fallbacks_not_tried: list[DryRunFallbackNotTried] = Field(
+        description="Fallbacks of the chain these arguments would not be run by, and why"
     )
 
 

@@ -18,9 +18,11 @@ from ..messaging.namespace import Namespace
 from ..messaging.policies import Limiter, ResultCache, fallback_chain
 from ..names import echo_name
 from ..results import CallResult, unavailable
+from ..tools.registry import Tool
 from ..tools.routing import Candidate
 from .checks import Checked, Refused
 from .dispatcher import Choice, Dispatcher
+from .gate import why_not_fallback
 
 log = logging.getLogger(__name__)
 
@@ -123,9 +125,11 @@ class Explainer:
                 return _refused(checked.tool.name, replay)  # a key reused with other arguments
             if replay is not None:
                 return _replayed(replay)
-        return self._would_accept(checked, chain)
+        return self._would_accept(requested_by, checked, args, chain)
 
-    def _would_accept(self, checked: Checked, chain: Sequence[str]) -> dict[str, Any]:
+    def _would_accept(
+        self, requested_by: str, checked: Checked, args: object, chain: Sequence[str]
+    ) -> dict[str, Any]:
         tool = checked.tool
         gate = checked.ruling.gate
         answer = _blank(tool.name, Outcome.QUEUED if gate is None else Outcome.PENDING)
@@ -149,8 +153,31 @@ class Explainer:
         if tool.spec.cache_ttl_s > 0:
             hit = self.cache.get(tool, checked.digest) is not None
             answer["cache"] = {"ttl_s": tool.spec.cache_ttl_s, "hit": hit}
-        answer["fallbacks"] = fallback_chain(tool, chain)
+        answer["fallbacks"], answer["fallbacks_not_tried"] = self._fallbacks(
+            requested_by, tool, args, chain
+        )
         return answer
+
+    def _fallbacks(
+        self, requested_by: str, tool: Tool, args: object, chain: Sequence[str]
+    ) -> tuple[list[str], list[dict[str, str]]]:
+        """The chain a failed call would fall back along, split as the worker would take
+        it: tools it would try, and those it would skip for these arguments, with why."""
+        tried: list[str] = []
+        not_tried: list[dict[str, str]] = []
+        for name in fallback_chain(tool, chain):
+            fallback = self.dispatcher.registry.get(name)
+            if fallback is None or name == tool.name:
+                continue
+            if fallback.spec.gated:
+                why: str | None = f"{name} is gated; a fallback has no approval of its own"
+            else:
+                why = why_not_fallback(fallback, args, requested_by, self.dispatcher.roles_of)
+            if why is None:
+                tried.append(name)
+            else:
+                not_tried.append({"tool": name, "why": why})
+        return tried, not_tried
 
 
 def _blank(tool: str | None, outcome: Outcome) -> dict[str, Any]:
@@ -168,6 +195,7 @@ def _blank(tool: str | None, outcome: Outcome) -> dict[str, Any]:
         "rate_limit": None,
         "cache": None,
         "fallbacks": [],
+        "fallbacks_not_tried": [],
     }
 
 

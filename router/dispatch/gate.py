@@ -86,6 +86,24 @@ def rule_on(tool: Tool, args: Any, caller: str, roles_of: RolesOf) -> Ruling:
     return _evaluate(tool, rules, context)
 
 
+def why_not_fallback(tool: Tool, args: Any, caller: str, roles_of: RolesOf) -> str | None:
+    """Why ``tool`` must not answer a failed call as its fallback, if it must not: these
+    arguments are invalid for it, its ``deny_if`` holds, or its rules would gate them (or
+    cannot read them), and a fallback has no approval of its own. The worker skips such a
+    tool and a dry run names it, both by this answer."""
+    problem = tool.argument_errors(args)
+    if problem is not None:
+        return f"invalid arguments: {problem}"
+    if tool.rules is None:
+        return None
+    ruling = rule_on(tool, args, caller, roles_of)
+    if ruling.denial is not None:
+        return ruling.denial
+    if ruling.gate is not None:
+        return f"refused: {tool.name} would need approval for these arguments; a fallback has none"
+    return None
+
+
 def _evaluate(tool: Tool, rules: ToolRules, context: Context) -> Ruling:
     decided: list[GateRule] = []
     failed = False

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
+from pydantic import ValidationError
+
 from ..errors import (
     AnswerTooLarge,
     CallLost,
@@ -36,7 +38,7 @@ from .mcp_stderr import rotated, stderr_log, written_since
 from .mcp_stdio_lines import held_lines
 from .mcp_tool_list import ToolListing, every_tool
 from .mcp_unreachable import EXIT_MARK, unreachable_reason
-from .mcp_unreadable import refused_reason, unreadable_reason, watch_unreadable
+from .mcp_unreadable import not_an_mcp_result, refused_reason, unreadable_reason, watch_unreadable
 
 __all__ = ["HttpServer", "McpConnections", "ServerSpec", "StdioServer", "parse_servers"]
 
@@ -315,6 +317,8 @@ class McpConnections:
         except AnswerTooLarge:
             self._drop(name)
             raise
+        except ValidationError as exc:
+            raise not_an_mcp_result(name, exc) from None
         except (ConnectionError, OSError, EOFError) as exc:
             _raise_if_cut(name, self._drop(name), self.max_answer_bytes)
             raise (CallLost if sent else ConnectionError)(f"MCP server {name}: {exc}") from None

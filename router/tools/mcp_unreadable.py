@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from ..errors import McpProtocolError
 
 if TYPE_CHECKING:
     from mcp.client.session import IncomingMessage, MessageHandlerFnT
+    from pydantic import ValidationError
 
 # How the SDK words a message its validation refused: as a server answering it, and as a
 # client reading an HTTP answer that is JSON.
@@ -58,3 +61,34 @@ def refused_reason(message: str) -> str | None:
     # Matched where the report starts, never searched for: the text may be a server's own.
     found = _FIRST_ERROR.match(message, len(prefix))
     return found[1][:200] if found else "not a valid JSON-RPC message"
+
+
+def not_an_mcp_result(server: str, exc: ValidationError) -> McpProtocolError:
+    """The error of a call whose answer holds no MCP result, in one line."""
+    return McpProtocolError(f"MCP server {server} answered with no MCP result: {_reason(exc)}")
+
+
+def _reason(exc: ValidationError) -> str:
+    """What was wrong with a JSON-RPC answer whose result is not the MCP result it answers,
+    in one line. A content block fails against each type of the union, each failure its
+    own error: it is told by the type its ``type`` names, else as of no type MCP defines."""
+    errors = exc.errors(include_url=False)
+    loc = errors[0]["loc"]
+    # The union's members appear in the location by their class names.
+    at = next((i for i, part in enumerate(loc) if str(part)[:1].isupper()), None)
+    if at is None:
+        return f"{'.'.join(map(str, loc)) or 'result'}: {errors[0]['msg']}"[:200]
+    where, block = ".".join(map(str, loc[:at])), errors[0]["input"]
+    failed: dict[str, list[Any]] = {}
+    for error in errors:
+        if error["loc"][:at] == loc[:at] and len(error["loc"]) > at:
+            failed.setdefault(str(error["loc"][at]), []).append(error)
+    for member, its_errors in failed.items():
+        if all(error["loc"][at + 1 :] not in ((), ("type",)) for error in its_errors):
+            field = ".".join(map(str, its_errors[0]["loc"][at + 1 :]))
+            return f"{where} ({member}): {field}: {its_errors[0]['msg']}"[:200]
+    if not isinstance(block, dict):
+        return f"{where}: a content block that is not a JSON object"
+    given = block.get("type")
+    kind = "no type" if given is None else f"type {str(given)[:40]!r}"
+    return f"{where}: a content block of {kind}, none MCP defines"

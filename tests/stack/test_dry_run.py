@@ -40,6 +40,7 @@ DRY_RUN_FIELDS = {
     "rate_limit",
     "cache",
     "fallbacks",
+    "fallbacks_not_tried",
 }
 NOT_GATED = {
     "required": False,
@@ -274,6 +275,7 @@ def test_the_configured_fallbacks_are_named(stack: Stack) -> None:
     with stack.client() as http:
         answer = explain(http, "search_primary", {"q": "x"})
     assert answer["fallbacks"] == ["search_backup"]
+    assert answer["fallbacks_not_tried"] == []
 
 
 # -- who may ask, and bad input -------------------------------------------------------------

@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 import pytest
 
@@ -299,6 +300,17 @@ def test_http_failures_carry_the_remote_message(
     assert (result["status"], result["error_type"]) == ("failed", error_type)
     if error is not None:
         assert result["error"] == error
+
+
+def test_an_http_service_that_cannot_be_reached_is_named_in_the_error(
+    mcp_stack: tuple[Stack, Path],
+) -> None:
+    """ "Connection refused" alone does not say which of an agent's services was down."""
+    stack, _ = mcp_stack
+    down = httpx.URL(stack.env["HTTP_DOWN_URL"])
+    result = call(stack, "http_down", {})
+    assert result["error"].startswith(f"127.0.0.1:{down.port}: "), result
+    assert "refused" in result["error"].lower(), result
 
 
 def test_an_http_answer_past_the_result_limit_fails_the_call_and_the_worker_serves_on(

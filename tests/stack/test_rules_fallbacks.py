@@ -71,3 +71,33 @@ def test_a_fallback_its_rules_let_through_runs(stack: Stack) -> None:
     answer = pay(stack, "pay_primary", {"to": "bob", "amount": 5})
     assert answer["status"] == "succeeded", answer
     assert answer["answered_by"] == "pay_guarded"
+
+
+def dry_run(stack: Stack, args: dict[str, Any]) -> dict[str, Any]:
+    with stack.client() as http:
+        response = http.post(
+            "/v1/calls", json={"tool": "pay_primary", "args": args, "dry_run": True}
+        )
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_a_dry_run_names_the_fallback_the_worker_would_skip_and_why(stack: Stack) -> None:
+    """The explanation splits the chain as the worker takes it, by the same rules."""
+    denied = dry_run(stack, {"to": "blocked-account", "amount": 5})
+    assert denied["fallbacks"] == []
+    assert denied["fallbacks_not_tried"] == [
+        {
+            "tool": "pay_guarded",
+            "why": "denied by rule deny_if: transfers to blocked accounts are refused",
+        }
+    ]
+    unreadable = dry_run(stack, {"to": ["blocked-account"], "amount": 5})
+    assert unreadable["fallbacks"] == []
+    assert [skip["tool"] for skip in unreadable["fallbacks_not_tried"]] == ["pay_guarded"]
+    assert unreadable["fallbacks_not_tried"][0]["why"].endswith(
+        "would need approval for these arguments; a fallback has none"
+    )
+    allowed = dry_run(stack, {"to": "bob", "amount": 5})
+    assert allowed["fallbacks"] == ["pay_guarded"]
+    assert allowed["fallbacks_not_tried"] == []

@@ -136,3 +136,39 @@ def test_an_answer_over_http_that_is_not_json_rpc_fails_as_such_in_one_line(
         assert "\n" not in message and "pydantic" not in message and "input_value" not in message
         # The session goes on: the answer was read whole, only not understood.
         assert connections.call_tool("paging", "t0", {}, timeout=10).content[0].text == "fine"
+
+
+@pytest.mark.parametrize(
+    ("result", "reason"),
+    [
+        (
+            b'{"content": [{"type": "video", "url": "x"}]}',
+            "content.0: a content block of type 'video', none MCP defines",
+        ),
+        (
+            b'{"content": [{"kind": "text"}]}',
+            "content.0: a content block of no type, none MCP defines",
+        ),
+        (b'{"content": [{"type": "text"}]}', "content.0 (TextContent): text: Field required"),
+        (b'{"content": ["x"]}', "content.0: a content block that is not a JSON object"),
+        (b'{"content": "x"}', "content: Input should be a valid list"),
+    ],
+    ids=["unknown-type", "no-type", "missing-field", "not-an-object", "not-a-list"],
+)
+def test_a_result_that_is_not_an_mcp_result_fails_in_one_line_naming_the_block(
+    result: bytes, reason: str
+) -> None:
+    """Not pydantic's report of each content type the block is not, one error each."""
+    called = 0
+
+    def first_bad(message: dict[str, Any]) -> bytes | Streamed:
+        nonlocal called
+        called += 1
+        good = b'{"content": [{"type": "text", "text": "fine"}]}'
+        return answer_with(result if called == 1 else good)(message)
+
+    with connected(raw_mcp(one_tool, first_bad)) as connections:
+        with pytest.raises(McpProtocolError) as raised:
+            connections.call_tool("paging", "t0", {}, timeout=10)
+        assert str(raised.value) == f"MCP server paging answered with no MCP result: {reason}"
+        assert connections.call_tool("paging", "t0", {}, timeout=10).content[0].text == "fine"

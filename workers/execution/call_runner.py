@@ -185,13 +185,9 @@ class CallRunner:
                     ],
                     at=self.clock(),
                 )
-                refused = self.ledger.fallback_refusal(conn, fallback, args, row.requested_by)
-            problem = fallback.argument_errors(args)
-            if problem is not None:
-                not_tried.append(f"fallback {name} not tried: invalid arguments: {problem}")
-                continue
-            if refused is not None:
-                not_tried.append(f"fallback {name} not tried: {refused.error}")
+                why_not = self.ledger.why_not_fallback(conn, fallback, args, row.requested_by)
+            if why_not is not None:
+                not_tried.append(f"fallback {name} not tried: {why_not}")
                 continue
             answered = name
             ctx = CallContext(

@@ -27,7 +27,7 @@ from router.audit.log import AuditEntry
 from router.auth.keys import principal_named
 from router.db.retry import BRIEF_OUTAGE_S, retried
 from router.db.rows import AttemptOutcome, CallRow
-from router.dispatch.gate import RolesOf, rule_on
+from router.dispatch.gate import RolesOf, rule_on, why_not_fallback
 from router.messaging.completions import MAX_RESULT_BYTES, Notifier
 from router.results import CallResult
 from router.runtime import Runtime
@@ -184,24 +184,12 @@ class Ledger:
             )
         return refused
 
-    def fallback_refusal(
+    def why_not_fallback(
         self, conn: Connection, tool: Tool, args: Any, requested_by: str
-    ) -> RunRefusal | None:
-        """Why ``tool`` must not answer a failed call as its fallback, if it must not: its
-        ``deny_if`` holds, or its rules would gate these arguments (or cannot read them),
-        and a fallback has no approval of its own."""
-        if tool.rules is None:
-            return None
-        ruling = rule_on(tool, args, requested_by, _roles_in(conn, self.runtime.keyring))
-        if ruling.denial is not None:
-            return RunRefusal("Denied", ruling.denial)
-        if ruling.gate is not None:
-            return RunRefusal(
-                "ApprovalMissing",
-                f"refused: {tool.name} would need approval for these arguments; "
-                "a fallback has none",
-            )
-        return None
+    ) -> str | None:
+        """Why ``tool`` must not answer a failed call as its fallback, if it must not, with
+        the requester's roles read in ``conn``."""
+        return why_not_fallback(tool, args, requested_by, _roles_in(conn, self.runtime.keyring))
 
     def finish(
         self,

@@ -33,6 +33,7 @@ NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 # A connection gets this share of the tool's timeout: one that does not open fails before
 # the run's own limit, as a connection error any tool may retry, not as a stall.
 CONNECT_SHARE = 0.5
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def client() -> httpx.Client:
@@ -89,12 +90,15 @@ def run_http(
         return Outcome.timed_out(tool.spec.timeout_s, retryable=_may_send_again(tool, exc))
     except httpx.HTTPError as exc:
         # Connection refused, reset, DNS: the service may be back in a moment.
+        error = str(exc) or type(exc).__name__
         if isinstance(exc, httpx.TransportError):
+            # "Connection refused" alone does not say which service of many.
             where = httpx.URL(spec.url)
             unreachable.report(f"{tool.name} at {where.host}:{where.port or ''}", str(exc))
+            error = f"{where.host}:{where.port or _DEFAULT_PORTS.get(where.scheme, '')}: {error}"
         return Outcome(
             ok=False,
-            error=str(exc) or type(exc).__name__,
+            error=error,
             error_type=type(exc).__name__,
             retryable=_may_send_again(tool, exc),
         )
