@@ -4,30 +4,23 @@ from __future__ import annotations
 
 from fastapi import Request
 
+from ..auth.bearer import bearer_token
 from ..auth.principal import Principal
 from ..errors import Forbidden
 from ..runtime import Runtime
 from ..threads import in_thread
 
-__all__ = ["bearer_token", "in_thread", "principal", "require_operator", "runtime_of"]
+__all__ = ["in_thread", "principal", "require_operator", "runtime_of"]
 
 
 def runtime_of(request: Request) -> Runtime:
     return request.app.state.runtime
 
 
-def bearer_token(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return token.strip()
-
-
 async def principal(request: Request) -> Principal:
     """The authenticated caller (a FastAPI dependency); 401 when there is none."""
     keys = runtime_of(request).keys
-    token = bearer_token(request)
+    token = bearer_token(request.headers)
     # A key this process knows needs no thread and no database (router.auth.key_cache).
     known = keys.cached(token)
     return known if known is not None else await in_thread(keys.authenticate, token)

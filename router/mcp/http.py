@@ -24,9 +24,11 @@ from mcp.server.transport_security import (
     TransportSecuritySettings,
 )
 from mcp.types import INVALID_REQUEST
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from ..auth.bearer import bearer_token
 from ..auth.principal import Principal
 from ..canonical import ascii_json
 from ..errors import NotAuthenticated, PayloadTooLarge, Unavailable
@@ -62,14 +64,6 @@ def transport_security(settings: Settings) -> TransportSecuritySettings:
     )
 
 
-def bearer_token(scope: Scope) -> str | None:
-    header = Request(scope).headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return token.strip()
-
-
 class McpEndpoint:
     """The ASGI app mounted at ``/mcp``. ``run()`` must be entered in the app's lifespan."""
 
@@ -98,7 +92,7 @@ class McpEndpoint:
         """The request's key, looked up each time it is asked for (from the cache, which a
         revocation empties): a request that waits long must not outlive its key."""
         scope = getattr(ctx.request, "scope", None)
-        token = bearer_token(scope) if scope is not None else None
+        token = bearer_token(Headers(scope=scope)) if scope is not None else None
         keys = self.runtime.keys
         known = keys.cached(token)
         return known if known is not None else await in_thread(keys.authenticate, token)
@@ -119,7 +113,8 @@ class McpEndpoint:
                 )
                 return
             try:
-                await in_thread(self.runtime.keys.authenticate, bearer_token(scope))
+                token = bearer_token(Headers(scope=scope))
+                await in_thread(self.runtime.keys.authenticate, token)
             except NotAuthenticated as exc:
                 await guarded.error(401, str(exc), [(b"www-authenticate", b"Bearer")])
                 return

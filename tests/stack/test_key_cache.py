@@ -134,3 +134,18 @@ def test_a_known_key_is_answered_from_the_cache_until_it_is_emptied(stack: Stack
     finally:
         notifier.client.close()
         runtime.close()
+
+
+def test_two_authorization_headers_are_refused_even_with_a_known_key_first(
+    stack: Stack,
+) -> None:
+    """A proxy and the API may each read another of the two: neither counts, from the cache
+    or from the database."""
+    known = f"Bearer {stack.keys['agent']}"
+    for pair in ([known, "Bearer nope"], ["Bearer nope", known], [known, known]):
+        headers = httpx.Headers([("Authorization", value) for value in pair])
+        response = httpx.get(f"{stack.base_url}/v1/tools", headers=headers)
+        assert response.status_code == 401, (pair, response.text)
+        assert response.json() == {"ok": False, "error": "more than one Authorization header"}
+    alone = httpx.get(f"{stack.base_url}/v1/tools", headers={"Authorization": known})
+    assert alone.status_code == 200

@@ -415,6 +415,11 @@ def test_mcp_without_a_valid_key_is_401_json(stack: Stack) -> None:
     assert missing.headers["www-authenticate"] == "Bearer"
     bad = httpx.post(url, json=INITIALIZE, headers={**ACCEPT, "Authorization": "Bearer nope"})
     assert json_error(bad, 401) == "invalid key"
+    known = f"Bearer {stack.keys['agent']}"
+    twice = httpx.Headers([*ACCEPT.items(), ("Authorization", known), ("Authorization", known)])
+    assert json_error(httpx.post(url, json=INITIALIZE, headers=twice), 401) == (
+        "more than one Authorization header"
+    )
 
     async def scenario() -> None:
         async with httpx2.AsyncClient(timeout=30) as http:
