@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -157,12 +158,15 @@ def create_app(runtime: Runtime, *, direct_routes: bool = True) -> FastAPI:
             if outcome is not NotifyOutcome.NOT_QUEUED
         ]
     )
-    app = FastAPI(
+    # Swagger UI's script and style from the API itself: a machine without internet, or a
+    # browser that blocks the CDN, shows /docs too.
+    app = FastAPIOffline(
         title="toolrouter",
         version="1",
         lifespan=lifespan,
-        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        exception_handlers=EXCEPTION_HANDLERS,
         docs_url="/docs",
+        static_url="/docs/static",
         default_response_class=AsciiJSONResponse,
         # A trailing slash is a 404 JSON answer, not a redirect to another method's route.
         redirect_slashes=False,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,12 +14,10 @@ import pytest
 
 from ..support.calls import decide, result, submit_pending
 from ..support.launcher import REPO
-from ..support.services import IN_CI
 from ..support.stack import Stack
 
 playwright_sync = pytest.importorskip("playwright.sync_api")
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 HOSTILE = {
     "note": "<script>window.__pwned = 1</script>",
     "img": '<img src=x onerror="window.__pwned = 2">',
@@ -28,30 +25,6 @@ HOSTILE = {
 }
 SCREENSHOT = REPO / "docs" / "inbox.png"
 PAINTED = "() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        message = f"Chromium is needed for the inbox tests and is not at {CHROMIUM}"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    with playwright_sync.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
-        yield browser
-        browser.close()
 
 
 @pytest.fixture
