@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 import urllib.parse
 
 # Unknown names are echoed back and audited, but not at any length.
@@ -14,6 +16,10 @@ ROLE_NAME_MAX = 64
 ROLE_NAME_RULE = (
     f"role must be 1-{ROLE_NAME_MAX} printable characters, none blank at either end, no comma"
 )
+# Scripts whose letters look alike: "alice" with a Cyrillic \u0430 first reads as "alice".
+_LOOK_ALIKE_SCRIPTS = frozenset({"LATIN", "CYRILLIC", "GREEK"})
+_WORD = re.compile(r"[^\W\d_]+")
+LOOK_ALIKE_RULE = "mixes Latin, Cyrillic or Greek letters in one word"
 # Printable, yet shown as nothing: a space, the grapheme joiner, Hangul and Khmer fillers,
 # and the blank braille pattern.
 _SHOWN_AS_NOTHING = frozenset(" \u034f\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0")
@@ -49,6 +55,18 @@ def is_role_name(name: str) -> bool:
     """Whether ``name`` may name a role: as a key's name, and without a comma (listings
     join a key's roles with commas, so ``a,operator`` would read as two)."""
     return is_key_name(name) and len(name) <= ROLE_NAME_MAX and "," not in name
+
+
+def mixes_look_alike_letters(name: str) -> bool:
+    """Whether a word of ``name`` mixes Latin, Cyrillic and Greek letters, which look alike:
+    such a name reads as another. Words of different scripts (``bot-Иван``) are not mixed."""
+    for word in _WORD.findall(name):
+        if word.isascii():
+            continue
+        scripts = {unicodedata.name(char, "").partition(" ")[0] for char in word}
+        if len(scripts & _LOOK_ALIKE_SCRIPTS) > 1:
+            return True
+    return False
 
 
 def echo_name(name: object) -> str:

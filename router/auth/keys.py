@@ -25,7 +25,14 @@ from ..db.schema import api_keys, ui_sessions
 from ..db.store import Store
 from ..errors import Conflict, NotAuthenticated, NotFound
 from ..ids import new_token
-from ..names import KEY_NAME_RULE, ROLE_NAME_RULE, is_key_name, is_role_name
+from ..names import (
+    KEY_NAME_RULE,
+    LOOK_ALIKE_RULE,
+    ROLE_NAME_RULE,
+    is_key_name,
+    is_role_name,
+    mixes_look_alike_letters,
+)
 from ..trust.keyring import KeyRing
 from ..trust.row_seals import key_row_seal
 from .key_cache import Acknowledged, PrincipalCache
@@ -98,11 +105,17 @@ class KeyStore:
         """Store a new key and return its token: the only time the token is ever seen."""
         if not is_key_name(name):
             raise ValueError(KEY_NAME_RULE)
+        if mixes_look_alike_letters(name):
+            raise ValueError(f"key name {LOOK_ALIKE_RULE}: {json.dumps(name)}")
         if not roles:
             raise ValueError("a key needs at least one role")
         odd = next((role for role in roles if not is_role_name(role)), None)
         if odd is not None:
             raise ValueError(f"{ROLE_NAME_RULE}: {json.dumps(odd)}")
+        # Only exact names grant anything: "admin" with a Cyrillic \u0430 would grant nothing.
+        alike = next((role for role in roles if mixes_look_alike_letters(role)), None)
+        if alike is not None:
+            raise ValueError(f"role {LOOK_ALIKE_RULE}: {json.dumps(alike)}")
         token = new_token()
         row: dict[str, Any] = {
             "name": name,

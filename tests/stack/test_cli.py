@@ -175,6 +175,32 @@ def test_keys_create_refuses_a_role_that_reads_as_another(home: Home, role: str)
     assert f"{rule}: {json.dumps(role)}\n" in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "error"),
+    [
+        (
+            "--role",
+            "\u0430dmin",
+            'error: role mixes Latin, Cyrillic or Greek letters in one word: "\\u0430dmin"',
+        ),
+        (
+            "--name",
+            "\u0430lice",
+            'error: key name mixes Latin, Cyrillic or Greek letters in one word: "\\u0430lice"',
+        ),
+    ],
+    ids=["role", "name"],
+)
+def test_keys_create_refuses_look_alike_letters(
+    home: Home, option: str, value: str, error: str
+) -> None:
+    """ "admin" with a Cyrillic \u0430 first reads as "admin" and would grant nothing."""
+    given = {"--name": "look-alike", "--role": "agent", option: value}
+    result = home.run("keys", "create", *[part for pair in given.items() for part in pair])
+    assert result.returncode != 0 and result.stdout == ""
+    assert f"{error}\n" in result.stderr, result.stderr
+
+
 def test_keys_revoke_makes_the_token_refused(home: Home) -> None:
     token = ok(home.run("keys", "create", "--name", "leaving", "--role", "agent")).splitlines()[-1]
     keep = ok(home.run("keys", "create", "--name", "staying", "--role", "agent")).splitlines()[-1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.names import is_key_name, is_role_name
+from router.names import is_key_name, is_role_name, mixes_look_alike_letters
 
 
 @pytest.mark.parametrize(
@@ -63,3 +63,24 @@ def test_role_names_follow_the_rule_of_key_names_and_hold_no_comma(
     role: str, allowed: bool
 ) -> None:
     assert is_role_name(role) is allowed
+
+
+@pytest.mark.parametrize(
+    ("name", "mixed"),
+    [
+        ("\u0430lice", True),  # a Cyrillic \u0430, then Latin letters
+        ("\u03bfperator", True),  # a Greek omicron
+        ("ope\u0440ator", True),  # a Cyrillic \u0440 inside
+        ("alice", False),
+        ("bot-\u0418\u0432\u0430\u043d", False),  # two words, each of one script
+        ("\u0418\u0432\u0430\u043d", False),
+        ("Jos\u00e9", False),
+        ("Jose\u0301", False),
+        ("\u0391\u0392\u0393", False),
+        ("\u65e5\u672c\u8a9e", False),
+    ],
+)
+def test_a_word_mixing_latin_cyrillic_or_greek_letters_is_told_apart(
+    name: str, mixed: bool
+) -> None:
+    assert mixes_look_alike_letters(name) is mixed
