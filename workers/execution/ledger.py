@@ -169,13 +169,17 @@ class Ledger:
         gated, released for exactly this call."""
         tool = self.registry.get(row.tool)
         gated = tool is not None and tool.spec.gated
-        if tool is not None and tool.rules is not None and row.request_id is None:
-            # Rules over arguments read again: a row written without a request runs only if
-            # they still let this call run ungated (keys' roles as they are now).
+        if tool is not None and tool.rules is not None:
+            # Rules over arguments read again (keys' roles as they are now): a row written
+            # without a request runs only if they still let it run ungated, and no approval
+            # outranks a deny_if that holds now (one added while the request waited).
             ruling = rule_on(
                 tool, json.loads(row.args), row.requested_by, _roles_in(conn, self.runtime.keyring)
             )
-            gated = ruling.gate is not None or ruling.denial is not None
+            if row.request_id is None:
+                gated = ruling.gate is not None or ruling.denial is not None
+            elif ruling.denial is not None:
+                return RunRefusal("Denied", ruling.denial)
         request = pending.get(conn, row.request_id) if row.request_id is not None else None
         refused = run_refusal(self.runtime.keyring, row, request, gated=gated)
         if refused is None and request is not None and spent_on_a_run(conn, row.id):
