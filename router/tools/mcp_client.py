@@ -310,15 +310,16 @@ class McpConnections:
                 session.listed = True
             sent = True
             request = client.call_tool(tool, args, read_timeout_seconds=timeout)
-            return await self._answer(name, session, request)
+            try:
+                return await self._answer(name, session, request)
+            except ValidationError as exc:
+                raise not_an_mcp_result(name, exc) from None
 
         try:
             return self._run(call(), timeout=timeout + CONNECT_TIMEOUT_S)
         except AnswerTooLarge:
             self._drop(name)
             raise
-        except ValidationError as exc:
-            raise not_an_mcp_result(name, exc) from None
         except (ConnectionError, OSError, EOFError) as exc:
             _raise_if_cut(name, self._drop(name), self.max_answer_bytes)
             raise (CallLost if sent else ConnectionError)(f"MCP server {name}: {exc}") from None

@@ -72,23 +72,42 @@ def _reason(exc: ValidationError) -> str:
     """What was wrong with a JSON-RPC answer whose result is not the MCP result it answers,
     in one line. A content block fails against each type of the union, each failure its
     own error: it is told by the type its ``type`` names, else as of no type MCP defines."""
-    errors = exc.errors(include_url=False)
+    errors = [_within_result(error) for error in exc.errors(include_url=False)]
     loc = errors[0]["loc"]
-    # The union's members appear in the location by their class names.
-    at = next((i for i, part in enumerate(loc) if str(part)[:1].isupper()), None)
+    # A block's location is its list's, its index, then the union's member by class name.
+    at = next(
+        (i for i in range(1, len(loc)) if isinstance(loc[i - 1], int) and _is_member(loc[i])),
+        None,
+    )
     if at is None:
         return f"{'.'.join(map(str, loc)) or 'result'}: {errors[0]['msg']}"[:200]
-    where, block = ".".join(map(str, loc[:at])), errors[0]["input"]
+    where = ".".join(map(str, loc[:at]))
     failed: dict[str, list[Any]] = {}
     for error in errors:
         if error["loc"][:at] == loc[:at] and len(error["loc"]) > at:
             failed.setdefault(str(error["loc"][at]), []).append(error)
+    every = [error for its_errors in failed.values() for error in its_errors]
+    if any(len(error["loc"]) == at + 1 for error in every):
+        return f"{where}: a content block that is not a JSON object"
     for member, its_errors in failed.items():
-        if all(error["loc"][at + 1 :] not in ((), ("type",)) for error in its_errors):
+        if all(error["loc"][at + 1 :] != ("type",) for error in its_errors):
             field = ".".join(map(str, its_errors[0]["loc"][at + 1 :]))
             return f"{where} ({member}): {field}: {its_errors[0]['msg']}"[:200]
-    if not isinstance(block, dict):
-        return f"{where}: a content block that is not a JSON object"
-    given = block.get("type")
+    # Each member refused the block's ``type``: that error's input is the type it gave.
+    given = next(
+        (e["input"] for e in every if e["loc"][at + 1 :] == ("type",) and e["type"] != "missing"),
+        None,
+    )
     kind = "no type" if given is None else f"type {str(given)[:40]!r}"
     return f"{where}: a content block of {kind}, none MCP defines"
+
+
+def _is_member(part: object) -> bool:
+    return isinstance(part, str) and part[:1].isupper()
+
+
+def _within_result(error: Any) -> Any:
+    """The error with its location inside the result: a protocol version whose result may
+    be one of several types (a call's result or an input request) names that type first."""
+    loc = error["loc"]
+    return {**error, "loc": loc[1:]} if loc and _is_member(loc[0]) else error
