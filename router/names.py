@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import unicodedata
 import urllib.parse
 
@@ -18,8 +17,7 @@ ROLE_NAME_RULE = (
 )
 # Scripts whose letters look alike: "alice" with a Cyrillic \u0430 first reads as "alice".
 _LOOK_ALIKE_SCRIPTS = frozenset({"LATIN", "CYRILLIC", "GREEK"})
-_WORD = re.compile(r"[^\W\d_]+")
-LOOK_ALIKE_RULE = "mixes Latin, Cyrillic or Greek letters in one word"
+LOOK_ALIKE_RULE = "mixes Latin, Cyrillic or Greek letters"
 # Printable, yet shown as nothing: a space, the grapheme joiner, Hangul and Khmer fillers,
 # and the blank braille pattern.
 _SHOWN_AS_NOTHING = frozenset(" \u034f\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0")
@@ -58,15 +56,14 @@ def is_role_name(name: str) -> bool:
 
 
 def mixes_look_alike_letters(name: str) -> bool:
-    """Whether a word of ``name`` mixes Latin, Cyrillic and Greek letters, which look alike:
-    such a name reads as another. Words of different scripts (``bot-Иван``) are not mixed."""
-    for word in _WORD.findall(name):
-        if word.isascii():
-            continue
-        scripts = {unicodedata.name(char, "").partition(" ")[0] for char in word}
-        if len(scripts & _LOOK_ALIKE_SCRIPTS) > 1:
-            return True
-    return False
+    """Whether ``name`` mixes Latin, Cyrillic and Greek letters, which look alike: such a
+    name reads as another. The whole name counts, whatever separates its letters (a hyphen,
+    a digit, a joiner that shows nothing): "a-team" with a Cyrillic first letter reads as
+    "a-team" all the same."""
+    if name.isascii():
+        return False
+    scripts = {unicodedata.name(char, "").partition(" ")[0] for char in name if char.isalpha()}
+    return len(scripts & _LOOK_ALIKE_SCRIPTS) > 1
 
 
 def echo_name(name: object) -> str:

@@ -100,6 +100,9 @@ def release_text(request: ApprovalRequest, decided_at: int) -> str:
     )
 
 
+TAMPERED = "TamperedArguments"
+
+
 @dataclass(frozen=True, slots=True)
 class RunRefusal:
     """Why a claimed call must not run: its outcome, recorded as a failure."""
@@ -114,7 +117,7 @@ def run_refusal(
     """None when ``row`` may run: its arguments are those accepted, and, when its tool is
     gated or it has a request, a sealed release binds exactly this call."""
     if sha256_hex(row.args) != row.args_sha256:
-        return RunRefusal("TamperedArguments", "arguments changed after they were accepted")
+        return RunRefusal(TAMPERED, "arguments changed after they were accepted")
     if request is None:
         if gated or row.request_id is not None:
             return RunRefusal(

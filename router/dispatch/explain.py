@@ -165,18 +165,12 @@ class Explainer:
         it: tools it would try, and those it would skip for these arguments, with why."""
         tried: list[str] = []
         not_tried: list[dict[str, str]] = []
-        for name in fallback_chain(tool, chain):
-            fallback = self.dispatcher.registry.get(name)
-            if fallback is None or name == tool.name:
-                continue
-            if fallback.spec.gated:
-                why: str | None = f"{name} is gated; a fallback has no approval of its own"
-            else:
-                why = why_not_fallback(fallback, args, requested_by, self.dispatcher.roles_of)
+        for fallback in fallback_chain(self.dispatcher.registry, tool, chain):
+            why = why_not_fallback(fallback, args, requested_by, self.dispatcher.roles_of)
             if why is None:
-                tried.append(name)
+                tried.append(fallback.name)
             else:
-                not_tried.append({"tool": name, "why": why})
+                not_tried.append({"tool": fallback.name, "why": why})
         return tried, not_tried
 
 

@@ -21,7 +21,7 @@ from ..constants import RATE_BUCKET, RESULT_CACHE
 from ..errors import Unavailable
 from ..metrics import Untrusted
 from ..tools.config import parse_rate
-from ..tools.registry import Tool
+from ..tools.registry import Tool, ToolRegistry
 from ..trust.keyring import KeyRing, Purpose
 from .namespace import Namespace
 
@@ -181,7 +181,15 @@ def _ttl_ms(tool: Tool) -> int:
     return int(tool.spec.cache_ttl_s * 1000)
 
 
-def fallback_chain(tool: Tool, chain: Sequence[str] | None) -> list[str]:
-    """The tools a call that failed for good falls back along, in order: its capability
-    chain when it has one, else its tool's ``fallbacks``."""
-    return list(chain) if chain else list(tool.spec.fallbacks)
+def fallback_chain(registry: ToolRegistry, tool: Tool, chain: Sequence[str] | None) -> list[Tool]:
+    """The tools a call of ``tool`` that failed for good falls back along, in order: its
+    capability chain when it has one, else its tool's ``fallbacks``. Each comes once, never
+    the tool itself, one no longer configured, or a gated one (a fallback runs without an
+    approval of its own). The worker walks it and a dry run explains it."""
+    seen, tools = {tool.name}, []
+    for name in chain if chain else tool.spec.fallbacks:
+        fallback = registry.get(name)
+        if name not in seen and fallback is not None and not fallback.spec.gated:
+            seen.add(name)
+            tools.append(fallback)
+    return tools

@@ -181,12 +181,12 @@ def test_keys_create_refuses_a_role_that_reads_as_another(home: Home, role: str)
         (
             "--role",
             "\u0430dmin",
-            'error: role mixes Latin, Cyrillic or Greek letters in one word: "\\u0430dmin"',
+            'error: role mixes Latin, Cyrillic or Greek letters: "\\u0430dmin"',
         ),
         (
             "--name",
             "\u0430lice",
-            'error: key name mixes Latin, Cyrillic or Greek letters in one word: "\\u0430lice"',
+            'error: key name mixes Latin, Cyrillic or Greek letters: "\\u0430lice"',
         ),
     ],
     ids=["role", "name"],

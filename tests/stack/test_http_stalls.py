@@ -6,6 +6,7 @@ again whatever the tool."""
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 from collections import Counter
 from collections.abc import Iterator
@@ -124,5 +125,6 @@ def test_a_connection_that_never_opens_is_tried_again_for_any_tool(stall_stack: 
     result = call(stall_stack, "never_connects", {"q": "z"}, wait_s=45)
 
     assert result["status"] == CallStatus.FAILED, result
-    assert (result["error"], result["error_type"]) == ("no connection within 1 s", "ConnectTimeout")
+    assert result["error_type"] == "ConnectTimeout"
+    assert re.fullmatch(r"127\.0\.0\.1:\d+: no connection within 1 s", result["error"]), result
     assert retries(stall_stack, result["call_id"]) == 2

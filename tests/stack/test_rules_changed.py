@@ -1,5 +1,6 @@
-"""A rule added to the config while a call waits for its approval: the approval does not
-outrank a ``deny_if`` that holds when the call would run."""
+"""A rule added to the config while a call waits, for its approval or in the queue: neither
+an approval nor an earlier acceptance outranks a ``deny_if`` that holds when the call
+would run."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from ..support.audit import audit_events
-from ..support.calls import decide, result, submit_pending
+from ..support.calls import decide, result, submit, submit_pending
 from ..support.stack import Stack, own_stack
 
 REDIS_DB = 10
 BEFORE = """
 tools:
   - {name: wire, handler: "tests.fixture_tools:echo", risk: high, approvers: [approver]}
+  - {name: note, handler: "tests.fixture_tools:echo", risk: low}
 """
 AFTER = """
 tools:
@@ -25,6 +27,10 @@ tools:
     approvers: [approver]
     deny_if: "args.to == 'mallory'"
     deny_reason: "mallory's account is frozen"
+  - name: note
+    handler: "tests.fixture_tools:echo"
+    risk: low
+    deny_if: "args.to == 'mallory'"
 """
 
 
@@ -54,3 +60,18 @@ def test_an_approved_call_its_new_deny_if_refuses_does_not_run(stack: Stack) -> 
     assert "ok" not in [event for event, _ in audit_events(stack, frozen["call_id"])]
     # A call the new rule lets through runs on its approval.
     assert result(stack, other["call_id"], wait_s=60)["status"] == "succeeded"
+
+
+def test_a_queued_call_its_new_deny_if_refuses_is_denied_not_told_as_gated(
+    stack: Stack,
+) -> None:
+    stack.stop("worker")
+    with stack.client() as http:
+        queued = submit(http, "note", {"to": "mallory"})
+    assert queued["status"] == "queued", queued
+    Path(stack.env["TOOLROUTER_CONFIG"]).write_text(AFTER, encoding="utf-8")
+    stack.start_worker(concurrency=1)
+    refused = result(stack, queued["call_id"], wait_s=60)
+    assert refused["status"] == "failed", refused
+    assert refused["error_type"] == "Denied"
+    assert refused["error"] == "denied by rule deny_if: args.to == 'mallory'"

@@ -71,16 +71,22 @@ def test_role_names_follow_the_rule_of_key_names_and_hold_no_comma(
         ("\u0430lice", True),  # a Cyrillic \u0430, then Latin letters
         ("\u03bfperator", True),  # a Greek omicron
         ("ope\u0440ator", True),  # a Cyrillic \u0440 inside
+        ("\u0430-team", True),  # whatever separates the letters
+        ("\u04301dmin", True),
+        ("\u0430\u034flice", True),  # the grapheme joiner shows nothing
+        ("\u0430\ufe00lice", True),
+        ("bot-\u0418\u0432\u0430\u043d", True),  # Latin and Cyrillic in one name
+        ("latency-\u03bcs", True),  # the Greek mu; the micro sign is not Greek
+        ("latency-\u00b5s", False),
         ("alice", False),
-        ("bot-\u0418\u0432\u0430\u043d", False),  # two words, each of one script
-        ("\u0418\u0432\u0430\u043d", False),
+        ("\u0418\u0432\u0430\u043d-2", False),
         ("Jos\u00e9", False),
         ("Jose\u0301", False),
         ("\u0391\u0392\u0393", False),
-        ("\u65e5\u672c\u8a9e", False),
+        ("\u65e5\u672c\u8a9e-bot", False),  # other scripts beside Latin look like none
     ],
 )
-def test_a_word_mixing_latin_cyrillic_or_greek_letters_is_told_apart(
+def test_a_name_mixing_latin_cyrillic_or_greek_letters_is_told_apart(
     name: str, mixed: bool
 ) -> None:
     assert mixes_look_alike_letters(name) is mixed

@@ -161,13 +161,11 @@ class CallRunner:
         same call, until one answers. Gated tools are never fallen back to, nor a tool whose
         rules refuse or would gate these arguments: that would run them without approval.
         A tool not tried answers nothing: the error stays the last run's, with why."""
-        chain = fallback_chain(tool, json.loads(row.chain) if row.chain else None)
+        chain = fallback_chain(self.registry, tool, json.loads(row.chain) if row.chain else None)
         args, answered = row.arguments, row.tool
         not_tried: list[str] = []
-        for name in chain:
-            fallback = self.registry.get(name)
-            if fallback is None or fallback.spec.gated or name == answered:
-                continue
+        for fallback in chain:
+            name = fallback.name
             with self.store.transaction() as conn:
                 self.audit.append(
                     conn,

@@ -21,7 +21,7 @@ from sqlalchemy import Connection
 
 from router import metrics
 from router.approval import requests as pending
-from router.approval.binding import RunRefusal, run_refusal, spent_on_a_run
+from router.approval.binding import TAMPERED, RunRefusal, run_refusal, spent_on_a_run
 from router.audit import entries
 from router.audit.log import AuditEntry
 from router.auth.keys import principal_named
@@ -169,6 +169,7 @@ class Ledger:
         gated, released for exactly this call."""
         tool = self.registry.get(row.tool)
         gated = tool is not None and tool.spec.gated
+        denial: str | None = None
         if tool is not None and tool.rules is not None:
             # Rules over arguments read again (keys' roles as they are now): a row written
             # without a request runs only if they still let it run ungated, and no approval
@@ -176,12 +177,13 @@ class Ledger:
             ruling = rule_on(
                 tool, json.loads(row.args), row.requested_by, _roles_in(conn, self.runtime.keyring)
             )
+            denial = ruling.denial
             if row.request_id is None:
-                gated = ruling.gate is not None or ruling.denial is not None
-            elif ruling.denial is not None:
-                return RunRefusal("Denied", ruling.denial)
+                gated = ruling.gate is not None
         request = pending.get(conn, row.request_id) if row.request_id is not None else None
         refused = run_refusal(self.runtime.keyring, row, request, gated=gated)
+        if denial is not None and (refused is None or refused.error_type != TAMPERED):
+            return RunRefusal("Denied", denial)
         if refused is None and request is not None and spent_on_a_run(conn, row.id):
             return RunRefusal(
                 "ApprovalSpent", f"refused: the approval of {request.id} was spent on a run"

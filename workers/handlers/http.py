@@ -82,7 +82,7 @@ def run_http(
     except httpx.ConnectTimeout:
         return Outcome(
             ok=False,
-            error=f"no connection within {connect_s:g} s",
+            error=f"{host_port(spec.url)}: no connection within {connect_s:g} s",
             error_type="ConnectTimeout",
             retryable=True,  # the request never left
         )
@@ -93,9 +93,9 @@ def run_http(
         error = str(exc) or type(exc).__name__
         if isinstance(exc, httpx.TransportError):
             # "Connection refused" alone does not say which service of many.
-            where = httpx.URL(spec.url)
-            unreachable.report(f"{tool.name} at {where.host}:{where.port or ''}", str(exc))
-            error = f"{where.host}:{where.port or _DEFAULT_PORTS.get(where.scheme, '')}: {error}"
+            where = host_port(spec.url)
+            unreachable.report(f"{tool.name} at {where}", str(exc))
+            error = f"{where}: {error}"
         return Outcome(
             ok=False,
             error=error,
@@ -127,6 +127,13 @@ def run_http(
         retryable=status == 429 or status >= 500,
         retry_after_s=_retry_after(response),
     )
+
+
+def host_port(url: str) -> str:
+    """Where a tool's requests go, as ``host:port`` (``[::1]:8080``), the port always."""
+    where = httpx.URL(url)
+    host = f"[{where.host}]" if ":" in where.host else where.host
+    return f"{host}:{where.port or _DEFAULT_PORTS.get(where.scheme, '')}"
 
 
 def _may_send_again(tool: Tool, exc: httpx.HTTPError) -> bool:
