@@ -300,7 +300,12 @@ class Runtime:
         return Notifier(self.redis_url, self.namespace, self.keyring)
 
     def _announce_keys_changed(self) -> Acknowledged:
-        notifier = self.notifier()
+        """Told after the change is committed: whatever stops the telling (a Redis URL no
+        client takes, say) is how the change was heard, never an error of the change."""
+        try:
+            notifier = self.notifier()
+        except Exception:
+            return Acknowledged(listening=None, heard=0)  # the caller says it was not told
         try:
             return notifier.keys_changed()
         finally:

@@ -36,8 +36,10 @@ class Settings(BaseSettings):
     # form stops every command and process at start-up, named.
     database_url: str = ""
     # Empty: Redis on localhost if one answers, else `toolrouter up` starts a private one.
-    # Or the sentinels of a Redis Sentinel group, joined by `;`, as Celery takes them:
-    # `sentinel://h1:26379;sentinel://h2:26379;sentinel://h3:26379/0`.
+    # Else `redis://[:password@]host:port/<db>` (`rediss://`, `unix://` alike), or the
+    # sentinels of a Redis Sentinel group, joined by `;`, as Celery takes them:
+    # `sentinel://h1:26379;sentinel://h2:26379;sentinel://h3:26379/0`. Another scheme, a port
+    # out of range or a database that is no number stops every command at start-up, named.
     redis_url: str = ""
     # For a `sentinel://` URL: the name of the primary the sentinels watch (required).
     redis_sentinel_master: str = ""
@@ -196,6 +198,13 @@ class Settings(BaseSettings):
             raise ValueError("Flower cannot check a login with a comma in it: choose one without")
         return value
 
+    @field_validator("redis_url")
+    @classmethod
+    def _a_redis_url(cls, value: str) -> str:
+        if value:
+            _check_redis_url(value)
+        return value
+
     @field_validator("database_url")
     @classmethod
     def _a_database_toolrouter_runs_on(cls, value: str) -> str:
@@ -266,6 +275,9 @@ class Settings(BaseSettings):
         return "config" in self.model_fields_set
 
 
+REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
+
+
 def _check_database_url(url: str) -> None:
     """Refuse a URL the store cannot run on, before anything tries to connect with it."""
     accepted = (
@@ -283,6 +295,27 @@ def _check_database_url(url: str) -> None:
         raise ValueError(f"not a database URL: {accepted}")
     if scheme.lower() not in DATABASE_DIALECTS:
         raise ValueError(f"{scheme}:// is not a database toolrouter runs on: {accepted}")
+
+
+def _check_redis_url(url: str) -> None:
+    """Refuse a Redis URL no client could use, before anything is changed that a client
+    would then have to announce (a revoked key)."""
+    if url.lower().startswith("sentinel://"):
+        return  # each sentinel is checked where the list is read (router.messaging.redis_clients)
+    accepted = "use redis://<host>:<port>/<db> (rediss:// and unix:// alike), or sentinel://"
+    scheme, separator, _ = url.partition("://")
+    try:
+        split = urllib.parse.urlsplit(url)
+        _ = split.port  # a port that is no number, or out of range, fails here
+    except ValueError:
+        separator = ""
+    if not separator or scheme.lower() not in REDIS_SCHEMES:
+        # Not the value itself: it may hold a password.
+        raise ValueError(f"not a Redis URL: {accepted}")
+    database = split.path.strip("/")
+    if scheme.lower() != "unix" and database and not database.isdigit():
+        # redis-py would drop it silently and use database 0: another deployment's.
+        raise ValueError("a Redis URL's database is a number: redis://<host>:<port>/<db>")
 
 
 @lru_cache(maxsize=1)

@@ -92,6 +92,8 @@ def approve(
             payload["args"] = json.loads(edited, parse_constant=no_constants, parse_float=finite)
         except ValueError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--args") from None
+        except RecursionError:
+            raise click.BadParameter("nested too deeply", param_hint="--args") from None
         if not isinstance(payload["args"], dict):
             raise click.BadParameter("must be a JSON object", param_hint="--args")
     if wait_s:

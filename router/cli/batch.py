@@ -71,7 +71,7 @@ class BatchFile:
     def _with_key(self, text: str, number: int) -> str:
         try:
             call = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return text  # sent as it is: the server says why it is not a call
         if isinstance(call, dict) and "idempotency_key" not in call:
             call["idempotency_key"] = f"{self.digest[:32]}:{number}"

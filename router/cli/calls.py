@@ -50,6 +50,8 @@ def call(
         args = json.loads(args_json, parse_constant=no_constants, parse_float=finite)
     except ValueError as exc:
         raise click.UsageError(f"--args is not JSON: {exc}") from None
+    except RecursionError:
+        raise click.UsageError("--args is nested too deeply") from None
     body: dict[str, object] = {"tool": tool, "args": args}
     if wait_s:
         body["wait_s"] = wait_s

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..files import private_dir
 from ..messaging.namespace import Namespace
+from .common import fail
 
 if TYPE_CHECKING:
     from ..auth.keys import KeyStore
@@ -30,7 +31,20 @@ def demo_key(settings: Settings, which: str) -> str | None:
     path = demo_keys_file(settings)
     if not path.exists():
         return None
-    return json.loads(path.read_text(encoding="utf-8")).get(which)
+    saved = _read(path)
+    token = saved.get(which)
+    return token if isinstance(token, str) else None
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The tokens ``up`` saved; a file that is not what it wrote stops the command, named."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        fail(f"cannot read the demo keys in {path}: {exc}; pass --key or set TOOLROUTER_KEY")
+    if not isinstance(saved, dict):
+        fail(f"{path} does not hold the demo keys up wrote; pass --key or set TOOLROUTER_KEY")
+    return saved
 
 
 def ensure_demo_keys(settings: Settings, keys: KeyStore) -> dict[str, str] | None:
@@ -45,5 +59,5 @@ def ensure_demo_keys(settings: Settings, keys: KeyStore) -> dict[str, str] | Non
             json.dump(tokens, handle)
         return tokens
     if path.exists():
-        return json.loads(path.read_text(encoding="utf-8"))
+        return {which: token for which, token in _read(path).items() if isinstance(token, str)}
     return None

@@ -26,6 +26,14 @@ from .common import fail, get_settings, runtime
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """toolrouter: the router between agents and their tools."""
+    # Bytes that are not UTF-8 arrive as lone surrogates, which no request, file or
+    # database can hold: refused here, before any command does part of its work.
+    for position, arg in enumerate(sys.argv[1:], start=1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = os.fsencode(arg).decode("ascii", "backslashreplace")  # the bytes given
+            raise click.UsageError(f"argument {position} is not UTF-8 text: {shown[:80]}") from None
     # Like `python -m`, let handlers in the working directory ("mypkg.tools:hello") import:
     # the console script alone would not, while the processes it starts would.
     if os.getcwd() not in sys.path and "" not in sys.path:

@@ -47,7 +47,7 @@ def gather(settings: Settings) -> dict[str, Any]:
             "namespace": runtime.namespace.name,
             "up": processes_of_up(settings),
             "api": api_health(settings),
-            "database": _check(lambda: _database(runtime)),
+            "database": _check(lambda: _database(runtime, settings)),
             "redis": _check(lambda: _redis(runtime)),
         }
         report["database"]["url"] = safe_url(settings.resolved_database_url)
@@ -83,10 +83,15 @@ def _queues() -> list[str]:
     return list(ALL_QUEUES)
 
 
-def _database(runtime: Any) -> dict[str, Any]:
+def _database(runtime: Any, settings: Settings) -> dict[str, Any]:
     from ..approval import requests as pending
     from ..notify import deliveries
     from ..notify.model import DeliveryStatus
+    from .common import missing_database
+
+    # Opened, SQLite would make the file: an empty database that passes for a deployment.
+    if (missing := missing_database(settings)) is not None:
+        raise FileNotFoundError(f"no deployment here: {missing} does not exist")
 
     with runtime.store.reading() as conn:
         return {

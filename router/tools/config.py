@@ -323,6 +323,11 @@ def load_config(
         raise ConfigError(f"TOOLROUTER_CONFIG names {str(path)!r}, which {what}")
     if path.exists():
         raise ConfigError(f"{str(path)!r} is not a file")
+    if path.is_symlink():
+        # Meant as the config, but pointing nowhere: the example tools would pass for it.
+        raise ConfigError(
+            f"{str(path)!r} is a link to {str(path.readlink())!r}, which does not exist"
+        )
     return parse_config(builtin_config_text(), file=BUILTIN_CONFIG_LABEL, env=env)
 
 

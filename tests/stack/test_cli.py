@@ -201,6 +201,28 @@ def test_keys_create_refuses_look_alike_letters(
     assert f"{error}\n" in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("garbage", "not a Redis URL"),
+        ("redis://127.0.0.1:99999/5", "not a Redis URL"),
+        ("redis://127.0.0.1:6379/abc", "a Redis URL's database is a number"),
+    ],
+)
+def test_a_redis_url_no_client_takes_is_refused_before_a_key_is_revoked(
+    home: Home, url: str, error: str
+) -> None:
+    """Not revoked, then told as failed with a traceback: nothing changes, one line."""
+    ok(home.run("keys", "create", "--name", "kept", "--role", "agent"))
+    home.env["TOOLROUTER_REDIS_URL"] = url
+    result = home.run("keys", "revoke", "kept")
+    assert result.returncode == 2, result
+    assert result.stderr.startswith(f"error: TOOLROUTER_REDIS_URL: {error}"), result.stderr
+    assert "Traceback" not in result.stderr and url not in result.stderr
+    del home.env["TOOLROUTER_REDIS_URL"]
+    assert ok(home.run("keys", "list")).split("\t")[2].strip() == "active"
+
+
 def test_keys_revoke_makes_the_token_refused(home: Home) -> None:
     token = ok(home.run("keys", "create", "--name", "leaving", "--role", "agent")).splitlines()[-1]
     keep = ok(home.run("keys", "create", "--name", "staying", "--role", "agent")).splitlines()[-1]
@@ -584,3 +606,60 @@ def test_audit_list_shows_the_first_or_the_last_rows_oldest_first(home: Home) ->
     for bad in (["--limit", "-1"], ["--last", "0"], ["--after-seq", "-5"]):
         refused = home.run("audit", "list", *bad)
         assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+
+
+# -- odd input: one line, exit 2, nothing changed ---------------------------------------------
+
+
+def test_an_argument_that_is_not_utf8_is_a_usage_error(home: Home) -> None:
+    """Its bytes are shown as given; no command reaches the point of sending it."""
+    result = home.run("call", "echo", "--args", '{"a": "\udcff"}')
+    assert result.returncode == 2, result
+    assert 'Error: argument 4 is not UTF-8 text: {"a": "\\xff"}' in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [["call", "echo"], ["approvals", "approve", "req-x"]])
+def test_args_nested_too_deeply_are_a_usage_error(home: Home, command: list[str]) -> None:
+    nested = '{"a": ' * 5000 + "1" + "}" * 5000
+    result = home.run(*command, "--args", nested)
+    assert result.returncode == 2, result
+    assert "nested too deeply" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("saved", ['{"agent": "trk_', "[]"])
+def test_demo_keys_that_are_not_what_up_wrote_are_named(
+    home: Home, tmp_path: Path, saved: str
+) -> None:
+    secrets = tmp_path / "secrets"
+    home.env["TOOLROUTER_SECRETS_DIR"] = str(secrets)
+    ok(home.run("keys", "create", "--name", "someone", "--role", "agent"))  # the deployment
+    (keys_file,) = secrets.glob("*/secret.key")
+    demo = keys_file.parent / "demo-keys.json"
+    demo.write_text(saved, encoding="utf-8")
+    result = home.run("call", "echo")
+    assert result.returncode == 2, result
+    assert str(demo) in result.stderr and "pass --key or set TOOLROUTER_KEY" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_config_link_that_points_nowhere_is_an_error_not_the_example_tools(home: Home) -> None:
+    (home.cwd / "toolrouter.yaml").symlink_to(home.cwd / "moved.yaml")
+    result = home.run("tools")
+    assert result.returncode == 2, result
+    assert result.stderr == (
+        "error: config error: 'toolrouter.yaml' is a link to "
+        f"{str(home.cwd / 'moved.yaml')!r}, which does not exist\n"
+    )
+
+
+def test_status_where_there_is_no_deployment_makes_none(home: Home) -> None:
+    """Else its empty database would pass for a deployment: keys create would no longer
+    say it made one."""
+    result = home.run("status")
+    assert result.returncode == 1, result
+    database = home.state_dir / "toolrouter.db"
+    assert f"no deployment here: {database} does not exist" in result.stdout
+    assert not database.exists()
+    created = home.run("keys", "create", "--name", "first", "--role", "agent")
+    assert created.returncode == 0 and "there was no deployment here" in created.stderr
