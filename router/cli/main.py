@@ -67,7 +67,14 @@ def up(verbose: bool) -> None:
 )
 def api(host: str | None, port: int | None) -> None:
     """Run the HTTP API under uvicorn."""
+    from .preflight import Server, UpRefused, check_port
+
     settings = get_settings()
+    try:
+        setting = "--port" if port else "TOOLROUTER_API_PORT"
+        check_port(Server.API, setting, host or settings.api_host, port or settings.api_port)
+    except UpRefused as exc:
+        fail(str(exc))
     runtime()  # fail fast on config or schema before binding the port
     processes.exec_argv(processes.api_argv(settings, host=host, port=port))
 

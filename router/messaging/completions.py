@@ -34,6 +34,8 @@ from .redis_clients import async_redis_client, redis_client
 from .revocations import KEYS_ACK_TIMEOUT_S
 
 if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
     from ..auth.key_cache import PrincipalCache
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,8 @@ RECENT_TTL_S = 30.0
 # And at most this many bytes of their messages: anyone who can publish can send 10,000
 # messages of the largest size; the oldest are then forgotten sooner.
 RECENT_MAX_BYTES = 32 * 1024 * 1024
+# How long a stop waits for the listener to end, before and after closing its connection.
+STOP_WAIT_S = 2.0
 _RESULT_FIELDS = ("status", "tool", "value", "error", "error_type", "request_id", "answered_by")
 # Between a message's JSON and its tag (64 hex characters at the very end).
 TAG_SEPARATOR = b"|"
@@ -202,17 +206,32 @@ class CompletionListener:
         self._recent: OrderedDict[str, Heard] = OrderedDict()
         self._recent_bytes = 0
         self._task: asyncio.Task[None] | None = None
+        self._client: aioredis.Redis | None = None
+        self._stopping = False
 
     def start(self) -> None:
         if self._task is None:
+            self._stopping = False
             self._task = asyncio.get_running_loop().create_task(self._listen())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._stopping = True
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=STOP_WAIT_S)
+        if not done and self._client is not None:
+            # redis-py can swallow a cancel that lands while it sets up the subscription
+            # (an API whose port is taken stops at once): a closed connection ends the read.
+            with contextlib.suppress(Exception):
+                await self._client.connection_pool.disconnect()
+            done, _ = await asyncio.wait({task}, timeout=STOP_WAIT_S)
+        if not done:
+            log.warning("completion listener did not stop within %g s", 2 * STOP_WAIT_S)
+            return
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            task.result()
 
     @contextlib.contextmanager
     def waiting_for(self, call_id: str) -> Iterator[Waiter]:
@@ -281,8 +300,8 @@ class CompletionListener:
             self.on_completion(call_id)
 
     async def _listen(self) -> None:
-        while True:
-            client = async_redis_client(self.redis_url)
+        while not self._stopping:
+            client = self._client = async_redis_client(self.redis_url)
             try:
                 async with client.pubsub() as pubsub:
                     await pubsub.subscribe(self.channel, self.keys_channel)
@@ -302,6 +321,8 @@ class CompletionListener:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if self._stopping:
+                    return
                 log.warning("completion listener lost Redis (%s); retrying", exc)
                 await asyncio.sleep(1.0)
             finally:

@@ -4,7 +4,9 @@ wait its graceful stop, then cancels it; the caller gets an answer, never a 500.
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -59,3 +61,50 @@ def test_a_submission_waiting_when_the_api_stops_is_answered_503(
     assert answer.status_code == 503, answer.text
     assert answer.json() == {"ok": False, "error": "unavailable: the API is shutting down"}
     assert "Traceback" not in log.read_text(errors="replace")
+
+
+def test_an_api_whose_port_is_taken_exits_rather_than_hanging(stack: Stack, tmp_path: Path) -> None:
+    """uvicorn stops at once when it cannot bind, with the completion listener just started:
+    a cancel redis-py swallows there left the process waiting for it, deaf to SIGTERM."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        log = tmp_path / "api.log"
+        with log.open("wb") as handle:
+            api = subprocess.Popen(
+                processes.api_argv(stack.settings, port=port),
+                env=stack.env,
+                cwd=REPO,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            code = api.wait(timeout=90)
+        finally:
+            stop_group(api, signal.SIGKILL)
+    text = log.read_text(errors="replace")
+    assert code != 0, text
+    assert "address already in use" in text and "Application shutdown complete" in text, text
+    assert "Traceback" not in text
+
+
+def test_the_api_command_refuses_a_taken_port_before_starting(stack: Stack) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "router.cli.main", "api", "--port", str(port)],
+            env=stack.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 2, result
+    assert result.stderr == (
+        f"error: port {port} on 127.0.0.1 (the API) is in use, by another toolrouter or"
+        " another program; free it or set --port\n"
+    )
