@@ -145,7 +145,13 @@ def submit(file: Path, wait: bool, timeout_s: float, key: str | None) -> None:
                 console.print(f"  line {number}: {escape(problem)}")
             if len(rejected) > 20:
                 console.print(f"  … and {len(rejected) - 20} more")
-            status = _follow(client, batch_id, timeout_s, console) if wait else None
+            try:
+                status = _follow(client, batch_id, timeout_s, console) if wait else None
+            except KeyboardInterrupt:
+                # Submitted whole: the id is what the user needs to follow it again.
+                click.echo("interrupted while waiting: the batch goes on", err=True)
+                click.echo(batch_id)
+                sys.exit(130)
     except (RequestError, Unavailable) as exc:
         _fail(str(exc))
     click.echo(batch_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 
 import click
@@ -55,13 +56,24 @@ def call(
     body: dict[str, object] = {"tool": tool, "args": args}
     if wait_s:
         body["wait_s"] = wait_s
+        # Interrupted in its wait, the call may be accepted: sent again with this key, it
+        # is that call, not a second one.
+        idempotency_key = idempotency_key or f"cli-{secrets.token_hex(16)}"
     if idempotency_key:
         body["idempotency_key"] = idempotency_key
     if dry_run:
         body["dry_run"] = True
-    result = api_request(
-        "POST", "/v1/calls", key=key, role="agent", json_body=body, timeout=wait_s + 30
-    )
+    try:
+        result = api_request(
+            "POST", "/v1/calls", key=key, role="agent", json_body=body, timeout=wait_s + 30
+        )
+    except KeyboardInterrupt:
+        click.echo(
+            "interrupted while waiting: the call may have been accepted; run the command again"
+            f" with --idempotency-key {idempotency_key} to get it, not a second call",
+            err=True,
+        )
+        sys.exit(130)
     click.echo(json.dumps(result, indent=2))
     # A dry run's refusal carries the suggestions the refusal itself would.
     refused = result.get("refused")
