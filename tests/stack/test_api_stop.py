@@ -21,14 +21,10 @@ from ..support.waiting import wait_for
 from .test_api_calls import temporary_key
 
 
-def test_a_submission_waiting_when_the_api_stops_is_answered_503(
-    stack: Stack, tmp_path: Path
-) -> None:
-    name, token = temporary_key(stack, ["agent"])
-    release = tmp_path / "release"
-    port, log = free_port(), tmp_path / "api.log"
+def start_api(stack: Stack, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """An API process of the stack's deployment on ``port``, in a session of its own."""
     with log.open("wb") as handle:
-        api = subprocess.Popen(
+        return subprocess.Popen(
             processes.api_argv(stack.settings, port=port),
             env=stack.env,
             cwd=REPO,
@@ -36,6 +32,15 @@ def test_a_submission_waiting_when_the_api_stops_is_answered_503(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def test_a_submission_waiting_when_the_api_stops_is_answered_503(
+    stack: Stack, tmp_path: Path
+) -> None:
+    name, token = temporary_key(stack, ["agent"])
+    release = tmp_path / "release"
+    port, log = free_port(), tmp_path / "api.log"
+    api = start_api(stack, port, log)
     answers: list[httpx.Response] = []
     try:
         base_url = f"http://127.0.0.1:{port}"
@@ -71,15 +76,7 @@ def test_an_api_whose_port_is_taken_exits_rather_than_hanging(stack: Stack, tmp_
         taken.listen(1)
         port = taken.getsockname()[1]
         log = tmp_path / "api.log"
-        with log.open("wb") as handle:
-            api = subprocess.Popen(
-                processes.api_argv(stack.settings, port=port),
-                env=stack.env,
-                cwd=REPO,
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        api = start_api(stack, port, log)
         try:
             code = api.wait(timeout=90)
         finally:

@@ -18,15 +18,17 @@ from ..support.waiting import wait_for
 from .test_api_calls import temporary_key
 
 
+def cli_env(stack: Stack, token: str) -> dict[str, str]:
+    """The stack's settings, its API's port, and the key the commands use."""
+    port = stack.base_url.rsplit(":", 1)[1]
+    return {**stack.env, "TOOLROUTER_API_PORT": port, "TOOLROUTER_KEY": token}
+
+
 def test_an_interrupted_wait_names_the_key_that_gets_the_same_call(
     stack: Stack, tmp_path: Path
 ) -> None:
     name, token = temporary_key(stack, ["agent"])
-    env = {
-        **stack.env,
-        "TOOLROUTER_API_PORT": stack.base_url.rsplit(":", 1)[1],
-        "TOOLROUTER_KEY": token,
-    }
+    env = cli_env(stack, token)
     release = tmp_path / "release"
     args = json.dumps({"until": str(release)})
     command = [sys.executable, "-m", "router.cli.main", "call", "hold", "--args", args]
@@ -65,11 +67,7 @@ def test_an_interrupted_batch_wait_still_prints_the_batch_id_last(
     stack: Stack, tmp_path: Path
 ) -> None:
     _, token = temporary_key(stack, ["agent"])
-    env = {
-        **stack.env,
-        "TOOLROUTER_API_PORT": stack.base_url.rsplit(":", 1)[1],
-        "TOOLROUTER_KEY": token,
-    }
+    env = cli_env(stack, token)
     release = tmp_path / "release"
     batch = tmp_path / "calls.jsonl"
     batch.write_text(json.dumps({"tool": "hold", "args": {"until": str(release)}}) + "\n")

@@ -4,6 +4,7 @@ the cause, and costs the importing process no more than a limit."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -104,6 +105,19 @@ def one_tool(cursor: str | None) -> dict[str, Any]:
     return {"tools": tools(0, 1)}
 
 
+def first_bad_then_fine(result: bytes) -> Callable[[dict[str, Any]], bytes | Streamed]:
+    """Calls answered ``result`` first, then a good answer: the session outlives the bad."""
+    called = 0
+
+    def answer(message: dict[str, Any]) -> bytes | Streamed:
+        nonlocal called
+        called += 1
+        good = b'{"content": [{"type": "text", "text": "fine"}]}'
+        return answer_with(result if called == 1 else good)(message)
+
+    return answer
+
+
 @pytest.mark.parametrize(
     ("result", "reason"),
     [
@@ -118,15 +132,7 @@ def one_tool(cursor: str | None) -> dict[str, Any]:
 def test_an_answer_over_http_that_is_not_json_rpc_fails_as_such_in_one_line(
     result: bytes, reason: str
 ) -> None:
-    called = 0
-
-    def first_bad(message: dict[str, Any]) -> bytes | Streamed:
-        nonlocal called
-        called += 1
-        good = b'{"content": [{"type": "text", "text": "fine"}]}'
-        return answer_with(result if called == 1 else good)(message)
-
-    with connected(raw_mcp(one_tool, first_bad)) as connections:
+    with connected(raw_mcp(one_tool, first_bad_then_fine(result))) as connections:
         with pytest.raises(McpProtocolError) as raised:
             connections.call_tool("paging", "t0", {}, timeout=10)
         message = str(raised.value)
@@ -159,15 +165,7 @@ def test_a_result_that_is_not_an_mcp_result_fails_in_one_line_naming_the_block(
     result: bytes, reason: str
 ) -> None:
     """Not pydantic's report of each content type the block is not, one error each."""
-    called = 0
-
-    def first_bad(message: dict[str, Any]) -> bytes | Streamed:
-        nonlocal called
-        called += 1
-        good = b'{"content": [{"type": "text", "text": "fine"}]}'
-        return answer_with(result if called == 1 else good)(message)
-
-    with connected(raw_mcp(one_tool, first_bad)) as connections:
+    with connected(raw_mcp(one_tool, first_bad_then_fine(result))) as connections:
         with pytest.raises(McpProtocolError) as raised:
             connections.call_tool("paging", "t0", {}, timeout=10)
         assert str(raised.value) == f"MCP server paging answered with no MCP result: {reason}"
