@@ -300,7 +300,7 @@ def _check_database_url(url: str) -> None:
 def _check_redis_url(url: str) -> None:
     """Refuse a Redis URL no client could use, before anything is changed that a client
     would then have to announce (a revoked key)."""
-    if url.lower().startswith("sentinel://"):
+    if url.startswith("sentinel://"):
         return  # each sentinel is checked where the list is read (router.messaging.redis_clients)
     accepted = "use redis://<host>:<port>/<db> (rediss:// and unix:// alike), or sentinel://"
     scheme, separator, _ = url.partition("://")
@@ -313,7 +313,7 @@ def _check_redis_url(url: str) -> None:
         # Not the value itself: it may hold a password.
         raise ValueError(f"not a Redis URL: {accepted}")
     database = split.path.strip("/")
-    if scheme.lower() != "unix" and database and not database.isdigit():
+    if scheme.lower() != "unix" and database and not (database.isascii() and database.isdigit()):
         # redis-py would drop it silently and use database 0: another deployment's.
         raise ValueError("a Redis URL's database is a number: redis://<host>:<port>/<db>")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import secrets
 import sys
 
 import click
@@ -56,9 +55,6 @@ def call(
     body: dict[str, object] = {"tool": tool, "args": args}
     if wait_s:
         body["wait_s"] = wait_s
-        # Interrupted in its wait, the call may be accepted: sent again with this key, it
-        # is that call, not a second one.
-        idempotency_key = idempotency_key or f"cli-{secrets.token_hex(16)}"
     if idempotency_key:
         body["idempotency_key"] = idempotency_key
     if dry_run:
@@ -68,11 +64,20 @@ def call(
             "POST", "/v1/calls", key=key, role="agent", json_body=body, timeout=wait_s + 30
         )
     except KeyboardInterrupt:
-        click.echo(
-            "interrupted while waiting: the call may have been accepted; run the command again"
-            f" with --idempotency-key {idempotency_key} to get it, not a second call",
-            err=True,
-        )
+        # Interrupted in its wait, the call may be accepted and go on, its id not yet told.
+        if dry_run:
+            said = "interrupted: nothing was submitted"
+        elif idempotency_key:
+            said = (
+                "interrupted: the call may have been accepted; run the command again to get"
+                " it: with the same --idempotency-key it is that call, not a second one"
+            )
+        else:
+            said = (
+                "interrupted: the call may have been accepted, and then goes on; without an"
+                " --idempotency-key, running the command again makes a second call"
+            )
+        click.echo(said, err=True)
         sys.exit(130)
     click.echo(json.dumps(result, indent=2))
     # A dry run's refusal carries the suggestions the refusal itself would.

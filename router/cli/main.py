@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import click
 
@@ -23,17 +24,30 @@ from . import tools as tools_cli
 from .common import fail, get_settings, runtime
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """toolrouter's commands; text that cannot be sent or stored is a usage error."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UnicodeEncodeError as exc:
+            # Bytes that are not UTF-8 arrive as lone surrogates: a path may hold them, a
+            # request, a file's text or a database cannot. Raised before anything is sent.
+            raise click.UsageError(f"not UTF-8 text: {_shown(exc)}") from None
+
+
+def _shown(exc: UnicodeEncodeError) -> str:
+    """The bytes given around the first that is not UTF-8, as escapes."""
+    text = exc.object[max(0, exc.start - 20) : exc.end + 20]
+    try:
+        return os.fsencode(text).decode("ascii", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("ascii")
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """toolrouter: the router between agents and their tools."""
-    # Bytes that are not UTF-8 arrive as lone surrogates, which no request, file or
-    # database can hold: refused here, before any command does part of its work.
-    for position, arg in enumerate(sys.argv[1:], start=1):
-        try:
-            arg.encode("utf-8")
-        except UnicodeEncodeError:
-            shown = os.fsencode(arg).decode("ascii", "backslashreplace")  # the bytes given
-            raise click.UsageError(f"argument {position} is not UTF-8 text: {shown[:80]}") from None
     # Like `python -m`, let handlers in the working directory ("mypkg.tools:hello") import:
     # the console script alone would not, while the processes it starts would.
     if os.getcwd() not in sys.path and "" not in sys.path:

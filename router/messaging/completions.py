@@ -155,6 +155,14 @@ class Notifier:
 
 
 @dataclass(eq=False, slots=True)
+class _ListenerRun:
+    """One listening task's own state: a stop tells only the task it stops."""
+
+    stopping: bool = False
+    client: aioredis.Redis | None = None
+
+
+@dataclass(eq=False, slots=True)
 class Heard:
     """A completion heard: its message is parsed only when a waiter asks for it."""
 
@@ -206,26 +214,25 @@ class CompletionListener:
         self._recent: OrderedDict[str, Heard] = OrderedDict()
         self._recent_bytes = 0
         self._task: asyncio.Task[None] | None = None
-        self._client: aioredis.Redis | None = None
-        self._stopping = False
+        self._run: _ListenerRun | None = None
 
     def start(self) -> None:
         if self._task is None:
-            self._stopping = False
-            self._task = asyncio.get_running_loop().create_task(self._listen())
+            self._run = _ListenerRun()
+            self._task = asyncio.get_running_loop().create_task(self._listen(self._run))
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is None:
+        task, self._task, run, self._run = self._task, None, self._run, None
+        if task is None or run is None:
             return
-        self._stopping = True
+        run.stopping = True
         task.cancel()
         done, _ = await asyncio.wait({task}, timeout=STOP_WAIT_S)
-        if not done and self._client is not None:
+        if not done and run.client is not None:
             # redis-py can swallow a cancel that lands while it sets up the subscription
             # (an API whose port is taken stops at once): a closed connection ends the read.
             with contextlib.suppress(Exception):
-                await self._client.connection_pool.disconnect()
+                await run.client.connection_pool.disconnect()
             done, _ = await asyncio.wait({task}, timeout=STOP_WAIT_S)
         if not done:
             log.warning("completion listener did not stop within %g s", 2 * STOP_WAIT_S)
@@ -299,9 +306,9 @@ class CompletionListener:
         if self.on_completion is not None:
             self.on_completion(call_id)
 
-    async def _listen(self) -> None:
-        while not self._stopping:
-            client = self._client = async_redis_client(self.redis_url)
+    async def _listen(self, run: _ListenerRun) -> None:
+        while not run.stopping:
+            client = run.client = async_redis_client(self.redis_url)
             try:
                 async with client.pubsub() as pubsub:
                     await pubsub.subscribe(self.channel, self.keys_channel)
@@ -321,7 +328,7 @@ class CompletionListener:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if self._stopping:
+                if run.stopping:
                     return
                 log.warning("completion listener lost Redis (%s); retrying", exc)
                 await asyncio.sleep(1.0)

@@ -325,9 +325,7 @@ def load_config(
         raise ConfigError(f"{str(path)!r} is not a file")
     if path.is_symlink():
         # Meant as the config, but pointing nowhere: the example tools would pass for it.
-        raise ConfigError(
-            f"{str(path)!r} is a link to {str(path.readlink())!r}, which does not exist"
-        )
+        raise ConfigError(f"{str(path)!r} is a link that leads to no file")
     return parse_config(builtin_config_text(), file=BUILTIN_CONFIG_LABEL, env=env)
 
 
@@ -342,4 +340,6 @@ def config_in_use(path: Path, *, required: bool) -> str:
     """What a banner names as the config: the file's absolute path, or the built-in one."""
     if path.is_file() or required:
         return str(path.resolve())
+    if path.is_symlink():
+        return f"{path.absolute()} (a link that leads to no file)"
     return f"{BUILTIN_CONFIG_LABEL} (no {path} here)"

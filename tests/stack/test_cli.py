@@ -611,12 +611,30 @@ def test_audit_list_shows_the_first_or_the_last_rows_oldest_first(home: Home) ->
 # -- odd input: one line, exit 2, nothing changed ---------------------------------------------
 
 
-def test_an_argument_that_is_not_utf8_is_a_usage_error(home: Home) -> None:
-    """Its bytes are shown as given; no command reaches the point of sending it."""
-    result = home.run("call", "echo", "--args", '{"a": "\udcff"}')
+def test_an_argument_that_is_not_utf8_is_a_usage_error_where_it_would_be_sent(
+    home: Home,
+) -> None:
+    """Its bytes are shown as given; nothing is sent."""
+    home.env["TOOLROUTER_API_PORT"] = str(free_port())
+    result = home.run("call", "echo", "--key", "x", "--args", '{"a": "\udcff"}')
     assert result.returncode == 2, result
-    assert 'Error: argument 4 is not UTF-8 text: {"a": "\\xff"}' in result.stderr
+    assert 'Error: not UTF-8 text: "echo","args":{"a":"\\xff"}}' in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_path_that_is_not_utf8_is_a_path_all_the_same(home: Home) -> None:
+    """Linux paths are bytes: a folder named in Latin-1 is written to as named."""
+    folder = os.fsdecode(b"caf\xe9")
+    # Bytes out, as the command prints the path it wrote to as given.
+    result = subprocess.run(
+        [sys.executable, "-m", "router.cli.main", "init", "--dir", folder],
+        env=home.env,
+        cwd=home.cwd,
+        capture_output=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (home.cwd / folder / "toolrouter.yaml").is_file()
 
 
 @pytest.mark.parametrize("command", [["call", "echo"], ["approvals", "approve", "req-x"]])
@@ -643,14 +661,19 @@ def test_demo_keys_that_are_not_what_up_wrote_are_named(
     assert "Traceback" not in result.stderr
 
 
-def test_a_config_link_that_points_nowhere_is_an_error_not_the_example_tools(home: Home) -> None:
-    (home.cwd / "toolrouter.yaml").symlink_to(home.cwd / "moved.yaml")
+@pytest.mark.parametrize("target", ["moved.yaml", "toolrouter.yaml"], ids=["gone", "loop"])
+def test_a_config_link_that_leads_to_no_file_is_an_error_not_the_example_tools(
+    home: Home, target: str
+) -> None:
+    (home.cwd / "toolrouter.yaml").symlink_to(home.cwd / target)
     result = home.run("tools")
     assert result.returncode == 2, result
     assert result.stderr == (
-        "error: config error: 'toolrouter.yaml' is a link to "
-        f"{str(home.cwd / 'moved.yaml')!r}, which does not exist\n"
+        "error: config error: 'toolrouter.yaml' is a link that leads to no file\n"
     )
+    status = home.run("status")
+    config = home.cwd / "toolrouter.yaml"
+    assert f"config     {config} (a link that leads to no file)" in status.stdout, status
 
 
 def test_status_where_there_is_no_deployment_makes_none(home: Home) -> None:

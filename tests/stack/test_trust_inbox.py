@@ -26,6 +26,7 @@ from router.settings import Settings
 
 from ..support import services
 from ..support.calls import submit_pending
+from ..support.chromium import CHROMIUM
 from ..support.inbox import (
     browser_headers,
     csrf_of,
@@ -329,8 +330,6 @@ def test_a_real_browser_signs_in_and_its_sign_out_ends_the_server_session(
     stack: Stack,
 ) -> None:
     playwright_sync = pytest.importorskip("playwright.sync_api")
-    from ..browser.test_inbox import CHROMIUM
-
     if not Path(CHROMIUM).exists():
         if services.IN_CI:
             pytest.fail(f"Chromium is needed and is not at {CHROMIUM}")

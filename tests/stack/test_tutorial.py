@@ -28,8 +28,9 @@ import yaml
 
 from router.status import TERMINAL_STATES
 
-from ..browser.test_inbox import CHROMIUM, card, playwright_sync
+from ..browser.test_inbox import card, playwright_sync
 from ..support import services
+from ..support.chromium import CHROMIUM
 from ..support.launcher import REPO, free_port
 from ..support.services import IN_CI
 from ..support.waiting import wait_for
