@@ -252,9 +252,7 @@ class DryRun(BaseModel):
             "tool's `fallbacks`, less those in `fallbacks_not_tried`"
         )
     )
-    fallbacks_not_tried: list[DryRunFallbackNotTried] = Field(
-        description="Fallbacks of the chain these arguments would not be run by, and why"
-    )
+    fallbacks_not_tried: list[DryRunFallbackNotTried] = Field(description="Fallbacks it would skip")
 
 
 class ErrorModel(BaseModel):
