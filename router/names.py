@@ -66,6 +66,29 @@ def mixes_look_alike_letters(name: str) -> bool:
     return len(scripts & _LOOK_ALIKE_SCRIPTS) > 1
 
 
+# Compatibility forms that show the same letter as another character does.
+_PRESENTATION_FORMS = ("<font>", "<wide>", "<narrow>")
+ONE_WAY_RULE = (
+    "must be written one way: no decomposed accents, fullwidth, halfwidth or mathematical"
+    " letters, nor dashes but -"
+)
+
+
+def is_written_one_way(name: str) -> bool:
+    """Whether ``name`` has no twin written with other characters that show the same: an
+    accent composed (NFC), letters in no presentation form, and ``-`` its only dash."""
+    if name.isascii():
+        return True
+    if unicodedata.normalize("NFC", name) != name:
+        return False
+    for char in name:
+        if char != "-" and (unicodedata.category(char) == "Pd" or char == "\u2212"):
+            return False
+        if unicodedata.decomposition(char).startswith(_PRESENTATION_FORMS):
+            return False
+    return True
+
+
 def echo_name(name: object) -> str:
     """A caller-supplied name made safe to echo and to store: printable, and not too long."""
     text = name if isinstance(name, str) else json.dumps(name, default=repr)

@@ -28,9 +28,11 @@ from ..ids import new_token
 from ..names import (
     KEY_NAME_RULE,
     LOOK_ALIKE_RULE,
+    ONE_WAY_RULE,
     ROLE_NAME_RULE,
     is_key_name,
     is_role_name,
+    is_written_one_way,
     mixes_look_alike_letters,
 )
 from ..trust.keyring import KeyRing
@@ -107,6 +109,8 @@ class KeyStore:
             raise ValueError(KEY_NAME_RULE)
         if mixes_look_alike_letters(name):
             raise ValueError(f"key name {LOOK_ALIKE_RULE}: {json.dumps(name)}")
+        if not is_written_one_way(name):
+            raise ValueError(f"key name {ONE_WAY_RULE}: {json.dumps(name)}")
         if not roles:
             raise ValueError("a key needs at least one role")
         odd = next((role for role in roles if not is_role_name(role)), None)
@@ -116,6 +120,9 @@ class KeyStore:
         alike = next((role for role in roles if mixes_look_alike_letters(role)), None)
         if alike is not None:
             raise ValueError(f"role {LOOK_ALIKE_RULE}: {json.dumps(alike)}")
+        twin = next((role for role in roles if not is_written_one_way(role)), None)
+        if twin is not None:
+            raise ValueError(f"role {ONE_WAY_RULE}: {json.dumps(twin)}")
         token = new_token()
         row: dict[str, Any] = {
             "name": name,

@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 
 import click
 
+from ..approval.model import RequestStatus
 from ..json_input import finite, no_constants
 from ..names import path_segment
 from .common import Seconds
@@ -24,6 +25,14 @@ KEY_OPTION = click.option(
 def _print(body: dict[str, object]) -> None:
     click.echo(json.dumps(body, indent=2))
     sys.exit(0 if body.get("ok") else 1)
+
+
+def _state(item: dict[str, object]) -> str:
+    """When a pending request expires; for a decided one, how and by whom."""
+    if item.get("status") == RequestStatus.PENDING:
+        return f"expires in {int(item.get('expires_in_ms') or 0) // 1000} s"
+    deciders = [d.get("approver") for d in item.get("decisions") or () if isinstance(d, dict)]
+    return f"{item.get('status')}" + (f" by {', '.join(map(str, deciders))}" if deciders else "")
 
 
 @click.command("list")
@@ -45,8 +54,7 @@ def list_requests(status: str, as_json: bool, key: str | None) -> None:
         click.echo(f"no {status} requests for this key")
     for item in requests:
         click.echo(
-            f"{item['request_id']}  {item['tool']}  by {item['requested_by']}  "
-            f"expires in {item.get('expires_in_ms', 0) // 1000} s"
+            f"{item['request_id']}  {item['tool']}  by {item['requested_by']}  {_state(item)}"
         )
         click.echo("  args: " + json.dumps(item.get("args"), sort_keys=True))
         click.echo(f"  args_sha256: {item.get('args_sha256')}")

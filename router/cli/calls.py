@@ -55,7 +55,7 @@ def call(
     body: dict[str, object] = {"tool": tool, "args": args}
     if wait_s:
         body["wait_s"] = wait_s
-    if idempotency_key:
+    if idempotency_key is not None:  # an empty one is the API's to refuse, not to drop
         body["idempotency_key"] = idempotency_key
     if dry_run:
         body["dry_run"] = True
@@ -67,7 +67,7 @@ def call(
         # Interrupted in its wait, the call may be accepted and go on, its id not yet told.
         if dry_run:
             said = "interrupted: nothing was submitted"
-        elif idempotency_key:
+        elif idempotency_key is not None:
             said = (
                 "interrupted: the call may have been accepted; run the command again to get"
                 " it: with the same --idempotency-key it is that call, not a second one"

@@ -47,6 +47,9 @@ def test_approver_lists_and_approves_from_the_command_line(stack: Stack) -> None
     )
     assert approved.returncode == 0, approved.stdout + approved.stderr
     assert json.loads(approved.stdout)["value"] == {"to": "cli"}
+    decided = cli(env, "approvals", "list", "--status", "approved")
+    line = next(line for line in decided.stdout.splitlines() if call["request_id"] in line)
+    assert "expires in" not in line and line.endswith("  approved by approver"), line
     replay = cli(env, "approvals", "approve", call["request_id"])
     assert replay.returncode == 1
     assert json.loads(replay.stdout) == {

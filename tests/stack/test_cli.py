@@ -188,8 +188,20 @@ def test_keys_create_refuses_a_role_that_reads_as_another(home: Home, role: str)
             "\u0430lice",
             'error: key name mixes Latin, Cyrillic or Greek letters: "\\u0430lice"',
         ),
+        (
+            "--name",
+            "Jose\u0301",
+            "error: key name must be written one way: no decomposed accents, fullwidth,"
+            ' halfwidth or mathematical letters, nor dashes but -: "Jose\\u0301"',
+        ),
+        (
+            "--role",
+            "\uff41dmin",
+            "error: role must be written one way: no decomposed accents, fullwidth,"
+            ' halfwidth or mathematical letters, nor dashes but -: "\\uff41dmin"',
+        ),
     ],
-    ids=["role", "name"],
+    ids=["role", "name", "decomposed-name", "fullwidth-role"],
 )
 def test_keys_create_refuses_look_alike_letters(
     home: Home, option: str, value: str, error: str
@@ -530,6 +542,12 @@ def test_call_that_does_not_succeed_exits_non_zero(stack: Stack, tmp_path: Path)
     typo = toolrouter("call", "ehco", "--key", stack.keys["agent"], env=env, cwd=tmp_path)
     assert typo.returncode == 1
     assert typo.stderr.strip().startswith("did you mean: echo"), typo.stderr
+    # An empty key is the API's to refuse: dropped, a retry would make a second call.
+    no_key = toolrouter(
+        "call", "echo", "--idempotency-key", "", "--key", stack.keys["agent"], env=env, cwd=tmp_path
+    )
+    assert no_key.returncode == 1
+    assert "idempotency_key must be" in json.loads(no_key.stdout)["error"], no_key.stdout
 
 
 def test_approvals_without_a_subcommand_shows_help_and_starts_nothing(home: Home) -> None:

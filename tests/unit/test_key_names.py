@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from router.names import is_key_name, is_role_name, mixes_look_alike_letters
+from router.names import (
+    is_key_name,
+    is_role_name,
+    is_written_one_way,
+    mixes_look_alike_letters,
+)
 
 
 @pytest.mark.parametrize(
@@ -90,3 +95,24 @@ def test_a_name_mixing_latin_cyrillic_or_greek_letters_is_told_apart(
     name: str, mixed: bool
 ) -> None:
     assert mixes_look_alike_letters(name) is mixed
+
+
+@pytest.mark.parametrize(
+    ("name", "one_way"),
+    [
+        ("Jos\u00e9", True),
+        ("Jose\u0301", False),  # shows as the composed name above
+        ("\uff41lice", False),  # fullwidth
+        ("\U0001d41alice", False),  # mathematical bold
+        ("\uff76\uff80", False),  # halfwidth katakana
+        ("agent\u2010a", False),  # a hyphen that is not -
+        ("agent\u2013a", False),
+        ("agent\u2212a", False),  # the minus sign
+        ("agent-a", True),
+        ("latency-\u00b5s", True),  # the micro sign is no presentation form
+        ("\u65e5\u672c\u8a9e-bot", True),
+        ("bot\u2764\ufe0f", True),
+    ],
+)
+def test_a_name_with_a_twin_written_otherwise_is_told_apart(name: str, one_way: bool) -> None:
+    assert is_written_one_way(name) is one_way
