@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING
 from ..canonical import shown_as_text
 from ..files import private_dir, private_file
 from ..messaging.namespace import Namespace
+from ..tools.config import config_in_use
 from ..tools.unreachable import MARK as UNREACHABLE_MARK
 from .bound import bound_to_this_process
 
@@ -44,11 +45,27 @@ def record_running(settings: Settings, children: list[Child]) -> None:
     private_dir(port_file.parent.parent)
     private_dir(port_file.parent)
     private_file(port_file).write_text(str(settings.api_port), encoding="utf-8")
+    # Another shell's settings may name another config: `status` tells the one served.
+    config = config_in_use(settings.config, required=settings.config_given)
+    private_file(served_config_file(settings)).write_text(config, encoding="utf-8")
 
 
 def served_port_file(settings: Settings) -> Path:
     """Where a running `up` records the API's port, in the deployment's secrets folder."""
     return settings.resolved_secrets_dir / Namespace.of(settings).name / "api-port"
+
+
+def served_config_file(settings: Settings) -> Path:
+    """Where a running `up` records the config it serves, beside the API's port."""
+    return served_port_file(settings).with_name("config")
+
+
+def served_config(settings: Settings) -> str | None:
+    """The config a running `up` of this deployment serves, as its banner named it."""
+    try:
+        return served_config_file(settings).read_text(encoding="utf-8").strip() or None
+    except (OSError, ValueError):
+        return None
 
 
 def api_port(settings: Settings) -> int:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..canonical import shown_as_text
-from .children import api_port, running_file
+from .children import api_port, running_file, served_config
 from .common import get_settings, local_url
 from .preflight import up_holds_state_dir
 
@@ -50,6 +50,10 @@ def gather(settings: Settings) -> dict[str, Any]:
             "database": _check(lambda: _database(runtime, settings)),
             "redis": _check(lambda: _redis(runtime)),
         }
+        served = served_config(settings) if report["up"] is not None else None
+        if served is not None and served != report["config"]:
+            # The config is `up`'s, whatever this shell's settings would name.
+            report["config_of_this_shell"], report["config"] = report["config"], served
         report["database"]["url"] = safe_url(settings.resolved_database_url)
         report["redis"]["url"] = safe_url(runtime.redis_url)
         # Celery's inspect retries a Redis that does not answer without end: ask only one that does.
@@ -173,7 +177,11 @@ def render(report: dict[str, Any]) -> str:
     def mark(ok: bool) -> str:
         return "ok  " if ok else "DOWN"
 
-    lines = [f"config     {report['config']}", f"state      {report['state_dir']}"]
+    lines = [f"config     {report['config']}"]
+    if "config_of_this_shell" in report:
+        shell = report["config_of_this_shell"]
+        lines.append(f"           (up's; this shell's settings name {shell})")
+    lines.append(f"state      {report['state_dir']}")
     api = report["api"]
     lines.append(f"{mark(api['ok'])} API       {api['url']}  {api.get('error', '')}".rstrip())
     for part in ("database", "redis"):

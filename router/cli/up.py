@@ -32,6 +32,7 @@ from .children import (
     open_logs,
     record_running,
     running_file,
+    served_config_file,
     served_port_file,
     stop_all,
 )
@@ -177,6 +178,7 @@ def _run(settings: Settings, runtime: Runtime, verbose: bool) -> int:
         stop_all(children, settings.stop_grace_s, signals.stop_now)
         running_file(settings).unlink(missing_ok=True)
         served_port_file(settings).unlink(missing_ok=True)
+        served_config_file(settings).unlink(missing_ok=True)
         if private_redis is not None:
             private_redis.terminate()
             try:

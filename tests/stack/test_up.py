@@ -342,6 +342,13 @@ def assert_status_and_logs_read_the_running_copy(
     assert report["database"]["pending_approvals"] == 0
     readable = toolrouter_cli(env, cwd, "status")
     assert readable.returncode == 0 and "approvals pending: 0" in readable.stdout, readable
+    # Another shell naming another config is told the one `up` serves, and its own beside.
+    other = cwd.parent / "other-toolrouter.yaml"
+    other.write_text("tools: {}\n", encoding="utf-8")
+    shell = toolrouter_cli({**env, "TOOLROUTER_CONFIG": str(other)}, cwd, "status", "--json")
+    seen = json.loads(shell.stdout)
+    assert seen["config"] == report["config"] and "<built-in" in seen["config"], seen
+    assert seen["config_of_this_shell"] == str(other.resolve()), seen
     api_log = toolrouter_cli(env, cwd, "logs", "api", "-n", "5")
     assert api_log.returncode == 0 and 0 < len(api_log.stdout.splitlines()) <= 5, api_log
     every = toolrouter_cli(env, cwd, "logs", "-n", "1")
