@@ -203,13 +203,23 @@ batches = Table(
     Column("idempotency_key", String(256), nullable=True),
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
-    # Calls received (accepted or not), and of them rejected, over every submission.
+    # Calls received (accepted or not) over every submission; of them, the indexes
+    # rejected, each counted once.
     Column("submitted", BigInteger, nullable=False, default=0),
     Column("rejected", BigInteger, nullable=False, default=0),
     # After the last index any request placed calls at (migration 0015): where a request
     # without an ``offset`` starts.
     Column("next_index", BigInteger, nullable=False, default=0),
     UniqueConstraint("requested_by", "idempotency_key", name="uq_batches_requested_by_idem"),
+)
+
+# The indexes of a named batch refused so far (migration 0019): a request sent again refuses
+# them again, and ``batches.rejected`` counts each once.
+batch_rejections = Table(
+    "batch_rejections",
+    metadata,
+    Column("batch_id", String(40), primary_key=True),
+    Column("batch_index", BigInteger, primary_key=True),
 )
 
 # MCP tasks (migration 0009): a call made as a task-augmented ``tools/call``; the task's id

@@ -27,6 +27,7 @@ from sqlalchemy.exc import IntegrityError
 from ..audit.log import AuditEntry
 from ..auth.principal import Principal
 from ..clock import Clock, wall_clock_ms
+from ..db.batch_rejections import first_rejections
 from ..db.rows import CallMade, CallRow
 from ..db.schema import batches, calls
 from ..db.store import Store
@@ -212,12 +213,12 @@ class BatchService:
         for attempt in range(CHUNK_TRIES):
             try:
                 new, replayed, rejected = self._store_chunk(
-                    requested_by, slots, batch_id, start, len(refused), sent_before=sent_before
+                    requested_by, slots, batch_id, start, refused, sent_before=sent_before
                 )
                 break
             except IntegrityError:
-                # A call with one of these idempotency keys, or at one of these indexes,
-                # was stored meanwhile: look again. Chunks stored before stay stored, and
+                # A call with one of these idempotency keys, or a call or refusal at one of
+                # these indexes, was stored meanwhile: look again. Chunks stored before stay stored, and
                 # the request sent again replays them.
                 if attempt == CHUNK_TRIES - 1:
                     raise Conflict(BATCH_BUSY) from None
@@ -241,7 +242,7 @@ class BatchService:
         slots: list[tuple[int, Checked | AuditEntry | RefusedRetry]],
         batch_id: str,
         start: int,
-        refused: int,
+        refused: list[Rejection],
         *,
         sent_before: bool,
     ) -> tuple[list[NewCall], int, list[Rejection]]:
@@ -303,11 +304,14 @@ class BatchService:
                 )
                 new.append(item)
                 entries.append(item.audit)
-            if refused or rejected:
+            refused_at = [start + r.index for r in refused + rejected]
+            # Sent again, a request is refused again: each index counts once.
+            count = first_rejections(conn, batch_id, refused_at) if sent_before else len(refused_at)
+            if count:
                 conn.execute(
                     update(batches)
                     .where(batches.c.id == batch_id)
-                    .values(rejected=batches.c.rejected + refused + len(rejected))
+                    .values(rejected=batches.c.rejected + count)
                 )
             # Last: its audit append takes the chain's lock (see ``audit.append``).
             self.dispatcher.store_new(conn, new, entries, at=now)

@@ -249,6 +249,24 @@ def test_a_keyed_batch_sent_again_holds_each_keyless_call_once(stack: Stack) -> 
     assert [line["index"] for line in lines] == [0, 1, 2, 3]
 
 
+def test_a_keyed_batch_sent_again_counts_each_refused_index_once(stack: Stack) -> None:
+    """A file of bad lines run again (the CLI sends its lines under the file's key) must
+    not read as more rejections each time; a new refused index still counts."""
+    batch = {"Idempotency-Key": f"batch-{uuid.uuid4().hex}"}
+    calls = [{"tool": "echo", "args": {}}, {"tool": "no_such_tool"}, "not a call"]
+    other = [{"tool": "echo", "args": {"i": 1}}]
+    with stack.client() as http:
+        first = submit(http, calls, headers=batch, params={"offset": 0})
+        for _ in range(2):
+            again = submit(http, calls, headers=batch, params={"offset": 0})
+            assert [r["index"] for r in again["rejected"]] == [1, 2], again
+        # Another call at a taken index is refused there; at once, two requests alike.
+        clash = [submit(http, other, headers=batch, params={"offset": 0}) for _ in range(2)]
+        assert all(c["rejected"][0]["index"] == 0 for c in clash), clash
+        counts = settled(http, first["batch_id"], succeeded=1)
+    assert (counts["submitted"], counts["rejected"]) == (11, 3), counts
+
+
 def test_a_request_without_an_offset_goes_after_every_call_placed_so_far(
     stack: Stack,
 ) -> None:
