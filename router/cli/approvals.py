@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 from urllib.parse import urlencode
 
 import click
@@ -27,7 +28,7 @@ def _print(body: dict[str, object]) -> None:
     sys.exit(0 if body.get("ok") else 1)
 
 
-def _state(item: dict[str, object]) -> str:
+def _state(item: dict[str, Any]) -> str:
     """When a pending request expires; for a decided one, how and by whom."""
     if item.get("status") == RequestStatus.PENDING:
         return f"expires in {int(item.get('expires_in_ms') or 0) // 1000} s"

@@ -218,8 +218,8 @@ class BatchService:
                 break
             except IntegrityError:
                 # A call with one of these idempotency keys, or a call or refusal at one of
-                # these indexes, was stored meanwhile: look again. Chunks stored before stay stored, and
-                # the request sent again replays them.
+                # these indexes, was stored meanwhile: look again. Chunks stored before stay
+                # stored, and the request sent again replays them.
                 if attempt == CHUNK_TRIES - 1:
                     raise Conflict(BATCH_BUSY) from None
         receipt.accepted += len(new)
