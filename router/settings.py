@@ -21,6 +21,11 @@ WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::"})
 # What a database URL may start with: SQLite, or PostgreSQL through psycopg 3 (the store's
 # driver; `router.db.engine.normalize_url` gives the plain forms to it).
 DATABASE_DIALECTS = frozenset({"sqlite", "postgresql", "postgres", "postgresql+psycopg"})
+# Room in a call's body for what is not its arguments: the tool's name, keys, spacing.
+CALL_ENVELOPE_BYTES = 16 * 1024
+# Arguments are measured as UTF-8 by the dispatcher; a body may carry them escaped, up to
+# six bytes a character (`\u00e9`, as Python's json.dumps writes by default).
+ESCAPED_BYTES = 6
 
 
 class Settings(BaseSettings):
@@ -225,6 +230,12 @@ class Settings(BaseSettings):
     def resolved_api_processes(self) -> int:
         # The cores this process may use (a container's or a taskset's), not the host's.
         return self.api_processes or min(8, max(1, len(os.sched_getaffinity(0)) // 2))
+
+    @property
+    def call_body_bytes(self) -> int:
+        """The largest call body, or batch entry: arguments as large as allowed, written
+        escaped, and room for the rest."""
+        return ESCAPED_BYTES * self.max_args_bytes + CALL_ENVELOPE_BYTES
 
     @property
     def notify_attempt_s(self) -> float:

@@ -38,7 +38,7 @@ from . import (
     routes_route,
     routes_tools,
 )
-from .bodies import SMALL_BODY_BYTES, call_body_bytes, decision_body_bytes
+from .bodies import SMALL_BODY_BYTES, decision_body_bytes
 from .body_limit import BodyLimit
 from .direct_routes import DirectRoutes
 from .query_names import QueryNames
@@ -103,7 +103,7 @@ EXCEPTION_HANDLERS = {
 
 def body_limits(settings: Settings) -> Callable[[str], int]:
     """The largest body each path accepts (``BodyLimit``)."""
-    calls = call_body_bytes(settings)
+    calls = settings.call_body_bytes
     decisions = decision_body_bytes(settings)
 
     def limit_for(path: str) -> int:

@@ -15,27 +15,15 @@ from ..errors import BadRequest, NotFound
 from ..ids import is_call_id
 from ..json_input import parse_json
 from ..names import echo_name
-from ..settings import Settings
+from ..settings import ESCAPED_BYTES, Settings
 
 # Bodies of routes that take no calls: a decision's reason, an inbox form.
 SMALL_BODY_BYTES = 64 * 1024
 
 
-# Room in a call's body for what is not its arguments: the tool's name, keys, spacing.
-CALL_ENVELOPE_BYTES = 16 * 1024
-# Arguments are measured as UTF-8 by the dispatcher; a body may carry them escaped, up to
-# six bytes a character (`\u00e9`, as Python's json.dumps writes by default).
-ESCAPED = 6
-
-
-def call_body_bytes(settings: Settings) -> int:
-    """A call's body, or a batch's entry: arguments as large as allowed, and the rest."""
-    return ESCAPED * settings.max_args_bytes + CALL_ENVELOPE_BYTES
-
-
 def decision_body_bytes(settings: Settings) -> int:
     """A decision's body: room for edited arguments as large as a call's."""
-    return SMALL_BODY_BYTES + ESCAPED * settings.max_args_bytes
+    return SMALL_BODY_BYTES + ESCAPED_BYTES * settings.max_args_bytes
 
 
 def object_body(raw: bytes, *, limit: int, allowed: frozenset[str]) -> dict[str, Any]:

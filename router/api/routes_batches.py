@@ -17,7 +17,7 @@ from ..errors import BadRequest, Forbidden, PayloadTooLarge
 from ..json_input import past_limit, too_large
 from ..status import Role
 from .batch_json import json_calls
-from .bodies import call_body_bytes, idempotency_key
+from .bodies import idempotency_key
 from .deps import in_thread, principal, runtime_of
 from .models import (
     BATCH_CALL_SCHEMA,
@@ -126,7 +126,7 @@ async def submit_batch(
             functools.partial(
                 ndjson_calls,
                 raw,
-                line_limit=call_body_bytes(settings),
+                line_limit=settings.call_body_bytes,
                 max_calls=settings.max_batch_calls,
             )
         )
@@ -139,7 +139,7 @@ async def submit_batch(
                 limit=settings.max_batch_bytes,
                 allowed=BATCH_FIELDS,
                 max_calls=settings.max_batch_calls,
-                entry_limit=call_body_bytes(settings),
+                entry_limit=settings.call_body_bytes,
             )
         )
         if "calls" not in body:

@@ -18,7 +18,6 @@ from ..results import SHUTTING_DOWN, CallResult, bad_request, unavailable
 from ..runtime import Runtime
 from ..status import TERMINAL_STATES, Role
 from .bodies import (
-    call_body_bytes,
     check_call_id,
     idempotency_key,
     object_body,
@@ -73,7 +72,7 @@ async def submit_call(request: Request, who: Principal = Depends(principal)) -> 
     if not who.has(Role.AGENT):
         raise Forbidden("agent role required to submit calls")
     # The body may carry JSON punctuation around the arguments; allow a little slack.
-    body = object_body(await request.body(), limit=call_body_bytes(settings), allowed=CALL_FIELDS)
+    body = object_body(await request.body(), limit=settings.call_body_bytes, allowed=CALL_FIELDS)
     await principal(request)  # a key revoked while its body arrived submits nothing
     if "capability" in body and "tool" in body:
         return answer(bad_request("give either tool or capability, not both"))

@@ -12,6 +12,7 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..canonical import shown_as_text
+from ..chunking import ranges_within
 from ..errors import RequestError, Unavailable
 from .children import api_port
 from .common import Seconds, get_settings, local_url
@@ -30,8 +32,9 @@ if TYPE_CHECKING:
 
     from ..client import BatchStatus, Client
 
-# Lines per request: each request is stored in one go, so this is the progress step and
-# what an interruption can lose (nothing: a re-run replays what was stored).
+# Lines per request (fewer where they would pass the server's body limit): each request is
+# stored in one go, so this is the progress step and what an interruption can lose
+# (nothing: a re-run replays what was stored).
 CHUNK_LINES = 2000
 POLL_S = 0.5
 KEY_OPTION = click.option(
@@ -52,7 +55,9 @@ class BatchFile:
     problems: dict[int, str] = field(default_factory=dict)
 
     @classmethod
-    def read(cls, path: Path) -> BatchFile:
+    def read(cls, path: Path, line_limit: int) -> BatchFile:
+        """The file's calls; a line over ``line_limit`` bytes, which the server would not
+        take, is a problem here, as a line that is not UTF-8 is."""
         data = path.read_bytes()
         batch = cls(digest=hashlib.sha256(data).hexdigest())
         for number, raw in enumerate(data.split(b"\n"), start=1):
@@ -65,8 +70,17 @@ class BatchFile:
                 batch.problems[number] = "not valid UTF-8"
                 batch.lines.append("null")  # rejected by the server at this index
                 continue
-            batch.lines.append(batch._with_key(text, number))
+            line = batch._with_key(text, number)
+            if (size := len(line.encode("utf-8"))) > line_limit:
+                batch.problems[number] = f"call is {size} bytes, over the limit of {line_limit}"
+                line = "null"
+            batch.lines.append(line)
         return batch
+
+    def requests(self, most_bytes: int) -> Iterator[range]:
+        """The lines of each request: a request's body is at most ``most_bytes``."""
+        weights = [len(line.encode("utf-8")) + 1 for line in self.lines]
+        return ranges_within(weights, CHUNK_LINES, most_bytes)
 
     def _with_key(self, text: str, number: int) -> str:
         try:
@@ -108,7 +122,8 @@ def submit(file: Path, wait: bool, timeout_s: float, key: str | None) -> None:
     Prints the batch id alone on the last line; exits 0 when no line was rejected (and,
     with --wait, every call succeeded).
     """
-    source = BatchFile.read(file)
+    settings = get_settings()
+    source = BatchFile.read(file, settings.call_body_bytes)
     if not source.lines:
         _fail(f"{file} has no calls")
     from rich.console import Console  # here: only a submission draws progress
@@ -123,8 +138,8 @@ def submit(file: Path, wait: bool, timeout_s: float, key: str | None) -> None:
         with _client(key) as client:
             with _progress(console) as progress:
                 task = progress.add_task("submitting", total=len(source.lines))
-                for low in range(0, len(source.lines), CHUNK_LINES):
-                    chunk = source.lines[low : low + CHUNK_LINES]
+                for lines in source.requests(settings.max_batch_bytes):
+                    low, chunk = lines.start, source.lines[lines.start : lines.stop]
                     receipt = client.batch_lines(
                         chunk, idempotency_key=f"file:{source.digest}", offset=low
                     )

@@ -17,7 +17,6 @@ from typing import IO, TYPE_CHECKING
 from ..canonical import shown_as_text
 from ..files import private_dir, private_file
 from ..messaging.namespace import Namespace
-from ..tools.config import config_in_use
 from ..tools.unreachable import MARK as UNREACHABLE_MARK
 from .bound import bound_to_this_process
 
@@ -45,6 +44,8 @@ def record_running(settings: Settings, children: list[Child]) -> None:
     private_dir(port_file.parent.parent)
     private_dir(port_file.parent)
     private_file(port_file).write_text(str(settings.api_port), encoding="utf-8")
+    from ..tools.config import config_in_use  # here: --help needs no config parser
+
     # Another shell's settings may name another config: `status` tells the one served.
     config = config_in_use(settings.config, required=settings.config_given)
     private_file(served_config_file(settings)).write_text(config, encoding="utf-8")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from ..chunking import ranges_within
 from ..errors import BadRequest
 from ..json_input import decode_json
 from ..names import echo_name
@@ -63,12 +64,5 @@ def parse_call(item: object) -> tuple[object, object, str | None] | str:
 def chunks(items: Sequence[object], most_calls: int, most_bytes: int) -> Iterator[range]:
     """The indexes of ``items`` in chunks of at most ``most_calls`` entries and, counting
     unread entries' text, ``most_bytes`` bytes (a larger entry is a chunk of its own)."""
-    low, size = 0, 0
-    for index, item in enumerate(items):
-        weight = len(item.text) if isinstance(item, Unread) else 0
-        if index > low and (index - low == most_calls or size + weight > most_bytes):
-            yield range(low, index)
-            low, size = index, 0
-        size += weight
-    if low < len(items):
-        yield range(low, len(items))
+    weights = [len(item.text) if isinstance(item, Unread) else 0 for item in items]
+    return ranges_within(weights, most_calls, most_bytes)

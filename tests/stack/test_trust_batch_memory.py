@@ -11,8 +11,6 @@ from pathlib import Path
 
 import httpx
 
-from router.api.bodies import call_body_bytes
-
 from ..support.stack import Stack
 
 # Peak growth allowed to the API while it reads one of these bodies: a few times the body's
@@ -89,6 +87,6 @@ def refused_unbuilt(stack: Stack, body: bytes) -> None:
     """Its first call is too long to be a call: a 413, the API grown by little."""
     response, grown = posted(stack, body, "application/json")
     assert response.status_code == 413, response.text
-    too_long = f"call 0 is written in more than {call_body_bytes(stack.settings)} bytes"
+    too_long = f"call 0 is written in more than {stack.settings.call_body_bytes} bytes"
     assert response.json() == {"ok": False, "error": too_long}
     assert grown < GROWTH_MIB, grown

@@ -16,7 +16,6 @@ import psutil
 import pytest
 
 from router.api.app import CLIENT_LEFT
-from router.api.bodies import call_body_bytes
 
 from ..support.launcher import log_size
 from ..support.stack import Stack
@@ -46,7 +45,7 @@ def test_a_declared_200_mb_body_is_refused_from_its_headers_alone(stack: Stack) 
         sock.sendall(head)  # and not one byte of the body
         status, headers, body = read_response(sock)
     elapsed = time.monotonic() - started
-    limit = call_body_bytes(stack.settings)
+    limit = stack.settings.call_body_bytes
     assert status == 413
     assert headers["content-type"] == "application/json"
     assert json.loads(body) == {
@@ -85,7 +84,7 @@ def test_a_chunked_body_is_cut_off_once_it_passes_the_limit(stack: Stack) -> Non
     api = psutil.Process(stack.processes["api"].pid)
     before = rss(api)
     host, port = address(stack)
-    limit = call_body_bytes(stack.settings)
+    limit = stack.settings.call_body_bytes
     ceiling = 256 * MIB  # what an endless stream would have sent by now
     piece = b'{"tool": "echo", "args": {"blob": "' + b"a" * (64 * 1024)
     chunk = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"

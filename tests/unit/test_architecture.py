@@ -49,6 +49,7 @@ CORE = {
     "files",
     "threads",
     "names",
+    "chunking",
     "metrics",
     "guards",
     "lazy",
