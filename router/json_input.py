@@ -87,7 +87,15 @@ def not_utf8(byte: int, *, what: str = "body") -> BadRequest:
 
 def malformed_at(message: str, line: int, column: int, *, what: str = "body") -> BadRequest:
     """``json``'s error where it found it (counted in characters, from 1)."""
-    return BadRequest(f"malformed {what}: {message} at line {line} column {column}")
+    return BadRequest(f"malformed {what}: {located(message, line, column)}")
+
+
+def located(message: str, line: int, column: int) -> str:
+    """``json``'s message and where, in our words where Python's advise its programmer."""
+    if message.startswith("Unexpected UTF-8 BOM"):
+        return "starts with a byte order mark (U+FEFF), which JSON sent must not hold"
+    # Some of ``json``'s messages end in "at" already ("Invalid control character at").
+    return f"{message.removesuffix(' at')} at line {line} column {column}"
 
 
 def malformed(exc: RecursionError | ValueError, *, what: str = "body") -> BadRequest:
@@ -95,9 +103,13 @@ def malformed(exc: RecursionError | ValueError, *, what: str = "body") -> BadReq
     ``ValueError``; so are ``NaN`` and an integer of too many digits)."""
     if isinstance(exc, RecursionError):
         return BadRequest(f"malformed {what}: nested too deeply")
+    return BadRequest(f"malformed {what}: {json_problem(exc)}")
+
+
+def json_problem(exc: ValueError) -> str:
+    """What is wrong with a JSON text, from what ``json`` raised on it."""
     if isinstance(exc, json.JSONDecodeError):
-        return malformed_at(exc.msg, exc.lineno, exc.colno, what=what)
-    if "integer string conversion" in str(exc):  # Python's own advice is not ours
-        limit_digits = sys.get_int_max_str_digits()
-        return BadRequest(f"malformed {what}: an integer of more than {limit_digits} digits")
-    return BadRequest(f"malformed {what}: {exc}")
+        return located(exc.msg, exc.lineno, exc.colno)
+    if "integer string conversion" in str(exc):
+        return f"an integer of more than {sys.get_int_max_str_digits()} digits"
+    return str(exc)

@@ -8,6 +8,7 @@ an interruption adds only the lines that were not stored yet, to the same batch.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import sys
@@ -60,7 +61,9 @@ class BatchFile:
         take, is a problem here, as a line that is not UTF-8 is."""
         data = path.read_bytes()
         batch = cls(digest=hashlib.sha256(data).hexdigest())
-        for number, raw in enumerate(data.split(b"\n"), start=1):
+        # Editors on Windows start a UTF-8 file with a byte order mark; JSON holds none.
+        text_start = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+        for number, raw in enumerate(data[text_start:].split(b"\n"), start=1):
             if not raw.strip():
                 continue  # the server skips blank lines too; they take no index
             batch.line_numbers.append(number)
@@ -231,6 +234,7 @@ def status(batch_id: str, key: str | None) -> None:
                 "batch_id": current.batch_id,
                 "total": current.total,
                 "counts": dict(current.counts),
+                "submitted": current.submitted,
                 "rejected": current.rejected,
                 "done": current.done,
             },

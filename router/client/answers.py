@@ -60,6 +60,8 @@ class BatchStatus:
     counts: Mapping[str, int]
     rejected: int
     done: bool
+    # Entries received over every request, replays included.
+    submitted: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +171,7 @@ def batch_status(body: dict[str, Any]) -> BatchStatus:
         counts=dict(body["counts"]),
         rejected=body.get("rejected", 0),
         done=bool(body["done"]),
+        submitted=body.get("submitted", 0),
     )
 
 

@@ -23,6 +23,7 @@ from ..auth.principal import Principal
 from ..canonical import shown_plainly
 from ..dispatch.checks import Checked, EditRefused
 from ..errors import RequestError, Unavailable
+from ..json_input import json_problem
 from ..names import echo_name
 from ..threads import in_thread
 from .routes import (
@@ -60,7 +61,7 @@ def parse_args(text: str, limit: int) -> dict[str, Any] | str:
     except RecursionError:
         return "The arguments nest too deeply."
     except ValueError as exc:
-        return f"That is not valid JSON: {exc}."
+        return f"That is not valid JSON: {json_problem(exc)}."
     if not isinstance(value, dict):
         return "The arguments must be a JSON object: { … }."
     return value

@@ -471,6 +471,15 @@ def test_cli_submits_a_file_waits_and_a_rerun_adds_nothing(stack: Stack, tmp_pat
     assert missing.returncode == 2 and "unknown batch" in missing.stderr
 
 
+def test_cli_reads_a_file_that_starts_with_a_byte_order_mark(stack: Stack, tmp_path: Path) -> None:
+    line = json.dumps({"tool": "echo", "args": {"m": uuid.uuid4().hex}})
+    path = tmp_path / "from-windows.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + line.encode() + b"\r\n")
+    done = cli(stack, "batch", "submit", str(path))
+    assert done.returncode == 0, done.stderr
+    assert "1 calls, 1 new, 0 already stored, 0 rejected" in done.stderr, done.stderr
+
+
 def test_cli_shows_tool_names_as_written_and_the_summary_on_one_line(
     stack: Stack, tmp_path: Path
 ) -> None:
