@@ -136,6 +136,7 @@ def submit(file: Path, wait: bool, timeout_s: float, key: str | None) -> None:
     console = Console(stderr=True, soft_wrap=True)
     accepted = replayed = 0
     rejected: list[tuple[int, str]] = []
+    elsewhere: list[tuple[int, str]] = []
     batch_id = ""
     try:
         with _client(key) as client:
@@ -150,6 +151,7 @@ def submit(file: Path, wait: bool, timeout_s: float, key: str | None) -> None:
                     accepted += receipt.accepted
                     replayed += receipt.replayed
                     rejected += [(low + index, error) for index, error in receipt.rejected]
+                    elsewhere += [(low + i, call) for i, call in receipt.replayed_elsewhere]
                     progress.advance(task, len(chunk))
             # The server's words quote the file (tool names, argument keys): shown as text,
             # never as markup, and with escapes that Rich passes on written out.
@@ -163,6 +165,7 @@ def submit(file: Path, wait: bool, timeout_s: float, key: str | None) -> None:
                 console.print(f"  line {number}: {escape(problem)}")
             if len(rejected) > 20:
                 console.print(f"  … and {len(rejected) - 20} more")
+            _show_elsewhere(console, source, elsewhere)
             try:
                 status = _follow(client, batch_id, timeout_s, console) if wait else None
             except KeyboardInterrupt:
@@ -175,6 +178,18 @@ def submit(file: Path, wait: bool, timeout_s: float, key: str | None) -> None:
     click.echo(batch_id)
     succeeded = status is None or status.counts.get("succeeded", 0) == status.total
     sys.exit(0 if not rejected and succeeded else 1)
+
+
+def _show_elsewhere(console: Console, source: BatchFile, found: list[tuple[int, str]]) -> None:
+    """Lines whose key names a call stored before outside this batch: `batch results`
+    will not show them."""
+    if not found:
+        return
+    console.print(f"  {len(found)} already stored outside this batch's results (by their keys):")
+    for index, call_id in found[:20]:
+        console.print(f"  line {source.line_numbers[index]}: {call_id}", markup=False)
+    if len(found) > 20:
+        console.print(f"  … and {len(found) - 20} more")
 
 
 def _progress(console: Console) -> Progress:

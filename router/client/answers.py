@@ -49,6 +49,8 @@ class BatchReceipt:
     accepted: int
     replayed: int
     rejected: tuple[tuple[int, str], ...]
+    # ``(index, call_id)`` of replayed entries whose call the batch's results do not show.
+    replayed_elsewhere: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +162,9 @@ def receipt(body: dict[str, Any]) -> BatchReceipt:
         accepted=body.get("accepted", 0),
         replayed=body.get("replayed", 0),
         rejected=tuple((r["index"], r["error"]) for r in body.get("rejected", [])),
+        replayed_elsewhere=tuple(
+            (r["index"], r["call_id"]) for r in body.get("replayed_elsewhere", [])
+        ),
     )
 
 

@@ -18,7 +18,6 @@ import json
 import logging
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, case, func, insert, or_, select, update
@@ -37,6 +36,7 @@ from ..names import echo_name
 from ..results import internal_error
 from ..status import ACTIVE_STATES, CallStatus
 from .batch_entries import chunks, parse_call
+from .batch_receipt import Receipt, Rejection, Replay
 from .checks import Checked, Refused
 from .dispatcher import Dispatcher
 from .keyed import REUSED, RefusedRetry, refused_retry, settle_in_batch
@@ -57,33 +57,6 @@ CHUNK_TRIES = 3
 OTHER_CALL_AT = "the batch holds another call at index"
 # Requests to one batch that kept storing the same calls or keys first, every try.
 BATCH_BUSY = "other requests to this batch kept changing it: send this request again"
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    index: int
-    error: str
-
-
-@dataclass
-class Receipt:
-    """The answer to one submission: ``total`` calls received, rejected ones by index."""
-
-    batch_id: str
-    total: int
-    accepted: int = 0
-    replayed: int = 0
-    rejected: list[Rejection] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": True,
-            "batch_id": self.batch_id,
-            "total": self.total,
-            "accepted": self.accepted,
-            "replayed": self.replayed,
-            "rejected": [{"index": r.index, "error": r.error} for r in self.rejected],
-        }
 
 
 class BatchService:
@@ -212,7 +185,7 @@ class BatchService:
             slots.append((index, checked))
         for attempt in range(CHUNK_TRIES):
             try:
-                new, replayed, rejected = self._store_chunk(
+                new, replays, rejected = self._store_chunk(
                     requested_by, slots, batch_id, start, refused, sent_before=sent_before
                 )
                 break
@@ -223,7 +196,8 @@ class BatchService:
                 if attempt == CHUNK_TRIES - 1:
                     raise Conflict(BATCH_BUSY) from None
         receipt.accepted += len(new)
-        receipt.replayed += replayed
+        receipt.replayed += len(replays)
+        receipt.replayed_elsewhere.extend(r for r in replays if r.call_id is not None)
         receipt.rejected.extend(sorted(refused + rejected, key=lambda r: r.index))
         self.dispatcher.announce_pending(new)
         # Enqueue after commit, all of the chunk's messages through one producer.
@@ -245,22 +219,22 @@ class BatchService:
         refused: list[Rejection],
         *,
         sent_before: bool,
-    ) -> tuple[list[NewCall], int, list[Rejection]]:
+    ) -> tuple[list[NewCall], list[Replay], list[Rejection]]:
         """``sent_before``: the batch has a key, so these indexes may hold calls already
         (the request is sent again): a call there is a replay of the same one, a conflict
-        for another, as for a call's own key. Returns the new calls, the count of replays
-        and the rejections settled here (rejected, and refused calls that are no retry)."""
+        for another, as for a call's own key. Returns the new calls, the replays and the
+        rejections settled here (rejected, and refused calls that are no retry)."""
         now = self.clock()
         new: list[NewCall] = []
         entries: list[AuditEntry] = []
         rejected: list[Rejection] = []
-        replayed = 0
+        replays: list[Replay] = []
         with self.store.transaction() as conn:
             keys = [s.idempotency_key for _, s in slots if not isinstance(s, AuditEntry)]
             existing = self.store.find_by_idempotency_keys(
                 conn, requested_by, [k for k in keys if k is not None]
             )
-            fresh: dict[str, Checked] = {}  # keys first used within this chunk
+            fresh: dict[str, tuple[Checked, str]] = {}  # keys first used in this chunk, ids
             placed: dict[int, CallMade] = {}
             if sent_before and slots:
                 first, last = start + slots[0][0], start + slots[-1][0]
@@ -277,7 +251,7 @@ class BatchService:
                         rejected.append(Rejection(index, str(slot.refused.result.error)))
                         entries.extend([slot.refused.audit] if slot.refused.audit else [])
                     elif slot.retries(there, stored):
-                        replayed += 1
+                        replays.append(Replay(index, None if there or not stored else stored.id))
                     else:
                         other = REUSED if there is None else f"{OTHER_CALL_AT} {start + index}"
                         rejected.append(Rejection(index, other))
@@ -285,23 +259,24 @@ class BatchService:
                 there = placed.get(start + index)
                 if there is not None:
                     if there.is_call(slot.tool.name, slot.digest):
-                        replayed += 1
+                        replays.append(Replay(index, None))
                     else:
                         rejected.append(Rejection(index, f"{OTHER_CALL_AT} {start + index}"))
                     continue
                 key = slot.idempotency_key
                 if key is not None and (key in existing or key in fresh):
-                    answer = settle_in_batch(existing.get(key), fresh.get(key), slot)
+                    stored, (earlier, earlier_id) = existing.get(key), fresh.get(key, (None, ""))
+                    answer = settle_in_batch(stored, earlier, slot)
                     if answer is None:
-                        replayed += 1
+                        replays.append(Replay(index, stored.id if stored else earlier_id))
                     else:
                         rejected.append(Rejection(index, answer))
                     continue
-                if key is not None:
-                    fresh[key] = slot
                 item = self.dispatcher.new_call(
                     requested_by, slot, now=now, batch_id=batch_id, batch_index=start + index
                 )
+                if key is not None:
+                    fresh[key] = (slot, item.row["id"])
                 new.append(item)
                 entries.append(item.audit)
             refused_at = [start + r.index for r in refused + rejected]
@@ -315,7 +290,7 @@ class BatchService:
                 )
             # Last: its audit append takes the chain's lock (see ``audit.append``).
             self.dispatcher.store_new(conn, new, entries, at=now)
-        return new, replayed, rejected
+        return new, replays, rejected
 
     # -- reading -----------------------------------------------------------------------
 

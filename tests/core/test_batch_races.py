@@ -17,7 +17,8 @@ from sqlalchemy.exc import IntegrityError
 
 from router.db.schema import batches as batches_table
 from router.db.schema import calls
-from router.dispatch.batches import BATCH_BUSY, BatchService, Receipt
+from router.dispatch.batch_receipt import Receipt
+from router.dispatch.batches import BATCH_BUSY, BatchService
 from router.errors import Conflict
 from router.runtime import Runtime
 

@@ -207,9 +207,16 @@ def test_resubmitting_a_batch_with_its_keys_replays_instead_of_duplicating(
         second = submit(http, calls, headers={"Idempotency-Key": batch_key}, params={"offset": 0})
         assert second["batch_id"] == first["batch_id"]
         assert (second["accepted"], second["replayed"], second["rejected"]) == (2, 3, [])
+        assert second["replayed_elsewhere"] == []  # each at its own index: in the results
         body = settled(http, first["batch_id"], succeeded=5)
         assert body["total"] == 5
-        assert [line["index"] for line in results(http, first["batch_id"])] == list(range(5))
+        lines = results(http, first["batch_id"])
+        assert [line["index"] for line in lines] == list(range(5))
+        # Sent in a batch of its own, a call is the one stored: named, as no result shows it.
+        other = submit(http, calls[:1])
+        assert other["batch_id"] != first["batch_id"] and other["replayed"] == 1
+        assert other["replayed_elsewhere"] == [{"index": 0, "call_id": lines[0]["call_id"]}]
+        assert status(http, other["batch_id"])["total"] == 0
         # The same call key with other arguments is a conflict, reported at its index.
         changed = [{"tool": "echo", "args": {"i": 99}, "idempotency_key": f"{batch_key}:0"}]
         third = submit(http, changed)
@@ -220,6 +227,8 @@ def test_resubmitting_a_batch_with_its_keys_replays_instead_of_duplicating(
         key = f"{batch_key}:dup"
         twice = submit(http, [{"tool": "echo", "args": {}, "idempotency_key": key}] * 2)
         assert (twice["accepted"], twice["replayed"]) == (1, 1)
+        (only,) = results(http, twice["batch_id"])
+        assert twice["replayed_elsewhere"] == [{"index": 1, "call_id": only["call_id"]}]
 
 
 def test_a_keyed_batch_sent_again_holds_each_keyless_call_once(stack: Stack) -> None:
@@ -469,6 +478,22 @@ def test_cli_submits_a_file_waits_and_a_rerun_adds_nothing(stack: Stack, tmp_pat
     assert (counts["total"], counts["counts"]["succeeded"], counts["done"]) == (5, 5, True)
     missing = cli(stack, "batch", "results", "batch_" + "0" * 24)
     assert missing.returncode == 2 and "unknown batch" in missing.stderr
+
+
+def test_cli_names_lines_stored_before_outside_the_batch(stack: Stack, tmp_path: Path) -> None:
+    """A changed file is another batch: its line with a key used before is that call, which
+    `batch results` of the new batch will not show, so the command names it."""
+    keyed = json.dumps({"tool": "echo", "args": {}, "idempotency_key": uuid.uuid4().hex})
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    first.write_text(keyed + "\n", encoding="utf-8")
+    second.write_text(json.dumps({"tool": "echo", "args": {"n": 2}}) + "\n" + keyed + "\n")
+    done = cli(stack, "batch", "submit", str(first))
+    (line,) = cli(stack, "batch", "results", done.stdout.strip().splitlines()[-1]).stdout.split()
+    again = cli(stack, "batch", "submit", str(second))
+    assert again.returncode == 0, again.stderr
+    shown = again.stderr.splitlines()
+    assert "  1 already stored outside this batch's results (by their keys):" in shown, shown
+    assert f"  line 2: {json.loads(line)['call_id']}" in shown, shown
 
 
 def test_cli_reads_a_file_that_starts_with_a_byte_order_mark(stack: Stack, tmp_path: Path) -> None:
