@@ -66,27 +66,26 @@ def mixes_look_alike_letters(name: str) -> bool:
     return len(scripts & _LOOK_ALIKE_SCRIPTS) > 1
 
 
-# Compatibility forms that show the same letter as another character does.
-_PRESENTATION_FORMS = ("<font>", "<wide>", "<narrow>")
+# The micro sign, which NFKC turns into the Greek mu: it reads as itself in a unit (`µs`).
+_MICRO = "\u00b5"
+# Dashes that show as `-`: hyphens, the figure and en dashes, the minus signs.
+_DASHES = frozenset("\u02d7\u2010\u2011\u2012\u2013\u2043\u2212\ufe58\ufe63\uff0d")
 ONE_WAY_RULE = (
-    "must be written one way: no decomposed accents, fullwidth, halfwidth or mathematical"
-    " letters, nor dashes but -"
+    "must be written one way: no decomposed accents, no compatibility forms (fullwidth,"
+    " mathematical, circled or superscript letters, ligatures, Roman numerals), no dash but -"
 )
 
 
 def is_written_one_way(name: str) -> bool:
-    """Whether ``name`` has no twin written with other characters that show the same: an
-    accent composed (NFC), letters in no presentation form, and ``-`` its only dash."""
+    """Whether ``name`` has no twin written with other characters that show the same: it is
+    its own compatibility normal form (NFKC: accents composed, no fullwidth, mathematical
+    or other variant of a letter), the micro sign aside, and ``-`` is its only dash."""
     if name.isascii():
         return True
-    if unicodedata.normalize("NFC", name) != name:
+    if not _DASHES.isdisjoint(name):
         return False
-    for char in name:
-        if char != "-" and (unicodedata.category(char) == "Pd" or char == "\u2212"):
-            return False
-        if unicodedata.decomposition(char).startswith(_PRESENTATION_FORMS):
-            return False
-    return True
+    plain = name.replace(_MICRO, "")
+    return unicodedata.normalize("NFKC", plain) == plain
 
 
 def echo_name(name: object) -> str:

@@ -222,12 +222,12 @@ class BatchRequest(BaseModel):
 
 
 class BatchRejection(BaseModel):
-    index: int = Field(description="The call's place in the batch")
+    index: int = Field(description="The call's place in this request")
     error: str = Field(description="Why it was rejected")
 
 
 class BatchReplay(BaseModel):
-    index: int = Field(description="The entry's index in this request")
+    index: int = Field(description="The entry's place in this request")
     call_id: str = Field(description="The call stored before that the entry is")
 
 
@@ -242,9 +242,9 @@ class BatchReceipt(BaseModel):
     rejected: list[BatchRejection] = Field(description="Of them, refused, by index")
     replayed_elsewhere: list[BatchReplay] = Field(
         description=(
-            "Of the replayed, those whose call is not at their index of this batch (it was "
-            "submitted alone, in another batch, or earlier in this one): the batch's results "
-            "do not show it; read it with `GET /v1/calls/{call_id}`"
+            "Of the replayed, those whose call is outside this batch (submitted alone or in "
+            "another batch): the batch's status and results do not show it; read it with "
+            "`GET /v1/calls/{call_id}`"
         )
     )
 
@@ -266,7 +266,7 @@ class BatchStatus(BaseModel):
 class BatchResultLine(CallResultModel):
     """One line of a batch's results: a call result and the call's place in the batch."""
 
-    index: int = Field(description="The call's place in the batch")
+    index: int = Field(description="The call's place in this request")
 
 
 BATCH_REQUEST_SCHEMA = inline_schema(BatchRequest)

@@ -80,10 +80,10 @@ class BatchFile:
             batch.lines.append(line)
         return batch
 
-    def requests(self, most_bytes: int) -> Iterator[range]:
+    def requests(self, most_lines: int, most_bytes: int) -> Iterator[range]:
         """The lines of each request: a request's body is at most ``most_bytes``."""
         weights = [len(line.encode("utf-8")) + 1 for line in self.lines]
-        return ranges_within(weights, CHUNK_LINES, most_bytes)
+        return ranges_within(weights, min(CHUNK_LINES, most_lines), most_bytes)
 
     def _with_key(self, text: str, number: int) -> str:
         try:
@@ -126,7 +126,8 @@ def submit(file: Path, wait: bool, timeout_s: float, key: str | None) -> None:
     with --wait, every call succeeded).
     """
     settings = get_settings()
-    source = BatchFile.read(file, settings.call_body_bytes)
+    # A line sent alone is a body of its own, with its newline.
+    source = BatchFile.read(file, min(settings.call_body_bytes, settings.max_batch_bytes - 1))
     if not source.lines:
         _fail(f"{file} has no calls")
     from rich.console import Console  # here: only a submission draws progress
@@ -142,7 +143,7 @@ def submit(file: Path, wait: bool, timeout_s: float, key: str | None) -> None:
         with _client(key) as client:
             with _progress(console) as progress:
                 task = progress.add_task("submitting", total=len(source.lines))
-                for lines in source.requests(settings.max_batch_bytes):
+                for lines in source.requests(settings.max_batch_calls, settings.max_batch_bytes):
                     low, chunk = lines.start, source.lines[lines.start : lines.stop]
                     receipt = client.batch_lines(
                         chunk, idempotency_key=f"file:{source.digest}", offset=low

@@ -14,8 +14,8 @@ class Rejection:
 
 @dataclass(frozen=True, slots=True)
 class Replay:
-    """An entry that is a call stored before; ``call_id`` names it where it is not the call
-    at the entry's own index of the batch, which the batch's results would not show."""
+    """An entry that is a call stored before; ``call_id`` names it where it is outside the
+    batch, so that the batch's results do not show it."""
 
     index: int
     call_id: str | None

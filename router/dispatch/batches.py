@@ -234,7 +234,7 @@ class BatchService:
             existing = self.store.find_by_idempotency_keys(
                 conn, requested_by, [k for k in keys if k is not None]
             )
-            fresh: dict[str, tuple[Checked, str]] = {}  # keys first used in this chunk, ids
+            fresh: dict[str, Checked] = {}  # keys first used within this chunk
             placed: dict[int, CallMade] = {}
             if sent_before and slots:
                 first, last = start + slots[0][0], start + slots[-1][0]
@@ -251,7 +251,7 @@ class BatchService:
                         rejected.append(Rejection(index, str(slot.refused.result.error)))
                         entries.extend([slot.refused.audit] if slot.refused.audit else [])
                     elif slot.retries(there, stored):
-                        replays.append(Replay(index, None if there or not stored else stored.id))
+                        replays.append(Replay(index, _outside(stored, batch_id, there)))
                     else:
                         other = REUSED if there is None else f"{OTHER_CALL_AT} {start + index}"
                         rejected.append(Rejection(index, other))
@@ -265,18 +265,18 @@ class BatchService:
                     continue
                 key = slot.idempotency_key
                 if key is not None and (key in existing or key in fresh):
-                    stored, (earlier, earlier_id) = existing.get(key), fresh.get(key, (None, ""))
-                    answer = settle_in_batch(stored, earlier, slot)
+                    stored = existing.get(key)
+                    answer = settle_in_batch(stored, fresh.get(key), slot)
                     if answer is None:
-                        replays.append(Replay(index, stored.id if stored else earlier_id))
+                        replays.append(Replay(index, _outside(stored, batch_id, None)))
                     else:
                         rejected.append(Rejection(index, answer))
                     continue
+                if key is not None:
+                    fresh[key] = slot
                 item = self.dispatcher.new_call(
                     requested_by, slot, now=now, batch_id=batch_id, batch_index=start + index
                 )
-                if key is not None:
-                    fresh[key] = (slot, item.row["id"])
                 new.append(item)
                 entries.append(item.audit)
             refused_at = [start + r.index for r in refused + rejected]
@@ -357,6 +357,14 @@ class BatchService:
             if len(page) < RESULTS_PAGE:
                 return
             after = (int(page[-1].batch_index or 0), page[-1].id)
+
+
+def _outside(stored: CallRow | None, batch_id: str, at_index: CallMade | None) -> str | None:
+    """The id of the call an entry replays where the batch's results do not show it: a call
+    stored under its key outside the batch."""
+    if at_index is not None or stored is None or stored.batch_id == batch_id:
+        return None
+    return stored.id
 
 
 def _end_after(offset: int | None, count: int) -> ColumnElement[int]:

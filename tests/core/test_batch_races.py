@@ -83,6 +83,37 @@ def test_two_requests_sending_the_same_indexes_at_once_store_each_call_once(
 
 
 @ON_POSTGRESQL
+def test_two_requests_refusing_the_same_index_at_once_count_it_once(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches = service(runtime)
+    opened = batches.submit("agent", items(0), key="refused-twice", offset=0)
+    # Both requests are inside their transactions before either records the refusal.
+    both_read = threading.Barrier(2, timeout=PATIENCE_S)
+    reads, read = itertools.count(), runtime.store.batch_calls_at
+
+    def read_then_meet(*args: Any, **kwargs: Any) -> dict[int, tuple[str, str]]:
+        placed = read(*args, **kwargs)
+        if next(reads) < 2:
+            both_read.wait()
+        return placed
+
+    monkeypatch.setattr(runtime.store, "batch_calls_at", read_then_meet)
+    again = [*items(1), {"tool": "no_such_tool", "args": {}}]
+    one, two = both(
+        lambda: batches.submit("agent", again, key="refused-twice", offset=1),
+        lambda: batches.submit("agent", again, key="refused-twice", offset=1),
+    )
+    assert [r.index for r in one.rejected] == [r.index for r in two.rejected] == [1]
+    assert calls_by_index(runtime, opened.batch_id) == {0: 1, 1: 1}
+    with runtime.store.reading() as conn:
+        rejected = conn.execute(
+            select(batches_table.c.rejected).where(batches_table.c.id == opened.batch_id)
+        ).scalar_one()
+    assert rejected == 1
+
+
+@ON_POSTGRESQL
 def test_two_requests_adding_to_a_batch_at_once_get_places_of_their_own(
     runtime: Runtime,
 ) -> None:

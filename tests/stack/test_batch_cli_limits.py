@@ -19,7 +19,8 @@ from ..support.stack import Stack, own_stack
 
 REDIS_DB = 10
 MAX_ARGS_BYTES = 1024
-MAX_BATCH_BYTES = 64 * 1024
+# Under a call's own limit: a line of a size between them fits no request either.
+MAX_BATCH_BYTES = 16 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,12 @@ def test_a_file_over_one_requests_limit_is_sent_whole_but_a_line_too_long(
     lines = [json.dumps({"tool": "echo", "args": {"i": i, "s": marker * 27}}) for i in range(120)]
     assert sum(len(line) + 1 for line in lines) > 1.5 * MAX_BATCH_BYTES
     path = tmp_path / "large.jsonl"
-    path.write_text("\n".join([lines[0], json.dumps(call), *lines[1:]]) + "\n", "utf-8")
+    # Sent as written (it has its own key): a call's limit would take it, a request's not.
+    padded = json.dumps({"tool": "echo", "args": {}, "idempotency_key": marker})
+    padded = padded[:-1] + " " * 17_000 + "}"
+    assert MAX_BATCH_BYTES < len(padded) < stack.settings.call_body_bytes
+    body = [lines[0], json.dumps(call), padded, *lines[1:]]
+    path.write_text("\n".join(body) + "\n", "utf-8")
     # As sent, with the key the command gives a line without one.
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     sent = json.dumps({**call, "idempotency_key": f"{digest[:32]}:2"}, separators=(",", ":"))
@@ -69,10 +75,11 @@ def test_a_file_over_one_requests_limit_is_sent_whole_but_a_line_too_long(
     done = cli(stack, "batch", "submit", str(path))
     assert done.returncode == 1, done.stderr
     batch_id = done.stdout.strip().splitlines()[-1]
-    assert f"batch {batch_id}: 121 calls, 120 new, 0 already stored, 1 rejected" in done.stderr
-    limit = stack.settings.call_body_bytes
+    assert f"batch {batch_id}: 122 calls, 120 new, 0 already stored, 2 rejected" in done.stderr
+    limit = MAX_BATCH_BYTES - 1  # a line sent alone is a body with its newline
     assert f"  line 2: call is {len(sent)} bytes, over the limit of {limit}" in done.stderr
+    assert f"  line 3: call is {len(padded)} bytes, over the limit of {limit}" in done.stderr
     again = cli(stack, "batch", "submit", str(path))
-    assert "121 calls, 0 new, 120 already stored, 1 rejected" in again.stderr, again.stderr
+    assert "122 calls, 0 new, 120 already stored, 2 rejected" in again.stderr, again.stderr
     counts = json.loads(cli(stack, "batch", "status", batch_id).stdout)
-    assert (counts["total"], counts["submitted"], counts["rejected"]) == (120, 242, 1), counts
+    assert (counts["total"], counts["submitted"], counts["rejected"]) == (120, 244, 2), counts

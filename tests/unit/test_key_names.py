@@ -108,6 +108,14 @@ def test_a_name_mixing_latin_cyrillic_or_greek_letters_is_told_apart(
         ("agent\u2010a", False),  # a hyphen that is not -
         ("agent\u2013a", False),
         ("agent\u2212a", False),  # the minus sign
+        ("\u2160van", False),  # the Roman numeral one
+        ("\ufb01le-bot", False),  # a ligature
+        ("\u017fam", False),  # the long s
+        ("\u24d0dmin", False),  # circled
+        ("\u1d43dmin", False),  # superscript
+        ("a\u02d7b", False),  # the modifier letter minus
+        ("\u65e5\u672c\u301cbot", True),  # the wave dash shows as no hyphen
+        ("\u05d0\u05be\u05d1", True),  # the Hebrew maqaf sits high
         ("agent-a", True),
         ("latency-\u00b5s", True),  # the micro sign is no presentation form
         ("\u65e5\u672c\u8a9e-bot", True),
