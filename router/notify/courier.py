@@ -47,6 +47,7 @@ NOTHING_CLAIMED = Attempted(None)
 # Why a delivery was not sent: its request no longer shows its event (then named).
 PAST = "not sent: the request is no longer "
 EDITED_AGAIN = "not sent: the request was edited again"
+EDITED_SINCE = "not sent: the request was edited since, which its edit's notice tells"
 
 
 class Courier:
@@ -75,7 +76,10 @@ class Courier:
             with self.store.transaction() as conn:
                 request = pending.get(conn, request_id, for_update=locks)
                 spec = self._spec(request.tool) if request is not None else None
-                if request is None or not _shows(request, event, spec, now):
+                shown = request is not None and _shows(request, event, spec, now)
+                # Decided before it was told: recorded as not sent, below.
+                told_too_late = request is not None and event is NotifyEvent.PENDING
+                if request is None or not (shown or told_too_late):
                     log.info("no %s notification for %s: not its status", event, request_id)
                     continue
                 if (
@@ -96,7 +100,7 @@ class Courier:
                     for name in names
                     if name in self.notifications.channels
                 ]
-                planned += deliveries.plan(
+                planned_now = deliveries.plan(
                     conn,
                     request_id=request.id,
                     call_id=request.call_id,
@@ -107,6 +111,16 @@ class Courier:
                     # Each edit is told once: the one the request stands at now.
                     occurrence=request.edits if event is NotifyEvent.EDITED else 0,
                 )
+                if shown:
+                    planned += planned_now
+                    continue
+                # Never told is not no channel at all: each delivery says why it was not sent.
+                for delivery in planned_now:
+                    deliveries.finish(
+                        conn, delivery.id, DeliveryStatus.SKIPPED, now=now, error=f"{PAST}pending"
+                    )
+            for delivery in planned_now:  # the skipped; the planned went on above
+                metrics.notification(delivery.channel_type, NotifyOutcome.SKIPPED)
         return planned
 
     def escalate_due(self, limit: int = 500) -> list[Planned]:
@@ -231,6 +245,9 @@ class Courier:
             return f"{PAST}{was}"
         if delivery.event is NotifyEvent.EDITED and request.edits != delivery.occurrence:
             return EDITED_AGAIN
+        if delivery.event is NotifyEvent.PENDING and request.edits:
+            # It would show the edited arguments as the agent's: the edit's notice tells them.
+            return EDITED_SINCE
         return None
 
     def _one_each(self, channel_name: str) -> bool:

@@ -13,8 +13,9 @@ import pytest
 from approvals.gate import Gate
 from router.clock import FakeClock
 from router.metrics import NotifyOutcome
-from router.notify.courier import EDITED_AGAIN
+from router.notify.courier import EDITED_AGAIN, EDITED_SINCE
 from router.notify.deliveries import get
+from router.notify.deliveries import recent as deliveries_of_request
 from router.notify.model import DeliveryStatus, NotifyEvent
 from router.runtime import Runtime
 
@@ -115,3 +116,51 @@ def test_every_edit_that_leaves_the_request_pending_is_told(
     assert told == [(NotifyEvent.EDITED, [request_id])] * 3
     assert gate.decide(request_id, "lead", "approve").released
     assert told[3:] == [(NotifyEvent.APPROVED, [request_id])]
+
+
+def test_an_approval_needed_notice_due_after_an_edit_is_not_sent(
+    notifying: Runtime, hook: ScriptedServer
+) -> None:
+    """A retried "approval needed" would show the edited arguments as the agent's, with no
+    word of the edit: the edit's own notice tells them, on the same channels."""
+    runtime = notifying
+    call = runtime.dispatcher.submit("agent", "two_wire", {"to": "lee", "amount": 10})
+    request_id = str(call.request_id)
+    (needed,) = runtime.courier.fan_out(NotifyEvent.PENDING, [request_id])
+    gate = Gate(runtime, runtime.notifier())
+    edited = {"to": "lee", "amount": 99999}
+    assert not gate.decide(request_id, "approver", "approve", args=edited).released
+    (edit,) = runtime.courier.fan_out(NotifyEvent.EDITED, [request_id])
+
+    assert runtime.courier.attempt_many([needed.id]).outcome is NotifyOutcome.SKIPPED
+    assert runtime.courier.attempt_many([edit.id]).outcome is NotifyOutcome.DELIVERED
+    (told,) = [seen.json() for seen in hook.seen]
+    assert (told["event"], told["edited_by"]) == ("edited", "approver")
+    with runtime.store.reading() as conn:
+        skipped = get(conn, needed.id)
+    assert skipped is not None
+    assert (skipped.status, skipped.last_error) == (DeliveryStatus.SKIPPED, EDITED_SINCE)
+
+
+def test_a_request_decided_before_its_notice_is_planned_records_it_skipped(
+    notifying: Runtime, hook: ScriptedServer
+) -> None:
+    """Decided before the notification worker got to it, a request's "approval needed" is
+    not sent, and its delivery says so: never told is not no channel at all."""
+    runtime = notifying
+    call = runtime.dispatcher.submit("agent", "two_wire", {"to": "lee", "amount": 10})
+    request_id = str(call.request_id)
+    gate = Gate(runtime, runtime.notifier())
+    assert gate.decide(request_id, "approver", "deny").ok
+    assert runtime.courier.fan_out(NotifyEvent.PENDING, [request_id]) == []
+    with runtime.store.reading() as conn:
+        rows = deliveries_of_request(conn, request_id=request_id)
+    assert [(d.event, d.status, d.last_error, d.attempts) for d in rows] == [
+        (
+            NotifyEvent.PENDING,
+            DeliveryStatus.SKIPPED,
+            "not sent: the request is no longer pending",
+            0,
+        )
+    ]
+    assert hook.seen == []
