@@ -63,6 +63,8 @@ def _post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> N
     except httpx.TransportError as exc:
         # The exception's text may carry the URL (a Slack URL is a credential): its kind only.
         raise AttemptFailed(f"connection failed ({type(exc).__name__})", retryable=True) from None
+    except (httpx.InvalidURL, UnicodeError):  # UnicodeError: an invalid international name
+        raise AttemptFailed("the URL is not one a request can go to", retryable=False) from None
     if 200 <= status < 300:
         return
     retryable = status >= 500 or status in (408, 429)
@@ -83,10 +85,13 @@ async def _status_of(url: str, body: bytes, headers: dict[str, str], timeout_s: 
 
 def _mail(channel: EmailChannel, notice: Notice | Digest, timeout_s: float) -> None:
     sender, to = channel.from_addr, channel.to
-    if isinstance(notice, Digest):
-        message = email_digest(notice, sender=sender, to=to)
-    else:
-        message = email_message(notice, sender=sender, to=to)
+    try:
+        if isinstance(notice, Digest):
+            message = email_digest(notice, sender=sender, to=to)
+        else:
+            message = email_message(notice, sender=sender, to=to)
+    except ValueError:  # an address that is none; the config's check refuses those first
+        raise AttemptFailed("the message's addresses are not addresses", retryable=False) from None
     try:
         with _BoundedSMTP(channel.host, channel.port, timeout_s) as smtp:
             if channel.starttls:

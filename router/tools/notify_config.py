@@ -8,8 +8,11 @@ stay out of logs, errors and delivery records.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
+from email.errors import HeaderParseError
+from email.headerregistry import Address
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Protocol
 from urllib.parse import urlsplit
@@ -45,10 +48,28 @@ def _sendable(url: str) -> str:
         raise ValueError("the URL's port must be a number from 1 to 65535")
     if not parts.hostname:
         raise ValueError("the URL names no host")
+    if any(char.isspace() or not char.isprintable() for char in url):
+        raise ValueError("the URL holds a space or a control character")
+    import httpx  # here: the command line's --help loads no HTTP client
+
+    try:
+        httpx.Request("POST", url)  # as a delivery makes it: the host is read here
+    except (httpx.InvalidURL, UnicodeError):  # UnicodeError: an invalid international name
+        raise ValueError("the URL's host is not a valid host name") from None
     return url
 
 
+def _mail_address(address: str) -> str:
+    """``address`` when it is one mailbox's address: a line break would add a header."""
+    try:
+        Address(addr_spec=address)
+    except (ValueError, IndexError, HeaderParseError):
+        raise ValueError(f"not an email address: {json.dumps(address)}") from None
+    return address
+
+
 SendableUrl = Annotated[str, Field(pattern=r"^https?://"), AfterValidator(_sendable)]
+MailAddress = Annotated[str, AfterValidator(_mail_address)]
 
 
 class WebhookChannel(_Strict):
@@ -77,13 +98,13 @@ class EmailChannel(_Strict):
     # `email`.
     type: Literal["email"]
     # The SMTP server.
-    host: str
+    host: str = Field(pattern=r"^[^\s/@]+$")
     # Its port.
     port: int = Field(default=25, ge=1, le=65535)
     # The sender's address.
-    from_addr: str
+    from_addr: MailAddress
     # The recipients' addresses, at least one.
-    to: tuple[str, ...] = Field(min_length=1)
+    to: tuple[MailAddress, ...] = Field(min_length=1)
     # Upgrade the connection with STARTTLS before anything is sent.
     starttls: bool = False
     # The SMTP login's user; unset: no login.

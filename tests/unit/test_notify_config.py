@@ -50,6 +50,12 @@ def test_channels_come_from_the_tool_then_its_roles_each_once() -> None:
         (('url: "https://ops.test/hook"', 'url: "https://ops.test:99999/hook"'), "65535"),
         (('url: "https://ops.test/hook"', 'url: "https://ops.test:0/hook"'), "65535"),
         (('url: "https://ops.test/hook"', 'url: "https://:8080/hook"'), "names no host"),
+        (('url: "https://ops.test/hook"', 'url: "http://\u2603.\u2603/x"'), "not a valid host"),
+        (('url: "https://ops.test/hook"', 'url: "http://xn--/x"'), "not a valid host name"),
+        (('url: "https://ops.test/hook"', 'url: "http://a b/x"'), "a space or a control"),
+        (("host: smtp.test", 'host: ""'), "finance-mail.host"),
+        (("to: [b@test]", 'to: ["b@test\\nBcc: evil@test"]'), "not an email address"),
+        (("from_addr: a@test", "from_addr: a"), 'not an email address: "a"'),
         (
             ('secret: "${HOOK_SECRET}"', 'secret: "${UNSET_SECRET}"'),
             "notifications.channels.ops-hook.secret: environment variable UNSET_SECRET is not set",
@@ -72,6 +78,12 @@ def test_a_slack_url_with_no_usable_port_is_refused_without_its_value() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(GOOD, file="t.yaml", env={**ENV, "SLACK_URL": url})
     assert "chat.url" in str(caught.value) and "XYZ" not in str(caught.value)
+
+
+def test_a_slack_url_ending_in_a_line_break_is_refused_without_its_value() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(GOOD, file="t.yaml", env={**ENV, "SLACK_URL": ENV["SLACK_URL"] + "\n"})
+    assert "chat.url: " in str(caught.value) and "XYZ" not in str(caught.value)
 
 
 def test_a_short_webhook_secret_is_refused_without_its_value() -> None:
