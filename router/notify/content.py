@@ -79,6 +79,8 @@ class Notice:
     escalated_keys: tuple[str, ...] = ()
     # The approver whose edit an ``edited`` notice tells; empty for every other event.
     edited_by: str = ""
+    # The delivery it is: the same on each attempt, so that a receiver can drop a repeat.
+    delivery_id: str = ""
 
     @property
     def expires_in_s(self) -> int:
@@ -184,6 +186,7 @@ def webhook_body(notice: Notice) -> bytes:
         "expires_in_s": notice.expires_in_s,
         "url": notice.link,
         "sent_at": notice.at,
+        "delivery_id": notice.delivery_id,
     }
     if notice.event is NotifyEvent.EDITED:
         document["edited_by"] = notice.edited_by

@@ -274,6 +274,7 @@ class Courier:
             link=f"{self.settings.resolved_public_url}/ui/#{request.id}",
             at=now,
             edited_by=(request.edited_by or "") if delivery.event is NotifyEvent.EDITED else "",
+            delivery_id=delivery.id,
             **self._group(delivery.event, request.tool),
         )
 
