@@ -23,7 +23,10 @@ from mcp.server.transport_security import (
     TransportSecurityMiddleware,
     TransportSecuritySettings,
 )
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp.types import INVALID_REQUEST
+from mcp_types.jsonrpc import UNSUPPORTED_PROTOCOL_VERSION
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
@@ -33,6 +36,7 @@ from ..auth.principal import Principal
 from ..canonical import ascii_json
 from ..errors import NotAuthenticated, PayloadTooLarge, Unavailable
 from ..messaging.completions import CompletionListener
+from ..names import echo_name
 from ..runtime import Runtime
 from ..settings import WILDCARD_HOSTS, Settings
 from ..threads import in_thread
@@ -43,6 +47,10 @@ from .wire import BAD_REQUEST_ID, has_bad_request_id
 log = logging.getLogger(__name__)
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+# Every protocol version the SDK serves, oldest first.
+PROTOCOL_VERSIONS = (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)
 
 
 def transport_security(settings: Settings) -> TransportSecuritySettings:
@@ -105,6 +113,13 @@ class McpEndpoint:
             )
             if refusal is not None:
                 await guarded.error(refusal.status_code, bytes(refusal.body).decode())
+                return
+            version = Headers(scope=scope).get(MCP_PROTOCOL_VERSION_HEADER)
+            if version is not None and version not in PROTOCOL_VERSIONS:
+                # The SDK would take it for a newer request and ask for that one's envelope.
+                supported = ", ".join(PROTOCOL_VERSIONS)
+                message = f"unsupported protocol version {echo_name(version)}: {supported}"
+                await guarded.rpc_error(400, UNSUPPORTED_PROTOCOL_VERSION, message)
                 return
             if scope["method"] != "POST":
                 # Stateless: no stream to open with GET, no session to end with DELETE.

@@ -128,8 +128,8 @@ class ToolrouterMcp:
             version="1",
             instructions=(
                 "Tools served by toolrouter. Calls to tools that need a human approval answer "
-                f"with a pending request; {STATUS_TOOL} gives their outcome later, or call "
-                "them as tasks."
+                f"with a pending request; {STATUS_TOOL} gives their outcome later (or, where "
+                "the tools offer it, call them as tasks)."
             ),
             get_tool_input_schema=self._input_schema,
             on_list_tools=self.list_tools,
@@ -166,6 +166,9 @@ class ToolrouterMcp:
     ) -> types.ListToolsResult:
         """The tools this key may call: all of them for agents, none for other keys."""
         who = await self._who(ctx)
+        if params is not None and params.cursor is not None:
+            # Every tool comes in the first page: no cursor was ever given out.
+            raise MCPError(code=types.INVALID_PARAMS, message="invalid cursor")
         if not who.has(Role.AGENT):
             return types.ListToolsResult(tools=[])
         tools = [mcp_tool(tool) for tool in self.runtime.registry]

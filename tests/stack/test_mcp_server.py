@@ -525,6 +525,52 @@ def test_a_request_whose_id_is_no_string_or_integer_is_refused_not_taken_for_a_n
     assert httpx.post(url, json=notification, headers=headers).status_code == 202
 
 
+def rpc(stack: Stack, body: dict[str, Any], version: str) -> httpx.Response:
+    headers = {
+        **ACCEPT,
+        "Authorization": f"Bearer {stack.keys['agent']}",
+        "MCP-Protocol-Version": version,
+    }
+    return httpx.post(f"{stack.base_url}/mcp", json=body, headers=headers)
+
+
+def answer_of(response: httpx.Response) -> Any:
+    """The JSON-RPC answer, sent as JSON or as the one event of a stream."""
+    events = [
+        json.loads(line.removeprefix("data:"))
+        for line in response.text.splitlines()
+        if line.startswith("data:") and line.removeprefix("data:").strip()
+    ]
+    return events[0] if events else response.json()
+
+
+def test_an_unknown_protocol_version_is_told_as_such_with_those_served(stack: Stack) -> None:
+    """Not as a newer version's request missing its envelope, as the SDK would tell it."""
+    for version in ("1.0", "2030-01-01"):
+        response = rpc(stack, {"jsonrpc": "2.0", "id": 1, "method": "ping"}, version)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["code"] == -32022, error
+        assert error["message"].startswith(f"unsupported protocol version {version}: "), error
+        assert "2025-06-18" in error["message"] and "_meta" not in error["message"]
+    assert rpc(stack, INITIALIZE, "2025-06-18").status_code == 200
+
+
+def test_a_cursor_for_tools_list_is_refused_and_tasks_are_offered_only_as_they_are(
+    stack: Stack,
+) -> None:
+    """Every tool comes in one page: a cursor is none toolrouter gave. A version without
+    tasks is not told to call tools as tasks without a word of the condition."""
+    listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"cursor": "x"}}
+    refused = answer_of(rpc(stack, listed, "2025-06-18"))
+    assert refused["error"] == {"code": -32602, "message": "invalid cursor"}, refused
+    first = answer_of(rpc(stack, {**listed, "params": {}}, "2025-06-18"))
+    assert "nextCursor" not in first["result"] and first["result"]["tools"], first
+    started = answer_of(rpc(stack, INITIALIZE, "2025-06-18"))
+    assert "tasks" not in started["result"]["capabilities"], started
+    assert "where the tools offer it" in started["result"]["instructions"], started
+
+
 def test_an_mcp_body_past_the_limit_is_413_json(stack: Stack) -> None:
     url = f"{stack.base_url}/mcp"
     headers = {**ACCEPT, "Authorization": f"Bearer {stack.keys['agent']}"}
