@@ -62,7 +62,8 @@ def main() -> None:
         "Settings come from the environment, among them "
         "TOOLROUTER_API_PORT (8000), TOOLROUTER_FLOWER_PORT (5555), TOOLROUTER_STATE_DIR "
         "(.toolrouter), TOOLROUTER_CONFIG (toolrouter.yaml), TOOLROUTER_REDIS_URL and "
-        "TOOLROUTER_DATABASE_URL; every one is in docs/reference/settings.md."
+        "TOOLROUTER_DATABASE_URL; every one is in the docs' Settings page (its source: "
+        "router/settings.py)."
     )
 )
 @click.option("--verbose", is_flag=True, help="Also stream every process's log here")
