@@ -53,13 +53,8 @@ def both(first: Any, second: Any) -> tuple[Receipt, Receipt]:
         return one.result(timeout=PATIENCE_S), two.result(timeout=PATIENCE_S)
 
 
-@ON_POSTGRESQL
-def test_two_requests_sending_the_same_indexes_at_once_store_each_call_once(
-    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    batches = service(runtime)
-    opened = batches.submit("agent", items(0, 1, 2), key="resent", offset=0)
-    # Both requests read indexes 3-5 as empty before either stores its calls there.
+def meet_after_reading_places(runtime: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first two readers of a batch's places wait for each other before going on."""
     both_read = threading.Barrier(2, timeout=PATIENCE_S)
     reads, read = itertools.count(), runtime.store.batch_calls_at
 
@@ -70,6 +65,16 @@ def test_two_requests_sending_the_same_indexes_at_once_store_each_call_once(
         return placed
 
     monkeypatch.setattr(runtime.store, "batch_calls_at", read_then_meet)
+
+
+@ON_POSTGRESQL
+def test_two_requests_sending_the_same_indexes_at_once_store_each_call_once(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches = service(runtime)
+    opened = batches.submit("agent", items(0, 1, 2), key="resent", offset=0)
+    # Both requests read indexes 3-5 as empty before either stores its calls there.
+    meet_after_reading_places(runtime, monkeypatch)
     again = items(3, 4, 5)
     one, two = both(
         lambda: batches.submit("agent", again, key="resent", offset=3),
@@ -89,16 +94,7 @@ def test_two_requests_refusing_the_same_index_at_once_count_it_once(
     batches = service(runtime)
     opened = batches.submit("agent", items(0), key="refused-twice", offset=0)
     # Both requests are inside their transactions before either records the refusal.
-    both_read = threading.Barrier(2, timeout=PATIENCE_S)
-    reads, read = itertools.count(), runtime.store.batch_calls_at
-
-    def read_then_meet(*args: Any, **kwargs: Any) -> dict[int, tuple[str, str]]:
-        placed = read(*args, **kwargs)
-        if next(reads) < 2:
-            both_read.wait()
-        return placed
-
-    monkeypatch.setattr(runtime.store, "batch_calls_at", read_then_meet)
+    meet_after_reading_places(runtime, monkeypatch)
     again = [*items(1), {"tool": "no_such_tool", "args": {}}]
     one, two = both(
         lambda: batches.submit("agent", again, key="refused-twice", offset=1),

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ..support.launcher import REPO
 from ..support.stack import Stack, own_stack
+from .test_batches import cli
 
 REDIS_DB = 10
 MAX_ARGS_BYTES = 1024
@@ -37,20 +35,6 @@ def stack(
     ) as stack:
         stack.start_api()
         yield stack
-
-
-def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    port = stack.base_url.rsplit(":", 1)[1]
-    env = {**stack.env, "TOOLROUTER_API_PORT": port, "TOOLROUTER_KEY": stack.keys["agent"]}
-    return subprocess.run(
-        [sys.executable, "-m", "router.cli.main", *args],
-        env=env,
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_a_file_over_one_requests_limit_is_sent_whole_but_a_line_too_long(
