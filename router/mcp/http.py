@@ -119,7 +119,9 @@ class McpEndpoint:
                 # The SDK would take it for a newer request and ask for that one's envelope.
                 supported = ", ".join(PROTOCOL_VERSIONS)
                 message = f"unsupported protocol version {echo_name(version)}: {supported}"
-                await guarded.rpc_error(400, UNSUPPORTED_PROTOCOL_VERSION, message)
+                # The data a client negotiates with, as the SDK gives it.
+                data = {"supported": list(PROTOCOL_VERSIONS), "requested": version}
+                await guarded.rpc_error(400, UNSUPPORTED_PROTOCOL_VERSION, message, data)
                 return
             if scope["method"] != "POST":
                 # Stateless: no stream to open with GET, no session to end with DELETE.
@@ -204,10 +206,15 @@ class JsonErrors:
         body = ascii_json({"ok": False, "error": text})
         await self._send_json(status, body, headers or [])
 
-    async def rpc_error(self, status: int, code: int, message: str) -> None:
+    async def rpc_error(
+        self, status: int, code: int, message: str, data: dict[str, Any] | None = None
+    ) -> None:
         """A JSON-RPC error as the SDK words its own (``id`` null: the request's is unusable)."""
         self.started = True
-        body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+        error: dict[str, Any] = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = data
+        body = {"jsonrpc": "2.0", "id": None, "error": error}
         await self._send_json(status, ascii_json(body), [])
 
     async def _send_json(

@@ -13,6 +13,8 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sqlalchemy.engine import Connection
+
 from .. import metrics
 from ..approval import requests as pending
 from ..approval.model import ApprovalRequest, RequestStatus
@@ -186,7 +188,9 @@ class Courier:
                     continue
                 if deliveries.claim(conn, delivery, now=now):
                     request = pending.get(conn, delivery.request_id)
-                    why = self._why_not(request, delivery, now) if request is not None else None
+                    why = (
+                        self._why_not(conn, request, delivery, now) if request is not None else None
+                    )
                     if why is not None:
                         past.append(delivery)
                         # Not attempted: the claim's count goes back to the attempts made.
@@ -236,7 +240,9 @@ class Courier:
             metrics.notification(delivery.channel_type, NotifyOutcome.DELIVERED)
         return Attempted(NotifyOutcome.DELIVERED)
 
-    def _why_not(self, request: ApprovalRequest, delivery: Delivery, now: int) -> str | None:
+    def _why_not(
+        self, conn: Connection, request: ApprovalRequest, delivery: Delivery, now: int
+    ) -> str | None:
         """Why a claimed delivery is not sent after all: its request has moved on (a retry
         after a decision would tell "approval needed" after "approved"), or a later edit
         replaced the one it tells (it would give that edit's editor and arguments)."""
@@ -245,7 +251,11 @@ class Courier:
             return f"{PAST}{was}"
         if delivery.event is NotifyEvent.EDITED and request.edits != delivery.occurrence:
             return EDITED_AGAIN
-        if delivery.event is NotifyEvent.PENDING and request.edits:
+        if (
+            delivery.event is NotifyEvent.PENDING
+            and request.edits
+            and deliveries.edit_told(conn, request.id, delivery.channel)
+        ):
             # It would show the edited arguments as the agent's: the edit's notice tells them.
             return EDITED_SINCE
         return None

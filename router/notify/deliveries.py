@@ -78,6 +78,20 @@ def _planned(rows: Any) -> list[Planned]:
     return [Planned(row.id, row.channel, row.channel_type, row.event) for row in rows]
 
 
+def edit_told(conn: Connection, request_id: str, channel: str) -> bool:
+    """Whether an edit of the request is planned or told on ``channel``."""
+    found = conn.execute(
+        select(table.c.id)
+        .where(
+            table.c.request_id == request_id,
+            table.c.channel == channel,
+            table.c.event == str(NotifyEvent.EDITED),
+        )
+        .limit(1)
+    ).first()
+    return found is not None
+
+
 def get(conn: Connection, delivery_id: str) -> Delivery | None:
     row = conn.execute(select(table).where(table.c.id == delivery_id)).first()
     return Delivery.from_row(row) if row else None

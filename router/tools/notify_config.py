@@ -8,11 +8,11 @@ stay out of logs, errors and delivery records.
 
 from __future__ import annotations
 
+import email.policy
 import json
 import re
 from collections.abc import Mapping, Sequence
 from email.errors import HeaderParseError
-from email.headerregistry import Address
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Protocol
 from urllib.parse import urlsplit
@@ -60,11 +60,16 @@ def _sendable(url: str) -> str:
 
 
 def _mail_address(address: str) -> str:
-    """``address`` when it is one mailbox's address: a line break would add a header."""
+    """``address`` when it names one mailbox, as a header would carry it (``Finance
+    <fin@example.com>`` too): a line break in it would add a header, a comma a recipient."""
+    if not address.strip() or not address.isprintable():
+        raise ValueError(f"not one email address: {json.dumps(address)}")
     try:
-        Address(addr_spec=address)
+        header = email.policy.default.header_factory("to", address)
     except (ValueError, IndexError, HeaderParseError):
-        raise ValueError(f"not an email address: {json.dumps(address)}") from None
+        raise ValueError(f"not one email address: {json.dumps(address)}") from None
+    if len(header.addresses) != 1:
+        raise ValueError(f"not one email address: {json.dumps(address)}")
     return address
 
 

@@ -142,6 +142,23 @@ def test_an_approval_needed_notice_due_after_an_edit_is_not_sent(
     assert (skipped.status, skipped.last_error) == (DeliveryStatus.SKIPPED, EDITED_SINCE)
 
 
+def test_an_approval_needed_notice_is_sent_where_no_edit_notice_is_planned(
+    notifying: Runtime, hook: ScriptedServer
+) -> None:
+    """The edit's own notice may never be planned (its message lost with Redis): then the
+    channel would hear nothing of the request, so the first notice still goes."""
+    runtime = notifying
+    call = runtime.dispatcher.submit("agent", "two_wire", {"to": "lee", "amount": 10})
+    request_id = str(call.request_id)
+    (needed,) = runtime.courier.fan_out(NotifyEvent.PENDING, [request_id])
+    gate = Gate(runtime, runtime.notifier())
+    edited = {"to": "lee", "amount": 11}
+    assert not gate.decide(request_id, "approver", "approve", args=edited).released
+    assert runtime.courier.attempt_many([needed.id]).outcome is NotifyOutcome.DELIVERED
+    (told,) = [seen.json() for seen in hook.seen]
+    assert (told["event"], told["request_id"]) == ("pending", request_id)
+
+
 def test_a_request_decided_before_its_notice_is_planned_records_it_skipped(
     notifying: Runtime, hook: ScriptedServer
 ) -> None:

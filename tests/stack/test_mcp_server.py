@@ -553,6 +553,8 @@ def test_an_unknown_protocol_version_is_told_as_such_with_those_served(stack: St
         assert error["code"] == -32022, error
         assert error["message"].startswith(f"unsupported protocol version {version}: "), error
         assert "2025-06-18" in error["message"] and "_meta" not in error["message"]
+        assert error["data"]["requested"] == version, error
+        assert {"2025-06-18", "2026-07-28"} <= set(error["data"]["supported"]), error
     assert rpc(stack, INITIALIZE, "2025-06-18").status_code == 200
 
 

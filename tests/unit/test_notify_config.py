@@ -54,8 +54,8 @@ def test_channels_come_from_the_tool_then_its_roles_each_once() -> None:
         (('url: "https://ops.test/hook"', 'url: "http://xn--/x"'), "not a valid host name"),
         (('url: "https://ops.test/hook"', 'url: "http://a b/x"'), "a space or a control"),
         (("host: smtp.test", 'host: ""'), "finance-mail.host"),
-        (("to: [b@test]", 'to: ["b@test\\nBcc: evil@test"]'), "not an email address"),
-        (("from_addr: a@test", "from_addr: a"), 'not an email address: "a"'),
+        (("to: [b@test]", 'to: ["b@test\\nBcc: evil@test"]'), "not one email address"),
+        (("from_addr: a@test", 'from_addr: "a, b@test"'), 'not one email address: "a, b@test"'),
         (
             ('secret: "${HOOK_SECRET}"', 'secret: "${UNSET_SECRET}"'),
             "notifications.channels.ops-hook.secret: environment variable UNSET_SECRET is not set",
@@ -171,3 +171,12 @@ def test_secret_looking_values_are_looked_for_only_where_a_summary_can_show_them
     text = summarize({"a": jwt + "eyJ" * 90_000, "b": "short"}, Redactor({}))
     assert max(scanned) <= content.SCANNED_CHARS
     assert jwt not in text and '"a": "***' in text and '"b": "short"' in text
+
+
+@pytest.mark.parametrize(
+    "address", ["Finance <fin@x.test>", '"Fin Ops" <fin@x.test>', "root", "a@test"]
+)
+def test_an_address_a_header_takes_as_one_mailbox_is_taken(address: str) -> None:
+    text = GOOD.replace("from_addr: a@test", f"from_addr: '{address}'")
+    config = parse_config(text, file="t.yaml", env=ENV)
+    assert config.notifications.channels["finance-mail"].from_addr == address  # type: ignore[union-attr]
